@@ -1,0 +1,141 @@
+"""Teammate requests: every valid op round-trips, anything else is a BadRequest and only that."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tunnel.app_messages import (
+    BadRequest,
+    Cancel,
+    Input,
+    PermissionAnswer,
+    Prompt,
+    Request,
+    Resize,
+    Subscribe,
+    decode_host_message,
+    decode_request,
+    encode_request,
+    error_message,
+    pack,
+)
+
+requests: st.SearchStrategy[Request] = st.one_of(
+    st.builds(Subscribe, after=st.none() | st.integers(min_value=-1, max_value=2**62)),
+    st.builds(Prompt, text=st.text(min_size=1, max_size=200).filter(lambda t: t.strip() != "")),
+    st.builds(
+        PermissionAnswer,
+        request_id=st.text(max_size=50),
+        option_id=st.text(max_size=50),
+    ),
+    st.just(Cancel()),
+    st.builds(Input, data=st.binary(max_size=200)),
+    st.builds(
+        Resize,
+        cols=st.integers(min_value=1, max_value=1000),
+        rows=st.integers(min_value=1, max_value=1000),
+    ),
+)
+
+
+@given(requests)
+def test_every_request_round_trips(request: Request) -> None:
+    assert decode_request(encode_request(request)) == request
+
+
+msgpack_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats()
+    | st.text(max_size=20)
+    | st.binary(max_size=20),
+    lambda children: st.lists(children, max_size=5)
+    | st.dictionaries(
+        st.text(max_size=10) | st.integers(-(2**63), 2**63 - 1), children, max_size=5
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_raise_only_bad_request(data: bytes) -> None:
+    with contextlib.suppress(BadRequest):
+        decode_request(data)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["op", "after", "text", "request_id", "option_id", "data", "cols", "rows"])
+        | st.text(max_size=5),
+        msgpack_values,
+        max_size=5,
+    ),
+    st.sampled_from(["subscribe", "prompt", "permission", "cancel", "input", "resize", "x"]),
+)
+def test_arbitrary_maps_raise_only_bad_request(message: dict[str, Any], op: str) -> None:
+    message = {**message, "op": op} if "op" not in message else message
+    try:
+        decoded = decode_request(msgpack.packb(message, use_bin_type=True))
+    except BadRequest:
+        return
+    # Whatever got through must have exactly the documented shape.
+    assert encode_request(decoded) == pack(msgpack.unpackb(encode_request(decoded)))
+
+
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [
+        ({"op": "prompt", "text": "   "}, "empty prompt"),
+        ({"op": "prompt", "text": "x" * 70_000}, "longer"),
+        ({"op": "prompt", "text": b"bytes"}, "must be str"),
+        ({"op": "prompt", "text": "hi", "extra": 1}, "unexpected"),
+        ({"op": "resize", "cols": True, "rows": 10}, "must be int"),
+        ({"op": "resize", "cols": 0, "rows": 10}, "out of range"),
+        ({"op": "subscribe", "after": math.nan}, "must be int"),
+        ({"op": "subscribe", "after": -5}, "out of range"),
+        ({"op": "input", "data": "text"}, "must be bytes"),
+        ({"op": "shell", "cmd": "rm -rf /"}, "unknown op"),
+        ({"text": "no op"}, "unknown op"),
+    ],
+)
+def test_malformed_requests_name_the_problem(message: dict[str, Any], why: str) -> None:
+    with pytest.raises(BadRequest, match=why):
+        decode_request(msgpack.packb(message, use_bin_type=True))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xc1",  # never-used msgpack byte
+        msgpack.packb([1, 2, 3]),
+        msgpack.packb({1: "int key"}),
+        msgpack.ExtType(1, b"x").data,
+        b"\xdb\xff\xff\xff\xff",  # str32 declaring 4 GiB with no data
+        b"\x91" * 100_000,  # nesting far deeper than any request
+        msgpack.packb({"op": "prompt", "text": "ok"}) + b"\x00",  # trailing bytes
+    ],
+)
+def test_nasty_bytes_are_bad_requests(data: bytes) -> None:
+    with pytest.raises(BadRequest):
+        decode_request(data)
+
+
+def test_host_messages_decode_on_the_client_side() -> None:
+    assert decode_host_message(error_message("forbidden", "viewers cannot prompt")) == {
+        "op": "error",
+        "code": "forbidden",
+        "message": "viewers cannot prompt",
+    }
+    with pytest.raises(BadRequest):
+        decode_host_message(msgpack.packb([1]))

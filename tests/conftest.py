@@ -1,0 +1,43 @@
+"""Suite-wide fixtures and the rule that required suites may not be skipped."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+REQUIRED_MARKERS = ("browser",)
+_skipped: list[str] = []
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _require_all() -> bool:
+    return os.environ.get("TUNNEL_REQUIRE_ALL") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    selected = config.getoption("-k") or config.getoption("-m")
+    paths = [arg for arg in config.invocation_params.args if not str(arg).startswith("-")]
+    if not _require_all() or selected or paths:
+        return
+    # A whole run (no paths, no -k/-m selection) must include every required suite.
+    for marker in REQUIRED_MARKERS:
+        if not any(item.get_closest_marker(marker) for item in items):
+            raise pytest.UsageError(f"required suite {marker!r} collected no test")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _require_all() and _skipped:
+        print(f"\n{len(_skipped)} test(s) skipped; with TUNNEL_REQUIRE_ALL=1 nothing may skip:")
+        for nodeid in _skipped:
+            print(f"  {nodeid}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

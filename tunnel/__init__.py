@@ -1,0 +1,8 @@
+"""agent-tunnel: share and co-drive a local coding agent through an end-to-end encrypted relay."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+# Spoken in every hello (docs/protocol.md, "Hello"); bump on incompatible wire changes.
+PROTOCOL_VERSION = 1

@@ -1,0 +1,229 @@
+"""Application messages inside a session channel (docs/application.md): decode and encode.
+
+Requests from teammates are untrusted plaintext (they decrypted fine, but a driver's link may be
+in anyone's hands), so `decode_request` accepts only the whitelisted ops with exact field types
+and raises nothing but `BadRequest`, whatever the bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+# One request fits one `d` (256 KiB); prompts are text, so this is generous and keeps a hostile
+# driver from handing the agent megabytes at once.
+MAX_REQUEST_SIZE = 256 * 1024
+MAX_PROMPT_LENGTH = 64 * 1024
+MAX_ID_LENGTH = 256
+MAX_INPUT_SIZE = 16 * 1024
+MAX_TERMINAL_SIDE = 1000
+
+
+class BadRequest(Exception):
+    """A teammate sent a request that is not a valid application message."""
+
+    code = "bad_request"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subscribe:
+    """Send the snapshot after `after` (None: from the start), then the live tail."""
+
+    after: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prompt:
+    """Ask the agent something; drivers only."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PermissionAnswer:
+    """Answer a pending permission request with one of its options; drivers only."""
+
+    request_id: str
+    option_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cancel:
+    """Cancel the running turn; drivers only."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Input:
+    """Keystrokes for a terminal agent; drivers only."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resize:
+    """New terminal size for a terminal agent; drivers only."""
+
+    cols: int
+    rows: int
+
+
+Request = Subscribe | Prompt | PermissionAnswer | Cancel | Input | Resize
+
+# Ops that change the session: a viewer sending one is refused with `forbidden`.
+DRIVING_REQUESTS = (Prompt, PermissionAnswer, Cancel, Input, Resize)
+
+
+def _field(message: Mapping[str, Any], name: str, kind: type, *, optional: bool = False) -> Any:
+    value = message.get(name)
+    if value is None and optional:
+        return None
+    # bool is an int subclass; a boolean where a number belongs is a client bug, not a number.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadRequest(f"field {name!r} must be {kind.__name__}")
+    return value
+
+
+def _bounded_str(message: Mapping[str, Any], name: str, limit: int) -> str:
+    value: str = _field(message, name, str)
+    if len(value) > limit:
+        raise BadRequest(f"field {name!r} is longer than {limit}")
+    return value
+
+
+def _expect_keys(message: Mapping[str, Any], allowed: set[str]) -> None:
+    extra = set(message) - allowed
+    if extra:
+        raise BadRequest(f"unexpected field(s): {', '.join(sorted(map(str, extra)))}")
+
+
+def decode_request(plaintext: bytes) -> Request:
+    """Decode one teammate request; raises `BadRequest` (and nothing else) on any bad input."""
+    if len(plaintext) > MAX_REQUEST_SIZE:
+        raise BadRequest("request too large")
+    try:
+        message = msgpack.unpackb(
+            plaintext,
+            raw=False,
+            strict_map_key=True,
+            # Requests are flat maps; anything deeper is junk, and a low bound keeps a malicious
+            # payload from recursing.
+            max_array_len=16,
+            max_map_len=16,
+            max_ext_len=0,
+        )
+    except Exception as exc:  # msgpack raises many types (ValueError, ExtraData, ...)
+        raise BadRequest("not a msgpack map") from exc
+    if not isinstance(message, dict):
+        raise BadRequest("not a msgpack map")
+    op = message.get("op")
+    if op == "subscribe":
+        _expect_keys(message, {"op", "after"})
+        after = _field(message, "after", int, optional=True)
+        if after is not None and not -1 <= after < 2**63:
+            raise BadRequest("field 'after' out of range")
+        return Subscribe(after=after)
+    if op == "prompt":
+        _expect_keys(message, {"op", "text"})
+        text = _bounded_str(message, "text", MAX_PROMPT_LENGTH)
+        if not text.strip():
+            raise BadRequest("empty prompt")
+        return Prompt(text=text)
+    if op == "permission":
+        _expect_keys(message, {"op", "request_id", "option_id"})
+        return PermissionAnswer(
+            request_id=_bounded_str(message, "request_id", MAX_ID_LENGTH),
+            option_id=_bounded_str(message, "option_id", MAX_ID_LENGTH),
+        )
+    if op == "cancel":
+        _expect_keys(message, {"op"})
+        return Cancel()
+    if op == "input":
+        _expect_keys(message, {"op", "data"})
+        data: bytes = _field(message, "data", bytes)
+        if len(data) > MAX_INPUT_SIZE:
+            raise BadRequest(f"input is longer than {MAX_INPUT_SIZE} bytes")
+        return Input(data=data)
+    if op == "resize":
+        _expect_keys(message, {"op", "cols", "rows"})
+        cols: int = _field(message, "cols", int)
+        rows: int = _field(message, "rows", int)
+        if not (1 <= cols <= MAX_TERMINAL_SIDE and 1 <= rows <= MAX_TERMINAL_SIDE):
+            raise BadRequest("terminal size out of range")
+        return Resize(cols=cols, rows=rows)
+    raise BadRequest("unknown op")
+
+
+def encode_request(request: Request) -> bytes:
+    """Encode a teammate request (the client side of `decode_request`)."""
+    match request:
+        case Subscribe(after=after):
+            message: dict[str, Any] = {"op": "subscribe", "after": after}
+        case Prompt(text=text):
+            message = {"op": "prompt", "text": text}
+        case PermissionAnswer(request_id=request_id, option_id=option_id):
+            message = {"op": "permission", "request_id": request_id, "option_id": option_id}
+        case Cancel():
+            message = {"op": "cancel"}
+        case Input(data=data):
+            message = {"op": "input", "data": data}
+        case Resize(cols=cols, rows=rows):
+            message = {"op": "resize", "cols": cols, "rows": rows}
+    return pack(message)
+
+
+def pack(message: Mapping[str, Any]) -> bytes:
+    """Encode one application message map."""
+    packed: bytes = msgpack.packb(message, use_bin_type=True)
+    return packed
+
+
+# Host -> teammate messages are built as plain maps; these helpers keep the field names in one
+# place (docs/application.md, "Host to teammate").
+
+
+def ready_message(
+    *, conversation_id: str, role: str, name: str, agent_name: str, agent_kind: str
+) -> bytes:
+    return pack(
+        {
+            "op": "ready",
+            "conversation_id": conversation_id,
+            "role": role,
+            "name": name,
+            "agent": {"name": agent_name, "kind": agent_kind},
+        }
+    )
+
+
+def snapshot_message(items: Sequence[Mapping[str, Any]], *, last_seq: int, more: bool) -> bytes:
+    return pack({"op": "snapshot", "items": list(items), "last_seq": last_seq, "more": more})
+
+
+def item_message(item: Mapping[str, Any]) -> bytes:
+    return pack({"op": "item", "item": item})
+
+
+def event_message(event: Mapping[str, Any]) -> bytes:
+    return pack({"op": "event", "event": event})
+
+
+def presence_message(members: Sequence[Mapping[str, str]]) -> bytes:
+    return pack({"op": "presence", "members": list(members)})
+
+
+def error_message(code: str, message: str) -> bytes:
+    return pack({"op": "error", "code": code, "message": message})
+
+
+def decode_host_message(plaintext: bytes) -> dict[str, Any]:
+    """Decode a host -> teammate message on the client side; `BadRequest` if it is not a map."""
+    try:
+        message = msgpack.unpackb(plaintext, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises many types
+        raise BadRequest("not a msgpack map") from exc
+    if not isinstance(message, dict) or not isinstance(message.get("op"), str):
+        raise BadRequest("not an application message")
+    return message
