@@ -1,0 +1,613 @@
+"""End-to-end crypto: vectors, key derivation, channel AEAD, share links and share secrets."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import re
+from pathlib import Path
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tunnel.crypto import (
+    MAX_MESSAGES,
+    ROLES,
+    SALT_SIZE,
+    ChannelCipher,
+    ChannelCrypto,
+    CounterExhaustedError,
+    DecryptionError,
+    SaltGuard,
+    SaltGuardFullError,
+    SaltReuseError,
+    ShareLink,
+    ShareSecrets,
+    b64url_decode,
+    b64url_encode,
+    channel_keys,
+    e2e_root,
+    new_salt,
+    new_secret,
+    normalize_relay_url,
+    reference_vectors,
+    relay_token,
+    token_verifier,
+    vectors_markdown,
+)
+from tunnel.identity import HostIdentity, KeyFileError
+from tunnel.proto.codes import CloseCode
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTORS_PATH = ROOT / "tests" / "vectors" / "crypto.json"
+SECURITY_DOC = ROOT / "docs" / "security.md"
+VECTORS = json.loads(VECTORS_PATH.read_text())
+HOST_ID = HostIdentity.from_seed(bytes(range(32))).host_id
+OTHER_HOST_ID = HostIdentity.from_seed(bytes(range(1, 33))).host_id
+SECRET = bytes(range(32))
+SALT = bytes(range(16))
+
+
+def pair(secret: bytes = SECRET, salt: bytes = SALT) -> tuple[ChannelCrypto, ChannelCrypto]:
+    """Return (teammate, host) ends of one channel."""
+    return (
+        ChannelCrypto.for_teammate(secret, HOST_ID, salt),
+        ChannelCrypto.for_host(secret, HOST_ID, salt),
+    )
+
+
+# --- vectors ------------------------------------------------------------------------------------
+
+
+def test_vector_file_is_what_the_code_computes() -> None:
+    assert reference_vectors() == VECTORS
+
+
+def test_vector_file_is_the_generator_output_byte_for_byte() -> None:
+    # So regenerating with `python -m tunnel.crypto --vectors` never produces a diff.
+    assert VECTORS_PATH.read_text() == json.dumps(reference_vectors(), indent=2) + "\n"
+
+
+def test_each_vector_follows_from_its_inputs() -> None:
+    secret = bytes.fromhex(VECTORS["secret_hex"])
+    host_id = VECTORS["host_id"]
+    salt = bytes.fromhex(VECTORS["salt_hex"])
+    plaintext = bytes.fromhex(VECTORS["plaintext_hex"])
+    assert msgpack.unpackb(plaintext) == {"op": "prompt", "text": "hello"}
+    assert b64url_encode(secret) == VECTORS["secret_b64url"]
+    token = relay_token(secret, host_id)
+    assert b64url_encode(token) == VECTORS["token_b64url"]
+    assert token_verifier(token).hex() == VECTORS["verifier_hex"]
+    root = e2e_root(secret, host_id)
+    assert root.hex() == VECTORS["root_hex"]
+    k_up, k_down = channel_keys(root, salt)
+    assert (k_up.hex(), k_down.hex()) == (VECTORS["k_up_hex"], VECTORS["k_down_hex"])
+    host = ChannelCrypto.for_host(secret, host_id, salt)
+    assert host.receive.decrypt(bytes.fromhex(VECTORS["ciphertext_up_0_hex"])) == plaintext
+    assert host.receive.decrypt(bytes.fromhex(VECTORS["ciphertext_up_1_hex"])) == plaintext
+    reply = bytes.fromhex(VECTORS["reply_plaintext_hex"])
+    assert host.send.encrypt(reply).hex() == VECTORS["ciphertext_down_0_hex"]
+    link = ShareLink.parse(VECTORS["share_link"])
+    assert (link.relay_url, link.host_id, link.role, link.secret) == (
+        VECTORS["relay_url"],
+        host_id,
+        VECTORS["role"],
+        secret,
+    )
+    assert b64url_encode(link.token) == VECTORS["token_b64url"]
+
+
+def test_security_doc_embeds_the_vector_file() -> None:
+    text = SECURITY_DOC.read_text()
+    match = re.search(
+        r"<!-- crypto-vectors:begin -->\n(.*?)<!-- crypto-vectors:end -->", text, re.DOTALL
+    )
+    assert match is not None, "docs/security.md lost its vector table markers"
+    assert match.group(1) == vectors_markdown(VECTORS)
+
+
+# --- key derivation -------------------------------------------------------------------------------
+
+
+def test_token_root_and_channel_keys_are_all_distinct() -> None:
+    k_up, k_down = channel_keys(e2e_root(SECRET, HOST_ID), SALT)
+    values = {relay_token(SECRET, HOST_ID), e2e_root(SECRET, HOST_ID), k_up, k_down}
+    assert len(values) == 4
+    assert all(len(v) == 32 for v in values)
+
+
+def test_derivations_depend_on_secret_host_and_salt() -> None:
+    other_secret = bytes(32)
+    assert relay_token(SECRET, HOST_ID) != relay_token(other_secret, HOST_ID)
+    assert relay_token(SECRET, HOST_ID) != relay_token(SECRET, OTHER_HOST_ID)
+    root = e2e_root(SECRET, HOST_ID)
+    assert root != e2e_root(SECRET, OTHER_HOST_ID)
+    assert channel_keys(root, SALT) != channel_keys(root, bytes(16))
+
+
+@pytest.mark.parametrize("size", [0, 15, 17, 32])
+def test_salt_of_another_length_is_refused(size: int) -> None:
+    root = e2e_root(SECRET, HOST_ID)
+    with pytest.raises(ValueError, match="16 bytes"):
+        channel_keys(root, b"\x00" * size)
+    with pytest.raises(ValueError, match="16 bytes"):
+        ChannelCrypto.for_host(SECRET, HOST_ID, b"\x00" * size)
+    with pytest.raises(ValueError, match="16 bytes"):
+        ChannelCrypto.for_teammate(SECRET, HOST_ID, b"\x00" * size)
+
+
+@pytest.mark.parametrize("size", [0, 16, 31, 33])
+def test_secret_of_another_length_is_refused(size: int) -> None:
+    with pytest.raises(ValueError, match="32 bytes"):
+        relay_token(b"\x00" * size, HOST_ID)
+    with pytest.raises(ValueError, match="32 bytes"):
+        e2e_root(b"\x00" * size, HOST_ID)
+
+
+def test_malformed_host_id_is_refused() -> None:
+    with pytest.raises(ValueError, match="host id"):
+        relay_token(SECRET, HOST_ID.upper())
+    with pytest.raises(ValueError, match="host id"):
+        ChannelCipher(bytes(32), "h\u00e9" * 13)
+
+
+def test_new_secrets_and_salts_are_random_and_sized() -> None:
+    assert len({new_secret() for _ in range(8)}) == 8
+    assert {len(new_secret())} == {32}
+    assert len({new_salt() for _ in range(8)}) == 8
+    assert len(new_salt()) == SALT_SIZE
+
+
+# --- base64url ------------------------------------------------------------------------------------
+
+
+@given(st.binary(max_size=100))
+def test_b64url_round_trips_without_padding(data: bytes) -> None:
+    text = b64url_encode(data)
+    assert "=" not in text
+    assert "+" not in text
+    assert "/" not in text
+    assert b64url_decode(text) == data
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["AAECAw==", "AA+/", "AA/A", "AA A", " AAA", "AAA\n", "A", "AAAAA", "AB", "AAB", "é"],
+)
+def test_b64url_decode_is_strict(text: str) -> None:
+    with pytest.raises(ValueError, match="base64url"):
+        b64url_decode(text)
+
+
+@given(st.text(max_size=50))
+def test_b64url_decode_raises_only_value_error(text: str) -> None:
+    with contextlib.suppress(ValueError):
+        b64url_decode(text)
+
+
+# --- channel AEAD ---------------------------------------------------------------------------------
+
+
+def test_messages_round_trip_both_ways_in_order() -> None:
+    teammate, host = pair()
+    for i in range(20):
+        up = f"up {i}".encode() * i
+        assert host.receive.decrypt(teammate.send.encrypt(up)) == up
+        down = f"down {i}".encode()
+        assert teammate.receive.decrypt(host.send.encrypt(down)) == down
+    assert teammate.send.counter == host.receive.counter == 20
+
+
+def test_empty_message_round_trips_and_costs_only_the_tag() -> None:
+    teammate, host = pair()
+    sealed = teammate.send.encrypt(b"")
+    assert len(sealed) == 16
+    assert host.receive.decrypt(sealed) == b""
+
+
+def test_same_plaintext_encrypts_differently_each_time() -> None:
+    teammate, _ = pair()
+    assert teammate.send.encrypt(b"same") != teammate.send.encrypt(b"same")
+
+
+def test_ciphertext_does_not_carry_the_nonce() -> None:
+    teammate, _ = pair()
+    assert len(teammate.send.encrypt(b"x" * 10)) == 10 + 16
+
+
+def test_every_tampered_byte_fails_to_decrypt() -> None:
+    teammate, _ = pair()
+    sealed = teammate.send.encrypt(b"prompt: be careful")
+    for index in range(len(sealed)):
+        tampered = bytearray(sealed)
+        tampered[index] ^= 0x01
+        _, host = pair()
+        with pytest.raises(DecryptionError):
+            host.receive.decrypt(bytes(tampered))
+
+
+@pytest.mark.parametrize("cut", [0, 1, 15, 16, 17])
+def test_truncated_or_extended_ciphertext_fails(cut: int) -> None:
+    teammate, host = pair()
+    sealed = teammate.send.encrypt(b"hello")
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(sealed[:cut])
+    _, host = pair()
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(sealed + b"\x00")
+
+
+def test_replayed_message_fails() -> None:
+    teammate, host = pair()
+    first = teammate.send.encrypt(b"prompt once")
+    assert host.receive.decrypt(first) == b"prompt once"
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(first)
+
+
+def test_reordered_messages_fail() -> None:
+    teammate, host = pair()
+    first = teammate.send.encrypt(b"one")
+    second = teammate.send.encrypt(b"two")
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(second)
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(first)
+
+
+def test_dropping_a_message_and_continuing_fails() -> None:
+    teammate, host = pair()
+    host.receive.decrypt(teammate.send.encrypt(b"one"))
+    teammate.send.encrypt(b"two: dropped by the relay")
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(teammate.send.encrypt(b"three"))
+
+
+def test_cipher_is_dead_after_a_failure() -> None:
+    teammate, host = pair()
+    good = teammate.send.encrypt(b"good")
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(b"garbage that is long enough to hold a tag")
+    # Even the message that would have been valid next is refused now.
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(good)
+    with pytest.raises(DecryptionError):
+        host.receive.encrypt(b"anything")
+
+
+def test_decryption_error_carries_close_code_4003_and_no_details() -> None:
+    _, host = pair()
+    with pytest.raises(DecryptionError) as info:
+        host.receive.decrypt(b"\x00" * 40)
+    assert info.value.code == CloseCode.DECRYPTION_FAILED
+    assert int(info.value.code) == 4003
+    assert "tag" not in str(info.value).lower()
+
+
+def test_a_viewer_cannot_drive_with_its_view_secret() -> None:
+    secrets = ShareSecrets.generate()
+    viewer = ChannelCrypto.for_teammate(secrets.view, HOST_ID, SALT)
+    # The viewer claims "drive" in its open, so the host derives from the drive secret.
+    host = ChannelCrypto.for_host(secrets.secret_for("drive"), HOST_ID, SALT)
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(viewer.send.encrypt(msgpack.packb({"op": "prompt", "text": "x"})))
+
+
+def test_each_role_secret_works_for_its_own_role() -> None:
+    secrets = ShareSecrets.generate()
+    for role in ROLES:
+        teammate, host = pair(secrets.secret_for(role))
+        assert host.receive.decrypt(teammate.send.encrypt(role.encode())) == role.encode()
+
+
+def test_message_for_another_host_id_fails() -> None:
+    k_up, _ = channel_keys(e2e_root(SECRET, HOST_ID), SALT)
+    sealed = ChannelCipher(k_up, HOST_ID).encrypt(b"x")
+    with pytest.raises(DecryptionError):
+        ChannelCipher(k_up, OTHER_HOST_ID).decrypt(sealed)
+
+
+def test_message_from_another_channel_fails() -> None:
+    teammate, _ = pair(salt=bytes(16))
+    _, host = pair(salt=b"\x01" * 16)
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(teammate.send.encrypt(b"x"))
+
+
+def test_message_reflected_back_to_its_sender_fails() -> None:
+    teammate, _ = pair()
+    with pytest.raises(DecryptionError):
+        teammate.receive.decrypt(teammate.send.encrypt(b"x"))
+
+
+def test_counter_refuses_to_wrap() -> None:
+    teammate, host = pair()
+    teammate.send._counter = MAX_MESSAGES - 1
+    host.receive._counter = MAX_MESSAGES - 1
+    last = teammate.send.encrypt(b"last")
+    assert host.receive.decrypt(last) == b"last"
+    with pytest.raises(CounterExhaustedError) as info:
+        teammate.send.encrypt(b"one too many")
+    assert info.value.code == CloseCode.LIMIT_REACHED
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(last)
+
+
+def test_cipher_refuses_a_key_of_the_wrong_length() -> None:
+    with pytest.raises(ValueError, match="32 bytes"):
+        ChannelCipher(bytes(16), HOST_ID)
+
+
+@given(st.lists(st.binary(max_size=64), max_size=5))
+def test_decrypt_raises_only_decryption_error_on_junk(junk: list[bytes]) -> None:
+    _, host = pair()
+    for item in junk:
+        with pytest.raises(DecryptionError):
+            host.receive.decrypt(item)
+
+
+# --- salt guard -----------------------------------------------------------------------------------
+
+
+def test_replayed_open_with_a_seen_salt_is_refused() -> None:
+    guard = SaltGuard()
+    ChannelCrypto.for_host(SECRET, HOST_ID, SALT, guard=guard)
+    with pytest.raises(SaltReuseError) as info:
+        ChannelCrypto.for_host(SECRET, HOST_ID, SALT, guard=guard)
+    assert info.value.code == CloseCode.DECRYPTION_FAILED
+    ChannelCrypto.for_host(SECRET, HOST_ID, b"\x02" * 16, guard=guard)
+    assert len(guard) == 2
+
+
+def test_full_salt_guard_refuses_until_cleared() -> None:
+    guard = SaltGuard(max_salts=2)
+    guard.claim(b"\x00" * 16)
+    guard.claim(b"\x01" * 16)
+    with pytest.raises(SaltGuardFullError) as info:
+        guard.claim(b"\x02" * 16)
+    assert info.value.code == CloseCode.LIMIT_REACHED
+    guard.clear()
+    guard.claim(b"\x00" * 16)
+    assert len(guard) == 1
+
+
+def test_salt_guard_with_a_file_remembers_salts_across_restarts(tmp_path: Path) -> None:
+    path = tmp_path / "cfg" / "channel_salts"
+    before = SaltGuard(path=path)
+    before.claim(b"\x00" * 16)
+    before.claim(b"\x01" * 16)
+    assert path.stat().st_mode & 0o777 == 0o600
+    after = SaltGuard(path=path)
+    assert len(after) == 2
+    with pytest.raises(SaltReuseError):
+        after.claim(b"\x01" * 16)
+    after.claim(b"\x02" * 16)
+    assert len(SaltGuard(path=path)) == 3
+
+
+def test_salt_guard_file_is_emptied_by_clear(tmp_path: Path) -> None:
+    path = tmp_path / "channel_salts"
+    guard = SaltGuard(path=path)
+    guard.claim(b"\x00" * 16)
+    guard.clear()
+    assert path.read_bytes() == b""
+    SaltGuard(path=path).claim(b"\x00" * 16)
+
+
+def test_salt_guard_drops_a_torn_record_and_stays_aligned(tmp_path: Path) -> None:
+    path = tmp_path / "channel_salts"
+    path.write_bytes(b"\x00" * 16 + b"\x01" * 5)
+    path.chmod(0o600)
+    guard = SaltGuard(path=path)
+    assert len(guard) == 1
+    guard.claim(b"\x02" * 16)
+    assert path.read_bytes() == b"\x00" * 16 + b"\x02" * 16
+
+
+def test_world_writable_salt_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "channel_salts"
+    SaltGuard(path=path)
+    path.chmod(0o666)
+    with pytest.raises(KeyFileError, match="chmod 600"):
+        SaltGuard(path=path)
+
+
+def test_bad_salt_length_is_refused_before_it_is_remembered() -> None:
+    guard = SaltGuard()
+    with pytest.raises(ValueError, match="16 bytes"):
+        ChannelCrypto.for_host(SECRET, HOST_ID, b"\x00" * 15, guard=guard)
+    assert len(guard) == 0
+
+
+# --- share links ----------------------------------------------------------------------------------
+
+
+def make_link(role: str = "drive", relay_url: str = "https://relay.example") -> ShareLink:
+    return ShareLink(relay_url=relay_url, host_id=HOST_ID, role=role, secret=SECRET)
+
+
+@pytest.mark.parametrize(
+    "relay_url",
+    ["https://relay.example", "http://127.0.0.1:8765", "https://[::1]:8443", "http://localhost"],
+)
+@pytest.mark.parametrize("role", ROLES)
+def test_share_link_round_trips_through_its_string(relay_url: str, role: str) -> None:
+    link = make_link(role, relay_url)
+    text = str(link)
+    assert text == f"{relay_url}/h/{HOST_ID}#{role}.{b64url_encode(SECRET)}"
+    assert ShareLink.parse(text) == link
+    assert ShareLink.parse(f"  {text}\n") == link
+
+
+def test_share_link_token_is_the_relay_token() -> None:
+    assert make_link().token == relay_token(SECRET, HOST_ID)
+
+
+def test_share_link_repr_hides_the_secret() -> None:
+    shown = repr(make_link())
+    assert b64url_encode(SECRET) not in shown
+    assert SECRET.hex() not in shown
+    assert "secret" not in shown
+
+
+GOOD_FRAGMENT = f"drive.{b64url_encode(SECRET)}"
+# Standard base64 ('+', '/') is not base64url: a link must not accept it.
+STD_B64_SECRET = base64.b64encode(b"\xff" * 32).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    ("link", "message"),
+    [
+        (f"https://relay.example/h/{HOST_ID}", "no '#"),
+        (f"https://relay.example/h/{HOST_ID}#", "no '#"),
+        (f"https://relay.example/h/{HOST_ID}#drive", "<role>.<secret>"),
+        (f"https://relay.example/h/{HOST_ID}#admin.{b64url_encode(SECRET)}", "unknown role"),
+        (f"https://relay.example/h/{HOST_ID}#Drive.{b64url_encode(SECRET)}", "unknown role"),
+        (f"https://relay.example/h/{HOST_ID}#drive.{b64url_encode(SECRET)}=", "not valid"),
+        (f"https://relay.example/h/{HOST_ID}#drive.{STD_B64_SECRET}", "not valid"),
+        (f"https://relay.example/h/{HOST_ID}#drive.{b64url_encode(SECRET[:31])}", "31 bytes"),
+        (f"https://relay.example/h/{HOST_ID}#drive.{b64url_encode(SECRET + b'!')}", "33 bytes"),
+        (f"https://relay.example/h/{HOST_ID}#drive.", "32"),
+        (f"https://relay.example/x/{HOST_ID}#{GOOD_FRAGMENT}", "path"),
+        (f"https://relay.example/h/{HOST_ID}/#{GOOD_FRAGMENT}", "path"),
+        (f"https://relay.example/relay/h/{HOST_ID}#{GOOD_FRAGMENT}", "path"),
+        (f"https://relay.example/h/{HOST_ID.upper()}#{GOOD_FRAGMENT}", "path"),
+        (f"https://relay.example/h/{HOST_ID[:-1]}#{GOOD_FRAGMENT}", "path"),
+        (f"https://relay.example/#{GOOD_FRAGMENT}", "path"),
+        (f"https://relay.example/h/{HOST_ID}?x=1#{GOOD_FRAGMENT}", "query"),
+        (f"ftp://relay.example/h/{HOST_ID}#{GOOD_FRAGMENT}", "https://"),
+        (f"relay.example/h/{HOST_ID}#{GOOD_FRAGMENT}", "https://"),
+        (f"https:///h/{HOST_ID}#{GOOD_FRAGMENT}", "no host"),
+        (f"https://user@relay.example/h/{HOST_ID}#{GOOD_FRAGMENT}", "user info"),
+        (f"https://relay.example:99999/h/{HOST_ID}#{GOOD_FRAGMENT}", "port"),
+        ("", "no '#"),
+    ],
+)
+def test_bad_share_links_are_refused_with_a_clear_message(link: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ShareLink.parse(link)
+
+
+@given(st.text(max_size=200))
+def test_share_link_parse_raises_only_value_error(text: str) -> None:
+    with contextlib.suppress(ValueError):
+        ShareLink.parse(text)
+
+
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz234567ABZ-_./#:?=", max_size=60))
+def test_share_link_parse_of_link_like_text_raises_only_value_error(tail: str) -> None:
+    with contextlib.suppress(ValueError):
+        ShareLink.parse(f"https://relay.example/h/{HOST_ID}#drive.{tail}")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("relay_url", "https://relay.example/", "no trailing slash"),
+        ("relay_url", "https://relay.example/prefix", "no path"),
+        ("relay_url", "wss://relay.example", "https://"),
+        ("host_id", "nope", "host id"),
+        ("role", "admin", "unknown role"),
+        ("secret", b"short", "32 bytes"),
+    ],
+)
+def test_share_link_refuses_bad_fields_at_construction(
+    field: str, value: object, message: str
+) -> None:
+    fields: dict[str, object] = {
+        "relay_url": "https://relay.example",
+        "host_id": HOST_ID,
+        "role": "view",
+        "secret": SECRET,
+    }
+    fields[field] = value
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ShareLink(**fields)  # type: ignore[arg-type]
+
+
+def test_normalize_relay_url_keeps_only_the_origin() -> None:
+    assert normalize_relay_url("https://relay.example/") == "https://relay.example"
+    assert normalize_relay_url(" http://127.0.0.1:8765 ") == "http://127.0.0.1:8765"
+    for bad in ["https://relay.example/x", "https://relay.example?q", "https://r.example#f"]:
+        with pytest.raises(ValueError, match="no path"):
+            normalize_relay_url(bad)
+
+
+# --- share secrets --------------------------------------------------------------------------------
+
+
+def test_share_secrets_are_created_private_and_reload_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "cfg" / "share_secrets"
+    created = ShareSecrets.load_or_create(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert ShareSecrets.load_or_create(path) == created
+    assert created.view != created.drive
+
+
+def test_rotated_secrets_replace_the_saved_ones(tmp_path: Path) -> None:
+    path = tmp_path / "share_secrets"
+    old = ShareSecrets.load_or_create(path)
+    new = old.rotate()
+    assert new.view != old.view
+    assert new.drive != old.drive
+    new.save(path)
+    assert ShareSecrets.load_or_create(path) == new
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["share_secrets"]
+
+
+def test_world_readable_share_secrets_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "share_secrets"
+    ShareSecrets.load_or_create(path)
+    path.chmod(0o644)
+    with pytest.raises(KeyFileError, match="chmod 600"):
+        ShareSecrets.load_or_create(path)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"{}",
+        b"[]",
+        b'{"format": "agent-tunnel share secrets v1", "view": "AAAA"}',
+        b'{"format": "agent-tunnel share secrets v1", "view": 1, "drive": 2}',
+        b'{"format": "other", "view": "", "drive": ""}',
+    ],
+)
+def test_corrupt_share_secrets_are_refused(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "share_secrets"
+    path.write_bytes(content)
+    path.chmod(0o600)
+    with pytest.raises(KeyFileError, match="not a valid share secrets file"):
+        ShareSecrets.load_or_create(path)
+
+
+def test_verifiers_match_the_tokens_of_the_links() -> None:
+    secrets = ShareSecrets.generate()
+    verifiers = secrets.verifiers(HOST_ID)
+    assert set(verifiers) == set(ROLES)
+    for role in ROLES:
+        link = secrets.link(role, "https://relay.example/", HOST_ID)
+        assert str(link).startswith(f"https://relay.example/h/{HOST_ID}#{role}.")
+        assert verifiers[role] == token_verifier(link.token)
+    assert verifiers["view"] != verifiers["drive"]
+
+
+def test_secret_for_unknown_role_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown role"):
+        ShareSecrets.generate().secret_for("admin")
+
+
+def test_share_secrets_repr_hides_the_secrets() -> None:
+    secrets = ShareSecrets.generate()
+    assert secrets.view.hex() not in repr(secrets)
+    assert "view=" not in repr(secrets)
+
+
+def test_equal_view_and_drive_secrets_are_refused() -> None:
+    with pytest.raises(ValueError, match="differ"):
+        ShareSecrets(view=SECRET, drive=SECRET)

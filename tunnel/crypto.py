@@ -1,0 +1,615 @@
+"""End-to-end crypto: share links, role secrets, the keys derived from them, and channel AEAD.
+
+Implements docs/security.md: from a role secret S the relay sees only a token derived from S,
+while host and teammate derive per-channel AES-256-GCM keys the relay never learns. Run
+`python -m tunnel.crypto --vectors` to print the reference test vectors.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Final
+from urllib.parse import SplitResult, urlsplit
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from tunnel.identity import (
+    KeyFileError,
+    default_key_path,
+    is_host_id,
+    read_private_file,
+    write_private_file,
+)
+from tunnel.proto.codes import CloseCode
+
+ROLES: Final = ("view", "drive")
+"""The roles a share link can grant; `drive` may also prompt, answer and type."""
+
+SECRET_SIZE: Final = 32
+"""Bytes in a role secret (the part of a share link after the role)."""
+
+SALT_SIZE: Final = 16
+"""Bytes in the salt a teammate picks for each channel (`open` meta `salt`)."""
+
+KEY_SIZE: Final = 32
+"""Bytes of every HKDF output: tokens, roots and AES-256 keys."""
+
+NONCE_SIZE: Final = 12
+"""AES-GCM nonce: the per-direction message counter, big-endian."""
+
+TAG_SIZE: Final = 16
+"""AES-GCM appends a 16-byte tag; a ciphertext is len(plaintext) + 16 bytes."""
+
+MAX_MESSAGES: Final = 1 << (8 * NONCE_SIZE)
+"""Messages one direction of one channel can carry before its counter would wrap."""
+
+RELAY_TOKEN_INFO: Final = b"agent-tunnel/v1 relay-token"
+E2E_INFO: Final = b"agent-tunnel/v1 e2e"
+UP_INFO: Final = b"up"
+DOWN_INFO: Final = b"down"
+
+_B64URL_RE = re.compile(r"[A-Za-z0-9_-]*")
+
+logger = logging.getLogger("tunnel.crypto")
+
+
+class DecryptionError(Exception):
+    """A channel message did not authenticate: tampered, replayed, reordered, dropped before it,
+    or sealed with another key (e.g. a role secret the sender does not hold). Close the channel
+    with `code`; the cipher that raised it refuses every later call.
+    """
+
+    code: ClassVar[CloseCode] = CloseCode.DECRYPTION_FAILED
+
+
+class CounterExhaustedError(Exception):
+    """A channel direction has sent MAX_MESSAGES messages; reusing a nonce would break AES-GCM.
+
+    Open a new channel (new salt, new keys).
+    """
+
+    code: ClassVar[CloseCode] = CloseCode.LIMIT_REACHED
+
+
+class SaltReuseError(Exception):
+    """A channel was opened with a salt the host already accepted: a replayed `open`.
+
+    Serving it would repeat key and nonces of an earlier channel, so the host refuses it.
+    """
+
+    code: ClassVar[CloseCode] = CloseCode.DECRYPTION_FAILED
+
+
+# --- encodings -------------------------------------------------------------------------------
+
+
+def new_secret() -> bytes:
+    """Return a fresh random role secret (32 bytes from the OS CSPRNG)."""
+    return os.urandom(SECRET_SIZE)
+
+
+def new_salt() -> bytes:
+    """Return a fresh random channel salt (16 bytes), as a teammate puts in its `open` meta."""
+    return os.urandom(SALT_SIZE)
+
+
+def b64url_encode(b: bytes) -> str:
+    """Encode bytes as base64url without padding (RFC 4648 section 5)."""
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(s: str) -> bytes:
+    """Decode unpadded base64url strictly: ValueError on padding, other alphabets, stray
+    characters, impossible lengths, or non-zero trailing bits (so each value has one encoding).
+    """
+    if not isinstance(s, str) or _B64URL_RE.fullmatch(s) is None:
+        raise ValueError("not unpadded base64url (allowed: A-Z a-z 0-9 - _)")
+    if len(s) % 4 == 1:
+        raise ValueError("base64url text has an impossible length")
+    try:
+        decoded = base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    except (binascii.Error, ValueError):
+        raise ValueError("not valid base64url") from None
+    if b64url_encode(decoded) != s:
+        raise ValueError("base64url text is not canonical (non-zero trailing bits)")
+    return decoded
+
+
+# --- key derivation --------------------------------------------------------------------------
+
+
+def _hkdf(key: bytes, salt: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_SIZE, salt=salt, info=info).derive(key)
+
+
+def _check_secret(secret: bytes) -> None:
+    if len(secret) != SECRET_SIZE:
+        raise ValueError(f"a role secret is {SECRET_SIZE} bytes, got {len(secret)}")
+
+
+def _host_id_bytes(host_id: str) -> bytes:
+    if not is_host_id(host_id):
+        raise ValueError("not a host id (26 characters of lowercase base32)")
+    return host_id.encode("ascii")
+
+
+def relay_token(secret: bytes, host_id: str) -> bytes:
+    """Return the token a teammate shows the relay: HKDF-SHA256(S, host_id, "…relay-token")."""
+    _check_secret(secret)
+    return _hkdf(secret, _host_id_bytes(host_id), RELAY_TOKEN_INFO)
+
+
+def token_verifier(token: bytes) -> bytes:
+    """Return sha256(token): what the host registers with the relay for each role."""
+    return hashlib.sha256(token).digest()
+
+
+def e2e_root(secret: bytes, host_id: str) -> bytes:
+    """Return the end-to-end root key: HKDF-SHA256(S, host_id, "agent-tunnel/v1 e2e").
+
+    It never leaves host or teammate; the relay's token is an independent HKDF output.
+    """
+    _check_secret(secret)
+    return _hkdf(secret, _host_id_bytes(host_id), E2E_INFO)
+
+
+def channel_keys(root: bytes, salt: bytes) -> tuple[bytes, bytes]:
+    """Return (k_up, k_down) for one channel; "up" is teammate -> host, "down" host -> teammate.
+
+    Raises ValueError unless the salt is exactly SALT_SIZE bytes.
+    """
+    if len(root) != KEY_SIZE:
+        raise ValueError(f"a root key is {KEY_SIZE} bytes, got {len(root)}")
+    if len(salt) != SALT_SIZE:
+        raise ValueError(f"a channel salt is {SALT_SIZE} bytes, got {len(salt)}")
+    return _hkdf(root, salt, UP_INFO), _hkdf(root, salt, DOWN_INFO)
+
+
+# --- share links -----------------------------------------------------------------------------
+
+
+def normalize_relay_url(url: str) -> str:
+    """Return `url` as a share link's relay part, "scheme://host[:port]", dropping a trailing "/".
+
+    Raises ValueError for anything but an http(s) origin (no path, query, fragment or user info).
+    """
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("the relay URL must start with https:// (or http:// for local tests)")
+    _check_origin(parts)
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "#" in url:
+        raise ValueError("the relay URL must be just scheme://host[:port], with no path or query")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _check_origin(parts: SplitResult) -> None:
+    if not parts.netloc or not parts.hostname:
+        raise ValueError("the relay URL has no host")
+    if "@" in parts.netloc:
+        raise ValueError("the relay URL must not contain user info")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ValueError("the relay URL has an invalid port") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareLink:
+    """A link that lets a teammate attach: `{relay_url}/h/{host_id}#{role}.{secret}`.
+
+    Everything after '#' stays in the browser: the relay never receives the secret.
+    """
+
+    relay_url: str
+    """The relay's origin, "scheme://host[:port]" without a trailing slash."""
+
+    host_id: str
+    """The host this link attaches to."""
+
+    role: str
+    """One of ROLES."""
+
+    secret: bytes = field(repr=False)
+    """The 32-byte role secret. Kept out of repr so a logged link does not leak it."""
+
+    def __post_init__(self) -> None:
+        if normalize_relay_url(self.relay_url) != self.relay_url:
+            raise ValueError("relay_url must be scheme://host[:port] with no trailing slash")
+        if not is_host_id(self.host_id):
+            raise ValueError("not a host id (26 characters of lowercase base32)")
+        if self.role not in ROLES:
+            raise ValueError(f"unknown role {self.role!r}; expected one of {', '.join(ROLES)}")
+        _check_secret(self.secret)
+
+    def __str__(self) -> str:
+        return f"{self.relay_url}/h/{self.host_id}#{self.role}.{b64url_encode(self.secret)}"
+
+    @classmethod
+    def parse(cls, link: str) -> ShareLink:
+        """Parse a share link; ValueError saying what is wrong with anything else."""
+        if not isinstance(link, str):
+            raise ValueError("a share link is a string")
+        link = link.strip()
+        head, hash_sign, fragment = link.partition("#")
+        if not hash_sign or not fragment:
+            raise ValueError("the share link has no '#role.secret' part (was it cut off?)")
+        parts = urlsplit(head)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError("a share link starts with https:// (or http:// for local tests)")
+        _check_origin(parts)
+        if parts.query:
+            raise ValueError("a share link has no query string")
+        segments = parts.path.split("/")
+        if len(segments) != 3 or segments[:2] != ["", "h"] or not is_host_id(segments[2]):
+            raise ValueError("a share link's path is /h/<host id> (26 lowercase base32 chars)")
+        role, dot, encoded = fragment.partition(".")
+        if not dot:
+            raise ValueError("the part after '#' must be '<role>.<secret>'")
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r} in the share link; expected view or drive")
+        try:
+            secret = b64url_decode(encoded)
+        except ValueError as exc:
+            raise ValueError(f"the share link's secret is not valid: {exc}") from None
+        if len(secret) != SECRET_SIZE:
+            raise ValueError(
+                f"the share link's secret is {len(secret)} bytes; it must be {SECRET_SIZE}"
+            )
+        return cls(
+            relay_url=f"{parts.scheme}://{parts.netloc}",
+            host_id=segments[2],
+            role=role,
+            secret=secret,
+        )
+
+    @property
+    def token(self) -> bytes:
+        """The relay token this link's holder presents in its hello."""
+        return relay_token(self.secret, self.host_id)
+
+
+# --- channel AEAD ----------------------------------------------------------------------------
+
+
+class ChannelCipher:
+    """One direction of one channel: AES-256-GCM with a message counter as nonce.
+
+    Sender and receiver each count from 0 and never send the nonce, so a message that was
+    replayed, reordered, or follows a dropped one fails to decrypt. Use one object per direction.
+    """
+
+    __slots__ = ("_aad", "_aead", "_counter", "_dead")
+
+    def __init__(self, key: bytes, host_id: str) -> None:
+        if len(key) != KEY_SIZE:
+            raise ValueError(f"a channel key is {KEY_SIZE} bytes, got {len(key)}")
+        self._aead = AESGCM(key)
+        self._aad = _host_id_bytes(host_id)
+        self._counter = 0
+        self._dead = False
+
+    @property
+    def counter(self) -> int:
+        """How many messages went through; the next nonce."""
+        return self._counter
+
+    def _next_nonce(self) -> bytes:
+        if self._counter >= MAX_MESSAGES:
+            raise CounterExhaustedError("this channel direction used up its nonces")
+        nonce = self._counter.to_bytes(NONCE_SIZE, "big")
+        self._counter += 1
+        return nonce
+
+    def encrypt(self, plaintext: bytes) -> bytes:
+        """Seal the next message; returns ciphertext || tag (no nonce: the receiver counts)."""
+        if self._dead:
+            raise DecryptionError("this channel's cipher failed earlier and is closed")
+        return self._aead.encrypt(self._next_nonce(), plaintext, self._aad)
+
+    def decrypt(self, ciphertext: bytes) -> bytes:
+        """Open the next message in order; DecryptionError (close 4003) on any failure, after
+        which this cipher refuses every call, because the peers' counters no longer agree.
+        """
+        if self._dead:
+            raise DecryptionError("this channel's cipher failed earlier and is closed")
+        try:
+            return self._aead.decrypt(self._next_nonce(), ciphertext, self._aad)
+        except (InvalidTag, CounterExhaustedError, ValueError, TypeError, OverflowError):
+            self._dead = True
+            # No details: the reason (tag, length, type) would only help an attacker.
+            raise DecryptionError("a channel message did not authenticate") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChannelCrypto:
+    """Both directions of one channel, as seen from one side."""
+
+    send: ChannelCipher
+    """Encrypts what this side sends."""
+
+    receive: ChannelCipher
+    """Decrypts what this side receives."""
+
+    @classmethod
+    def for_teammate(cls, secret: bytes, host_id: str, salt: bytes) -> ChannelCrypto:
+        """The teammate's view: it sends up and receives down."""
+        k_up, k_down = channel_keys(e2e_root(secret, host_id), salt)
+        return cls(send=ChannelCipher(k_up, host_id), receive=ChannelCipher(k_down, host_id))
+
+    @classmethod
+    def for_host(
+        cls, secret: bytes, host_id: str, salt: bytes, *, guard: SaltGuard | None = None
+    ) -> ChannelCrypto:
+        """The host's view: it receives up and sends down.
+
+        With a `guard`, the salt is claimed first, so a replayed `open` raises SaltReuseError.
+        """
+        if len(salt) != SALT_SIZE:
+            raise ValueError(f"a channel salt is {SALT_SIZE} bytes, got {len(salt)}")
+        if guard is not None:
+            guard.claim(salt)
+        k_up, k_down = channel_keys(e2e_root(secret, host_id), salt)
+        return cls(send=ChannelCipher(k_down, host_id), receive=ChannelCipher(k_up, host_id))
+
+
+class SaltGuard:
+    """The channel salts a host has accepted under its current share secrets.
+
+    A relay could record a channel and replay its `open` and messages later: same salt, same keys,
+    so the recorded messages would decrypt again and the host would reuse its own nonces. Refusing
+    a salt seen before stops that. With a `path`, accepted salts are also appended to that file
+    (16 bytes each, mode 0600) and reloaded, so the protection survives host restarts.
+
+    Memory and file are bounded by `max_salts` (about 100 bytes of memory, 16 bytes of file each);
+    when full, new channels are refused with close 4006 until the secrets are rotated, which makes
+    every old salt harmless: call `clear()` right after saving the new secrets.
+    """
+
+    __slots__ = ("_max", "_path", "_seen")
+
+    def __init__(self, *, max_salts: int | None = 100_000, path: Path | None = None) -> None:
+        self._max = max_salts
+        self._path = None if path is None else Path(path)
+        self._seen: set[bytes] = set()
+        if self._path is not None:
+            self._load(self._path)
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def claim(self, salt: bytes) -> None:
+        """Accept `salt` once: SaltReuseError (4003) if seen before, SaltGuardFullError (4006)
+        when `max_salts` salts are held already. With a path, this appends 16 bytes to the file.
+        """
+        salt = bytes(salt)
+        if len(salt) != SALT_SIZE:
+            raise ValueError(f"a channel salt is {SALT_SIZE} bytes, got {len(salt)}")
+        if salt in self._seen:
+            raise SaltReuseError("this channel salt was used before: refusing a replayed open")
+        if self._max is not None and len(self._seen) >= self._max:
+            raise SaltGuardFullError("too many channels under these share links; rotate them")
+        self._seen.add(salt)
+        if self._path is not None:
+            self._append(self._path, salt)
+
+    def clear(self) -> None:
+        """Forget every salt (and empty the file); call it right after rotating the secrets."""
+        self._seen.clear()
+        if self._path is not None:
+            write_private_file(self._path, b"", overwrite=True)
+
+    def _load(self, path: Path) -> None:
+        if not path.exists():
+            write_private_file(path, b"", overwrite=False)
+            return
+        data = read_private_file(path)
+        whole = len(data) - len(data) % SALT_SIZE
+        self._seen = {data[i : i + SALT_SIZE] for i in range(0, whole, SALT_SIZE)}
+        if whole != len(data):
+            # A crash mid-append left a partial record; drop it so later appends stay aligned.
+            write_private_file(path, data[:whole], overwrite=True)
+
+    @staticmethod
+    def _append(path: Path, salt: bytes) -> None:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, salt)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            # The salt is still refused from memory; only a restart could forget it.
+            logger.warning("cannot record a channel salt in %s: %s", path, exc.strerror)
+
+
+class SaltGuardFullError(Exception):
+    """The host accepted `max_salts` channels under its current secrets; rotate to continue."""
+
+    code: ClassVar[CloseCode] = CloseCode.LIMIT_REACHED
+
+
+# --- the host's role secrets -----------------------------------------------------------------
+
+_SECRETS_FORMAT: Final = "agent-tunnel share secrets v1"
+
+
+def default_secrets_path() -> Path:
+    """Return where the share secrets live by default: next to the host key."""
+    return default_key_path().with_name("share_secrets")
+
+
+def default_salts_path() -> Path:
+    """Return where the SaltGuard keeps accepted channel salts by default: next to the host key."""
+    return default_key_path().with_name("channel_salts")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareSecrets:
+    """The host's secret per role. Persisted (mode 0600) so links survive restarts."""
+
+    view: bytes = field(repr=False)
+    """Secret of the view link."""
+
+    drive: bytes = field(repr=False)
+    """Secret of the drive link."""
+
+    def __post_init__(self) -> None:
+        _check_secret(self.view)
+        _check_secret(self.drive)
+        if self.view == self.drive:
+            raise ValueError("the view and drive secrets must differ")
+
+    @classmethod
+    def generate(cls) -> ShareSecrets:
+        """Return fresh random secrets for every role."""
+        return cls(view=new_secret(), drive=new_secret())
+
+    @classmethod
+    def load_or_create(cls, path: Path) -> ShareSecrets:
+        """Load the secrets at `path`, or create and save new ones if there are none.
+
+        Raises KeyFileError if the file is readable by group or others, or is corrupt.
+        """
+        path = Path(path)
+        if not path.exists():
+            created = cls.generate()
+            if write_private_file(path, created._to_json(), overwrite=False):
+                return created
+        return cls._from_json(path, read_private_file(path))
+
+    def save(self, path: Path) -> None:
+        """Write the secrets to `path` (mode 0600, atomically replacing what was there)."""
+        write_private_file(Path(path), self._to_json(), overwrite=True)
+
+    def rotate(self) -> ShareSecrets:
+        """Return new secrets for every role; every old link stops working once they are used."""
+        return ShareSecrets.generate()
+
+    def secret_for(self, role: str) -> bytes:
+        """Return the secret of `role`; ValueError for an unknown role."""
+        if role == "view":
+            return self.view
+        if role == "drive":
+            return self.drive
+        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+
+    def verifiers(self, host_id: str) -> dict[str, bytes]:
+        """Return {role: sha256(relay token)}: what the host hello registers with the relay."""
+        return {role: token_verifier(relay_token(self.secret_for(role), host_id)) for role in ROLES}
+
+    def link(self, role: str, relay_url: str, host_id: str) -> ShareLink:
+        """Return the share link for `role` (relay_url is normalized first)."""
+        return ShareLink(
+            relay_url=normalize_relay_url(relay_url),
+            host_id=host_id,
+            role=role,
+            secret=self.secret_for(role),
+        )
+
+    def _to_json(self) -> bytes:
+        doc = {
+            "format": _SECRETS_FORMAT,
+            "view": b64url_encode(self.view),
+            "drive": b64url_encode(self.drive),
+        }
+        return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+
+    @classmethod
+    def _from_json(cls, path: Path, data: bytes) -> ShareSecrets:
+        try:
+            doc = json.loads(data)
+            if not isinstance(doc, dict) or doc.get("format") != _SECRETS_FORMAT:
+                raise ValueError("unknown format")
+            return cls(view=b64url_decode(doc["view"]), drive=b64url_decode(doc["drive"]))
+        except (ValueError, KeyError, TypeError):
+            raise KeyFileError(
+                f"{path} is not a valid share secrets file; delete it to create new links"
+            ) from None
+
+
+# --- reference test vectors ------------------------------------------------------------------
+
+
+def reference_vectors() -> dict[str, str]:
+    """Compute the vectors in tests/vectors/crypto.json from fixed inputs.
+
+    Every other implementation (the browser client) must reproduce these bytes exactly.
+    """
+    import msgpack
+
+    from tunnel.identity import HostIdentity
+
+    secret = bytes(range(0x00, 0x20))
+    seed = bytes(range(0x20, 0x40))
+    challenge = bytes(range(0x40, 0x60))
+    salt = bytes(range(0x60, 0x70))
+    relay_url = "https://relay.example"
+    role = "drive"
+    identity = HostIdentity.from_seed(seed)
+    host_id = identity.host_id
+    plaintext = msgpack.packb({"op": "prompt", "text": "hello"})
+    reply = msgpack.packb({"op": "error", "code": "forbidden", "message": "no"})
+    token = relay_token(secret, host_id)
+    root = e2e_root(secret, host_id)
+    k_up, k_down = channel_keys(root, salt)
+    up = ChannelCipher(k_up, host_id)
+    down = ChannelCipher(k_down, host_id)
+    link = ShareLink(relay_url=relay_url, host_id=host_id, role=role, secret=secret)
+    return {
+        "secret_hex": secret.hex(),
+        "secret_b64url": b64url_encode(secret),
+        "host_seed_hex": seed.hex(),
+        "host_public_key_hex": identity.public_key.hex(),
+        "host_id": host_id,
+        "relay_url": relay_url,
+        "role": role,
+        "challenge_hex": challenge.hex(),
+        "hello_signature_hex": identity.sign_hello(challenge, relay_url).hex(),
+        "salt_hex": salt.hex(),
+        "plaintext_hex": plaintext.hex(),
+        "token_b64url": b64url_encode(token),
+        "verifier_hex": token_verifier(token).hex(),
+        "root_hex": root.hex(),
+        "k_up_hex": k_up.hex(),
+        "k_down_hex": k_down.hex(),
+        "ciphertext_up_0_hex": up.encrypt(plaintext).hex(),
+        "ciphertext_up_1_hex": up.encrypt(plaintext).hex(),
+        "reply_plaintext_hex": reply.hex(),
+        "ciphertext_down_0_hex": down.encrypt(reply).hex(),
+        "share_link": str(link),
+    }
+
+
+def vectors_markdown(vectors: Mapping[str, str]) -> str:
+    """Render the vectors as the table docs/security.md embeds."""
+    rows = ["| name | value |", "|---|---|"]
+    rows += [f"| `{name}` | `{value}` |" for name, value in vectors.items()]
+    return "\n".join(rows) + "\n"
+
+
+def _main(argv: list[str]) -> int:
+    if argv == ["--vectors"]:
+        sys.stdout.write(json.dumps(reference_vectors(), indent=2) + "\n")
+        return 0
+    if argv == ["--vectors-markdown"]:
+        sys.stdout.write(vectors_markdown(reference_vectors()))
+        return 0
+    sys.stderr.write("usage: python -m tunnel.crypto --vectors | --vectors-markdown\n")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))
