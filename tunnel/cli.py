@@ -13,6 +13,26 @@ app = typer.Typer(
 
 # Sub-commands register themselves below; each lives in the module that owns its feature.
 
+from relay.command import relay_command  # noqa: E402
+
+app.command("relay")(relay_command)
+
+from tunnel.host.command import host_command  # noqa: E402
+
+app.command("host")(host_command)
+
+from tunnel.log.cli import log_app  # noqa: E402
+
+app.add_typer(log_app, name="log")
+
+from tunnel.demo import demo_command  # noqa: E402
+
+app.command("demo")(demo_command)
+
+from tunnel.attach import attach_command  # noqa: E402
+
+app.command("attach")(attach_command)
+
 
 def main() -> None:
     """Console-script entry point."""

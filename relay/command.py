@@ -1,0 +1,190 @@
+"""`tunnel relay`: options and TUNNEL_RELAY_* variables become `RelaySettings`, then `run`."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+
+from relay.server import run
+from relay.settings import RelaySettings
+from tunnel.identity import KeyFileError
+from tunnel.proto import Limits
+
+
+class LogLevel(enum.StrEnum):
+    """Log levels accepted by --log-level."""
+
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+EXIT_CONFIG = 2
+"""Exit code for unusable options or files (typer uses 2 for usage errors too)."""
+
+
+def _limit(value: int) -> int | None:
+    return None if value <= 0 else value
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr, one line per record; websockets' own chatter only when debugging."""
+    logging.basicConfig(
+        level=level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if level != "debug":
+        logging.getLogger("websockets").setLevel(logging.WARNING)
+
+
+async def serve_until_signal(settings: RelaySettings) -> None:
+    """Run the relay until SIGINT or SIGTERM, then close every connection with 1001."""
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            await tg.start(partial_run, settings)
+            async for signum in signals:
+                logging.getLogger("relay.server").info(
+                    "%s: shutting down", signal.Signals(signum).name
+                )
+                break
+        tg.cancel_scope.cancel()
+
+
+async def partial_run(
+    settings: RelaySettings, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """`run` with the signature `TaskGroup.start` expects."""
+    await run(settings, task_status=task_status)
+
+
+def relay_command(
+    host: Annotated[
+        str, typer.Option(envvar="TUNNEL_RELAY_HOST", help="Interface to bind.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int,
+        typer.Option(envvar="TUNNEL_RELAY_PORT", help="TCP port; 0 picks a free one (printed)."),
+    ] = 8765,
+    certfile: Annotated[
+        Path | None,
+        typer.Option(envvar="TUNNEL_RELAY_CERTFILE", help="PEM certificate chain: serve TLS."),
+    ] = None,
+    keyfile: Annotated[
+        Path | None,
+        typer.Option(envvar="TUNNEL_RELAY_KEYFILE", help="PEM private key for --certfile."),
+    ] = None,
+    authorized_keys: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="TUNNEL_RELAY_AUTHORIZED_KEYS",
+            help="Only hosts whose public key is in this file may register.",
+        ),
+    ] = None,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TUNNEL_RELAY_PUBLIC_URL",
+            help="The https:// URL hosts and browsers use to reach the relay "
+            "(default: the bound address).",
+        ),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="TUNNEL_RELAY_ALLOWED_ORIGIN",
+            help="Another browser origin allowed to open WebSockets (repeatable).",
+        ),
+    ] = None,
+    max_hosts: Annotated[
+        int,
+        typer.Option(envvar="TUNNEL_RELAY_MAX_HOSTS", help="Hosts online at once (0: no limit)."),
+    ] = 1000,
+    max_teammates_per_host: Annotated[
+        int,
+        typer.Option(
+            envvar="TUNNEL_RELAY_MAX_TEAMMATES_PER_HOST",
+            help="Teammates attached to one host (0: no limit).",
+        ),
+    ] = 32,
+    max_connections_per_ip: Annotated[
+        int,
+        typer.Option(
+            envvar="TUNNEL_RELAY_MAX_CONNECTIONS_PER_IP",
+            help="WebSocket connections from one IP address (0: no limit).",
+        ),
+    ] = 64,
+    max_channels_per_link: Annotated[
+        int,
+        typer.Option(
+            envvar="TUNNEL_RELAY_MAX_CHANNELS_PER_LINK",
+            help="Open channels on one connection (0: no limit).",
+        ),
+    ] = 256,
+    hello_timeout: Annotated[
+        float,
+        typer.Option(
+            envvar="TUNNEL_RELAY_HELLO_TIMEOUT",
+            help="Seconds a new connection has to say hello.",
+        ),
+    ] = 10.0,
+    send_timeout: Annotated[
+        float,
+        typer.Option(
+            envvar="TUNNEL_RELAY_SEND_TIMEOUT",
+            help="Seconds a peer may stop reading its socket before it is cut off (0: never).",
+        ),
+    ] = 30.0,
+    log_level: Annotated[
+        LogLevel, typer.Option(envvar="TUNNEL_RELAY_LOG_LEVEL", help="Log verbosity.")
+    ] = LogLevel.info,
+) -> None:
+    """Run the relay: hosts dial in, teammates attach, and the relay routes what it cannot read."""
+    try:
+        settings = RelaySettings(
+            host=host,
+            port=port,
+            certfile=certfile,
+            keyfile=keyfile,
+            authorized_keys=authorized_keys,
+            public_url=public_url,
+            allowed_origins=tuple(allowed_origin or ()),
+            max_hosts=_limit(max_hosts),
+            max_teammates_per_host=_limit(max_teammates_per_host),
+            max_connections_per_ip=_limit(max_connections_per_ip),
+            hello_timeout=hello_timeout,
+            send_timeout=None if send_timeout <= 0 else send_timeout,
+            limits=Limits(max_channels=_limit(max_channels_per_link)),
+            log_level=log_level.value,
+        )
+    except ValueError as exc:
+        typer.echo(f"tunnel relay: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    configure_logging(settings.log_level)
+    try:
+        anyio.run(serve_until_signal, settings)
+    except (KeyFileError, OSError, ValueError, BaseExceptionGroup) as exc:
+        error = startup_error(exc)
+        if error is None:
+            raise
+        typer.echo(f"tunnel relay: {error}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+
+
+def startup_error(exc: BaseException) -> BaseException | None:
+    """Return the configuration error (bad file, port in use) inside `exc`, or None."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = startup_error(inner)
+            if found is not None:
+                return found
+        return None
+    return exc if isinstance(exc, KeyFileError | OSError | ValueError) else None

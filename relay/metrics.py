@@ -1,0 +1,59 @@
+"""The relay's Prometheus metrics, in a registry of their own (docs/relay.md, "Metrics").
+
+Only counts and sizes: the relay has no content to report and labels never carry host ids, names
+or addresses, so metric cardinality stays fixed.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "RelayMetrics"]
+
+
+class RelayMetrics:
+    """The relay's gauges and counters. One instance per running relay."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.hosts_online = Gauge(
+            "relay_hosts_online", "Hosts currently registered.", registry=self.registry
+        )
+        self.teammates_attached = Gauge(
+            "relay_teammates_attached",
+            "Teammate links currently admitted.",
+            registry=self.registry,
+        )
+        self.open_channels = Gauge(
+            "relay_open_channels",
+            "Routed channels (teammate channel plus its host channel count once).",
+            registry=self.registry,
+        )
+        self.connections = Gauge(
+            "relay_connections",
+            "WebSocket connections open, admitted or not.",
+            registry=self.registry,
+        )
+        self.bytes_forwarded = Counter(
+            "relay_forwarded_bytes",
+            "Bytes of `data` payload forwarded between teammates and hosts.",
+            ["direction"],
+            registry=self.registry,
+        )
+        self.frames_forwarded = Counter(
+            "relay_forwarded_frames",
+            "Frames (open, data, close) forwarded between teammates and hosts.",
+            ["direction"],
+            registry=self.registry,
+        )
+        self.frames_rejected = Counter(
+            "relay_rejected",
+            "Connections or channels refused or closed for breaking a rule, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        """Return the metrics in the Prometheus text format."""
+        return generate_latest(self.registry)

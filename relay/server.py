@@ -1,0 +1,183 @@
+"""The relay process: a websockets server whose connections feed the switch (docs/relay.md).
+
+`run(settings)` is the programmatic API and what `tunnel relay` calls. Each WebSocket connection
+gets a `Link` (the protocol object over the socket) and a `Peer` in the `Switch`; plain HTTP
+requests are answered by `relay.http`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import ssl
+from functools import partial
+
+import anyio
+from anyio.abc import TaskStatus
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.http11 import Request, Response
+
+from relay.admission import relay_hello
+from relay.http import HOST_PATH, HttpRouter, OriginPolicy
+from relay.metrics import RelayMetrics
+from relay.settings import RelaySettings
+from relay.switch import Kind, Peer, Switch, SwitchLimits
+from tunnel.identity import CHALLENGE_SIZE, load_authorized_keys
+from tunnel.link import Link
+from tunnel.proto import Connection, Side
+from tunnel.proto.codes import CloseCode
+
+logger = logging.getLogger("relay.server")
+
+MESSAGE_TOO_BIG = 1009
+"""WebSocket close code websockets sends when a message exceeds max_size."""
+
+SHUTDOWN_GRACE = 5.0
+"""Seconds to let connections close (1001) when the relay stops."""
+
+
+class Relay:
+    """One relay: the switch, the HTTP router and the per-connection handler."""
+
+    def __init__(self, settings: RelaySettings, *, public_url: str) -> None:
+        self.settings = settings
+        self.public_url = public_url
+        """The http(s) base URL hosts sign and browsers load the web client from."""
+        self.metrics = RelayMetrics()
+        authorized = (
+            None
+            if settings.authorized_keys is None
+            else load_authorized_keys(settings.authorized_keys)
+        )
+        self.switch = Switch(
+            public_url=public_url,
+            limits=SwitchLimits(
+                max_hosts=settings.max_hosts,
+                max_teammates_per_host=settings.max_teammates_per_host,
+                max_connections_per_ip=settings.max_connections_per_ip,
+            ),
+            link_limits=settings.limits,
+            metrics=self.metrics,
+            authorized_keys=authorized,
+        )
+        self.router = HttpRouter(
+            origins=OriginPolicy.build(public_url, settings.allowed_origins),
+            metrics=self.metrics,
+        )
+
+    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        """The websockets `process_request` hook: plain HTTP routes and the Origin check."""
+        return self.router.route(request)
+
+    async def handle(self, websocket: ServerConnection) -> None:
+        """Serve one WebSocket connection from its hello to its close."""
+        request = websocket.request
+        assert request is not None
+        kind = Kind.HOST if request.path.split("?", 1)[0] == HOST_PATH else Kind.TEAMMATE
+        address = websocket.remote_address
+        ip = str(address[0]) if address else "unknown"
+        link = Link(
+            websocket,
+            Connection(Side.ACCEPTER, limits=self.settings.limits),
+            send_timeout=self.settings.send_timeout,
+            label=f"{kind.value} {ip}",
+        )
+        peer = Peer(link=link, kind=kind, ip=ip, challenge=secrets.token_bytes(CHALLENGE_SIZE))
+        if not self.switch.connect(peer):
+            logger.info(
+                "refused %s: %d too many connections", peer.describe(), CloseCode.LIMIT_REACHED
+            )
+            await websocket.close(CloseCode.LIMIT_REACHED, "too many connections from your address")
+            return
+        try:
+            link.connection.send_hello(relay_hello(peer.challenge, self.settings.limits))
+            link.flush()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._hello_deadline, peer)
+                closed = await link.run(partial(self.switch.on_event, peer))
+                tg.cancel_scope.cancel()
+        finally:
+            self.switch.disconnect(peer)
+        failure = link.failure
+        if failure is not None:
+            # The one log line for a peer that broke the protocol; the others never notice.
+            self.metrics.frames_rejected.labels(reason=f"protocol_{int(failure.code)}").inc()
+            logger.warning(
+                "closed %s: %d protocol error: %s", peer.describe(), failure.code, failure
+            )
+        elif closed.code == CloseCode.SLOW_CONSUMER and not closed.by_peer:
+            self.metrics.frames_rejected.labels(reason="slow_consumer").inc()
+            logger.warning("closed %s: %d stopped reading", peer.describe(), closed.code)
+        elif not closed.by_peer and closed.code == MESSAGE_TOO_BIG:
+            self.metrics.frames_rejected.labels(reason="message_too_big").inc()
+            logger.warning("closed %s: 1009 message too big", peer.describe())
+        else:
+            logger.debug("%s disconnected: %d", peer.describe(), closed.code)
+
+    async def _hello_deadline(self, peer: Peer) -> None:
+        await anyio.sleep(self.settings.hello_timeout)
+        if not peer.admitted and not peer.link.closing:
+            self.metrics.frames_rejected.labels(reason="hello_timeout").inc()
+            logger.info("closed %s: %d no hello in time", peer.describe(), CloseCode.PROTOCOL_ERROR)
+            peer.link.close_soon(CloseCode.PROTOCOL_ERROR, "hello timeout")
+
+
+def _ssl_context(settings: RelaySettings) -> ssl.SSLContext | None:
+    if settings.certfile is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.certfile, settings.keyfile)
+    return context
+
+
+async def run(
+    settings: RelaySettings, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve until cancelled; reports the bound port through `task_status` once listening.
+
+    Also prints "relay listening on URL" on stdout, so a parent process can read the port.
+    """
+    relay: Relay | None = None
+
+    def process_request(connection: ServerConnection, request: Request) -> Response | None:
+        assert relay is not None
+        return relay.process_request(connection, request)
+
+    async def handle(websocket: ServerConnection) -> None:
+        assert relay is not None
+        await relay.handle(websocket)
+
+    server = await serve(
+        handle,
+        settings.host,
+        settings.port,
+        process_request=process_request,
+        # Channel payloads are ciphertext: compressing it wastes CPU and memory.
+        compression=None,
+        max_size=settings.limits.max_message_size,
+        ping_interval=settings.ping_interval,
+        ping_timeout=settings.ping_timeout,
+        open_timeout=settings.hello_timeout,
+        close_timeout=SHUTDOWN_GRACE,
+        ssl=_ssl_context(settings),
+        server_header=None,
+        # The public URL may depend on the port picked; accept connections only once it is known.
+        start_serving=False,
+    )
+    try:
+        port = int(server.sockets[0].getsockname()[1])
+        relay = Relay(settings, public_url=settings.resolved_public_url(port))
+        await server.start_serving()
+        scheme = "https" if settings.tls else "http"
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        print(f"relay listening on {scheme}://{host}:{port}", flush=True)
+        logger.info("relay listening on port %d, public URL %s", port, relay.public_url)
+        task_status.started(port)
+        await anyio.sleep_forever()
+    finally:
+        server.close()
+        with anyio.move_on_after(SHUTDOWN_GRACE, shield=True):
+            await server.wait_closed()
+        # Peers that do not answer the closing handshake in time are dropped.
+        for connection in server.connections:
+            connection.transport.abort()

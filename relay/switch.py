@@ -1,0 +1,373 @@
+"""The relay's switch: admits connections and forwards channels between teammates and hosts.
+
+Everything here is synchronous and runs on the event loop thread, called from each link's reader
+with the events of that link, so no locks are needed and every decision sees a consistent table.
+
+Flow control end to end (docs/relay.md, "Flow control"): a `data` frame received on one side is
+acknowledged to its sender only once it was queued onto the other side's link, which happens only
+while the other side grants window. Per channel direction the relay therefore holds at most one
+window of bytes waiting (`_pending`, bounded by the window the sender had) plus one window queued
+in the destination link's protocol object; a teammate that stops reading stalls only its own
+channel, and its host sees that channel's window run dry, nothing else.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from relay.admission import (
+    HostHello,
+    Refusal,
+    match_role,
+    parse_host_hello,
+    parse_teammate_hello,
+)
+from relay.metrics import RelayMetrics
+from relay.routing import Endpoint, RoutingTable
+from tunnel.link import Link
+from tunnel.proto import (
+    ChannelClosed,
+    ChannelNotOpenError,
+    ChannelOpened,
+    DataReceived,
+    Event,
+    HelloReceived,
+    Limits,
+    LocalProtocolError,
+    WindowUpdated,
+)
+from tunnel.proto.codes import CloseCode
+
+logger = logging.getLogger("relay.switch")
+
+
+class Kind(enum.Enum):
+    """Which WebSocket route a connection came in on."""
+
+    HOST = "host"
+    TEAMMATE = "teammate"
+
+
+@dataclass(eq=False, slots=True, kw_only=True)
+class Peer:
+    """One WebSocket connection to the relay, admitted or not. Compared by identity."""
+
+    link: Link
+    kind: Kind
+    ip: str
+    challenge: bytes = field(repr=False)
+    admitted: bool = False
+    host_id: str | None = None
+    """Host: its own id. Teammate: the host it attached to."""
+    name: str = ""
+    """Teammate's display name."""
+    role: str | None = None
+    """Teammate's role (whose verifier its token matched)."""
+    token_hash: bytes = field(default=b"", repr=False)
+    """Teammate: sha256 of its token, kept to re-check it when its host re-registers."""
+    verifiers: dict[str, bytes] = field(default_factory=dict, repr=False)
+    """Host: the verifiers it registered."""
+
+    def describe(self) -> str:
+        """A short label for log lines: kind, address, host id. Never a secret."""
+        host = f" host={self.host_id}" if self.host_id else ""
+        return f"{self.kind.value} {self.ip}{host}"
+
+
+class _Outcome(enum.Enum):
+    SENT = "sent"
+    BLOCKED = "blocked"
+    DROPPED = "dropped"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SwitchLimits:
+    """Admission limits of the switch; None turns one off."""
+
+    max_hosts: int | None = 1000
+    max_teammates_per_host: int | None = 32
+    max_connections_per_ip: int | None = 64
+
+
+class Switch:
+    """Admission, routing and forwarding for every connection of one relay."""
+
+    def __init__(
+        self,
+        *,
+        public_url: str,
+        limits: SwitchLimits,
+        link_limits: Limits,
+        metrics: RelayMetrics,
+        authorized_keys: frozenset[bytes] | None = None,
+    ) -> None:
+        self.public_url = public_url
+        self._limits = limits
+        self._link_limits = link_limits
+        self._metrics = metrics
+        self._authorized_keys = authorized_keys
+        self.hosts: dict[str, Peer] = {}
+        # Bounded by max_teammates_per_host per host.
+        self.teammates: dict[str, set[Peer]] = {}
+        self.routes: RoutingTable[Peer] = RoutingTable()
+        # Bounded per destination channel by the window its source channel had (see module doc).
+        self._pending: dict[tuple[Peer, int], deque[bytes]] = {}
+        self._per_ip: Counter[str] = Counter()
+
+    # -- connections --------------------------------------------------------------------------
+
+    def connect(self, peer: Peer) -> bool:
+        """Count a new connection; False if its IP is at the maximum (then close it with 4006)."""
+        limit = self._limits.max_connections_per_ip
+        if limit is not None and self._per_ip[peer.ip] >= limit:
+            self._metrics.frames_rejected.labels(reason="connections_per_ip").inc()
+            return False
+        self._per_ip[peer.ip] += 1
+        self._metrics.connections.inc()
+        return True
+
+    def disconnect(self, peer: Peer) -> None:
+        """Forget a connection whose link has closed; close what depended on it."""
+        self._per_ip[peer.ip] -= 1
+        if self._per_ip[peer.ip] <= 0:
+            del self._per_ip[peer.ip]
+        self._metrics.connections.dec()
+        self._drop_routes(peer)
+        if not peer.admitted:
+            return
+        peer.admitted = False
+        assert peer.host_id is not None
+        if peer.kind is Kind.HOST:
+            if self.hosts.get(peer.host_id) is peer:
+                del self.hosts[peer.host_id]
+                self._metrics.hosts_online.set(len(self.hosts))
+                for teammate in list(self.teammates.get(peer.host_id, ())):
+                    teammate.link.close_soon(CloseCode.HOST_GONE, "host went offline")
+        else:
+            attached = self.teammates.get(peer.host_id)
+            if attached is not None:
+                attached.discard(peer)
+                if not attached:
+                    del self.teammates[peer.host_id]
+            self._metrics.teammates_attached.dec()
+
+    # -- events -------------------------------------------------------------------------------
+
+    def on_event(self, peer: Peer, event: Event) -> None:
+        """Handle one protocol event from `peer`'s link (the `Link.run` callback)."""
+        if isinstance(event, DataReceived):
+            self._on_data(peer, event)
+        elif isinstance(event, WindowUpdated):
+            self._drain(peer, event.channel)
+        elif isinstance(event, ChannelOpened):
+            self._on_open(peer, event)
+        elif isinstance(event, ChannelClosed):
+            self._on_close(peer, event)
+        elif isinstance(event, HelloReceived):
+            self._on_hello(peer, event)
+
+    # -- hello and admission ------------------------------------------------------------------
+
+    def _on_hello(self, peer: Peer, event: HelloReceived) -> None:
+        try:
+            if peer.kind is Kind.HOST:
+                hello = parse_host_hello(
+                    event.payload,
+                    challenge=peer.challenge,
+                    public_url=self.public_url,
+                    authorized_keys=self._authorized_keys,
+                )
+                self._admit_host(peer, hello)
+            else:
+                self._admit_teammate(peer, event)
+        except Refusal as refusal:
+            self._metrics.frames_rejected.labels(reason=refusal.metric).inc()
+            logger.info("refused %s: %d %s", peer.describe(), refusal.code, refusal)
+            peer.link.close_soon(refusal.code, str(refusal))
+
+    def _admit_host(self, peer: Peer, hello: HostHello) -> None:
+        old = self.hosts.get(hello.host_id)
+        limit = self._limits.max_hosts
+        if old is None and limit is not None and len(self.hosts) >= limit:
+            raise Refusal(CloseCode.LIMIT_REACHED, "relay is full", metric="max_hosts")
+        peer.host_id = hello.host_id
+        peer.verifiers = dict(hello.verifiers)
+        peer.admitted = True
+        self.hosts[hello.host_id] = peer
+        self._metrics.hosts_online.set(len(self.hosts))
+        if old is not None:
+            # The newest connection of a host wins: a reconnect after a network change, or a
+            # re-registration with new verifiers (revoke).
+            logger.info("%s replaces its previous connection", peer.describe())
+            self._drop_routes(old, code=CloseCode.HOST_GONE)
+            old.link.close_soon(CloseCode.GOING_AWAY, "replaced by a newer connection")
+        for teammate in list(self.teammates.get(hello.host_id, ())):
+            role = match_role(teammate.token_hash, peer.verifiers)
+            if role is None:
+                teammate.link.close_soon(CloseCode.REVOKED, "share link revoked")
+            else:
+                teammate.role = role
+        logger.info("%s online", peer.describe())
+
+    def _admit_teammate(self, peer: Peer, event: HelloReceived) -> None:
+        hello = parse_teammate_hello(event.payload)
+        peer.host_id = hello.host_id
+        host = self.hosts.get(hello.host_id)
+        if host is None:
+            raise Refusal(CloseCode.HOST_GONE, "host is offline", metric="host_offline")
+        role = match_role(hello.token_hash, host.verifiers)
+        if role is None:
+            raise Refusal(CloseCode.UNAUTHORIZED, "token does not match", metric="bad_token")
+        attached = self.teammates.get(hello.host_id, set())
+        limit = self._limits.max_teammates_per_host
+        if limit is not None and len(attached) >= limit:
+            raise Refusal(
+                CloseCode.LIMIT_REACHED, "host has too many teammates", metric="max_teammates"
+            )
+        peer.name = hello.name
+        peer.role = role
+        peer.token_hash = hello.token_hash
+        peer.admitted = True
+        self.teammates[hello.host_id] = attached
+        attached.add(peer)
+        self._metrics.teammates_attached.inc()
+        logger.info("%s attached as %s", peer.describe(), role)
+
+    # -- channels -----------------------------------------------------------------------------
+
+    def _on_open(self, peer: Peer, event: ChannelOpened) -> None:
+        if peer.kind is Kind.HOST:
+            # On a host link only the relay opens channels.
+            self._refuse_channel(peer, event.channel, CloseCode.REFUSED, "hosts do not open")
+            return
+        assert peer.host_id is not None
+        host = self.hosts.get(peer.host_id)
+        if host is None or host.link.closing:
+            self._refuse_channel(peer, event.channel, CloseCode.HOST_GONE, "host is offline")
+            return
+        entries = self._link_limits.max_meta_entries
+        if entries is not None and len(event.meta) + 1 > entries:
+            self._refuse_channel(peer, event.channel, CloseCode.LIMIT_REACHED, "meta too large")
+            return
+        # "peer" is the relay's word, so a teammate cannot pose as another name or role.
+        meta = dict(event.meta)
+        meta["peer"] = {"name": peer.name, "role": peer.role}
+        try:
+            host_channel = host.link.connection.open_channel(event.path, meta)
+        except LocalProtocolError as exc:
+            limited = exc.code == CloseCode.LIMIT_REACHED
+            code = CloseCode.LIMIT_REACHED if limited else CloseCode.REFUSED
+            self._refuse_channel(peer, event.channel, code, "host cannot take more channels")
+            return
+        self.routes.add(
+            teammate=peer,
+            teammate_channel=event.channel,
+            host=host,
+            host_channel=host_channel,
+        )
+        host.link.flush()
+        self._metrics.frames_forwarded.labels(direction="up").inc()
+        self._metrics.open_channels.set(len(self.routes))
+
+    def _refuse_channel(self, peer: Peer, channel: int, code: CloseCode, reason: str) -> None:
+        self._metrics.frames_rejected.labels(reason="channel_refused").inc()
+        self._close_channel(Endpoint(link=peer, channel=channel), code, reason)
+
+    def _on_close(self, peer: Peer, event: ChannelClosed) -> None:
+        route = self.routes.remove(peer, event.channel)
+        if route is None:
+            return  # the answer to a close of ours
+        self._forget_pending(route.teammate, route.host)
+        other = route.other(peer, event.channel)
+        self._close_channel(other, event.code, event.reason)
+        direction = "down" if peer.kind is Kind.HOST else "up"
+        self._metrics.frames_forwarded.labels(direction=direction).inc()
+        self._metrics.open_channels.set(len(self.routes))
+
+    def _close_channel(self, end: Endpoint[Peer], code: int, reason: str) -> None:
+        try:
+            end.link.link.connection.close_channel(end.channel, code, reason)
+        except LocalProtocolError:
+            return  # that link failed; it is being closed as a whole
+        end.link.link.flush()
+
+    def _drop_routes(self, peer: Peer, code: CloseCode | None = None) -> None:
+        for item in self.routes.remove_link(peer):
+            self._forget_pending(item.endpoint)
+            self._close_channel(
+                item.endpoint,
+                item.code if code is None else code,
+                "host went away" if item.code == CloseCode.HOST_GONE else "teammate left",
+            )
+        for key in [key for key in self._pending if key[0] is peer]:
+            del self._pending[key]
+        self._metrics.open_channels.set(len(self.routes))
+
+    # -- data ---------------------------------------------------------------------------------
+
+    def _on_data(self, peer: Peer, event: DataReceived) -> None:
+        route = self.routes.lookup(peer, event.channel)
+        if route is None:
+            # Not routed (cannot happen for a channel we still have open): consume it so the
+            # peer's window stays honest.
+            self._acknowledge(Endpoint(link=peer, channel=event.channel), len(event.data))
+            return
+        source = Endpoint(link=peer, channel=event.channel)
+        destination = route.other(peer, event.channel)
+        key = (destination.link, destination.channel)
+        waiting = self._pending.get(key)
+        if waiting is None:
+            outcome = self._send(destination, event.data)
+            if outcome is not _Outcome.BLOCKED:
+                self._acknowledge(source, len(event.data))
+                return
+            waiting = self._pending[key] = deque()
+        waiting.append(event.data)
+
+    def _drain(self, peer: Peer, channel: int) -> None:
+        key = (peer, channel)
+        waiting = self._pending.get(key)
+        if not waiting:
+            return
+        source = self.routes.peer(peer, channel)
+        if source is None:
+            del self._pending[key]
+            return
+        destination = Endpoint(link=peer, channel=channel)
+        while waiting:
+            if self._send(destination, waiting[0]) is _Outcome.BLOCKED:
+                return
+            self._acknowledge(source, len(waiting.popleft()))
+        del self._pending[key]
+
+    def _send(self, destination: Endpoint[Peer], data: bytes) -> _Outcome:
+        link = destination.link.link
+        try:
+            sent = link.connection.send_data(destination.channel, data)
+        except ChannelNotOpenError:
+            return _Outcome.DROPPED  # its close is on the way; the route goes with it
+        except LocalProtocolError:
+            self._metrics.frames_rejected.labels(reason="undeliverable").inc()
+            return _Outcome.DROPPED
+        if not sent:
+            return _Outcome.BLOCKED
+        link.flush()
+        direction = "up" if destination.link.kind is Kind.HOST else "down"
+        self._metrics.frames_forwarded.labels(direction=direction).inc()
+        self._metrics.bytes_forwarded.labels(direction=direction).inc(len(data))
+        return _Outcome.SENT
+
+    def _acknowledge(self, source: Endpoint[Peer], n: int) -> None:
+        link = source.link.link
+        try:
+            link.connection.acknowledge(source.channel, n)
+        except LocalProtocolError:
+            return
+        link.flush()
+
+    def _forget_pending(self, *ends: Endpoint[Peer]) -> None:
+        for end in ends:
+            self._pending.pop((end.link, end.channel), None)

@@ -1,0 +1,187 @@
+"""The browser client's HTTP surface: which paths are the web client's and what bytes they get.
+
+The relay calls `static_response(path)` for every path that is not its API. Assets are read from
+this package with importlib.resources, so they ship inside the wheel and need no build step.
+
+URLs:
+  /h/<host_id>               the page (index.html), never cached
+  /static/<build>/<file>     an asset of this exact build: cached for a year, immutable
+  /static/<file>             the same asset without a build id: revalidated every time
+  /static/.../vendor/<file>  a vendored third-party asset (relay/web/vendor/)
+
+`<build>` is a digest of every shipped asset, so a new release changes every asset URL and a
+long-lived cache can never serve a stale mix of old and new modules.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+import secrets
+from importlib import resources
+from importlib.resources.abc import Traversable
+
+Headers = list[tuple[str, str]]
+Response = tuple[int, Headers, bytes]
+
+__all__ = ["build_id", "content_security_policy", "static_response"]
+
+# The page loads nothing but its own origin: no inline script, no third-party origin, no plugins,
+# not frameable. 'self' in connect-src covers ws:/wss: to the same host (CSP 3).
+# The terminal emulator (xterm.js) builds its theme as <style> elements and colours cells with
+# style attributes. So <style> elements need the per-response nonce, which the page stamps on the
+# elements it creates (DOMPurify drops every <style> and style attribute from rendered markdown),
+# and style attributes are allowed: they cannot run script, and with every fetch limited to 'self'
+# they cannot send anything anywhere.
+_POLICY = (
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "style-src-elem 'self' 'nonce-{nonce}'",
+    "style-src-attr 'unsafe-inline'",
+    "connect-src 'self'",
+    "img-src 'self' data:",
+    "font-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    "form-action 'none'",
+    "frame-ancestors 'none'",
+)
+
+_HOST_PAGE = re.compile(r"/h/[a-z2-7]{26}")
+_BUILD = re.compile(r"[0-9a-f]{16}")
+# One path segment of an asset: no dot files, no "..", nothing a filesystem treats specially.
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_MAX_SEGMENTS = 4
+
+_CONTENT_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+    ".json": "application/json",
+    ".map": "application/json",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+    ".woff2": "font/woff2",
+    ".txt": "text/plain; charset=utf-8",
+}
+
+_CACHE_FOREVER = "public, max-age=31536000, immutable"
+_CACHE_REVALIDATE = "no-cache"
+_BUILD_PLACEHOLDER = b"{{build}}"
+_NONCE_PLACEHOLDER = b"{{nonce}}"
+
+
+def _root() -> Traversable:
+    return resources.files(__name__)
+
+
+def _asset_dirs() -> tuple[Traversable, Traversable]:
+    root = _root()
+    return root / "static", root / "vendor"
+
+
+def _walk(directory: Traversable, prefix: str) -> list[tuple[str, Traversable]]:
+    found: list[tuple[str, Traversable]] = []
+    if not directory.is_dir():
+        return found
+    for entry in directory.iterdir():
+        name = f"{prefix}{entry.name}"
+        if entry.is_dir():
+            found.extend(_walk(entry, f"{name}/"))
+        else:
+            found.append((name, entry))
+    return found
+
+
+@functools.cache
+def build_id() -> str:
+    """A 16-hex-digit digest of every shipped asset (computed once per process)."""
+    digest = hashlib.sha256()
+    static, vendor = _asset_dirs()
+    for name, entry in sorted(_walk(static, "") + _walk(vendor, "vendor/"), key=lambda e: e[0]):
+        digest.update(name.encode())
+        digest.update(b"\0")
+        digest.update(hashlib.sha256(entry.read_bytes()).digest())
+    digest.update(_root().joinpath("index.html").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+# Assets are never rendered as documents; if one is opened directly it may load nothing at all.
+_ASSET_POLICY = "default-src 'none'; frame-ancestors 'none'"
+
+
+def content_security_policy(nonce: str) -> str:
+    """The page's Content-Security-Policy for a response whose <style> nonce is `nonce`."""
+    return "; ".join(_POLICY).replace("{nonce}", nonce)
+
+
+def _security_headers(policy: str) -> Headers:
+    return [
+        ("Content-Security-Policy", policy),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Referrer-Policy", "no-referrer"),
+        ("Cross-Origin-Opener-Policy", "same-origin"),
+        ("Cross-Origin-Resource-Policy", "same-origin"),
+        ("X-Frame-Options", "DENY"),
+    ]
+
+
+def _page() -> Response:
+    body = _root().joinpath("index.html").read_bytes()
+    # A fresh nonce per response: it only ever authorizes <style> elements, never script.
+    nonce = secrets.token_urlsafe(18)
+    body = body.replace(_BUILD_PLACEHOLDER, build_id().encode())
+    body = body.replace(_NONCE_PLACEHOLDER, nonce.encode())
+    headers = [
+        ("Content-Type", _CONTENT_TYPES[".html"]),
+        ("Cache-Control", _CACHE_REVALIDATE),
+        *_security_headers(content_security_policy(nonce)),
+    ]
+    return 200, headers, body
+
+
+def _asset(segments: list[str], *, versioned: bool) -> Response | None:
+    if not 1 <= len(segments) <= _MAX_SEGMENTS:
+        return None
+    if not all(_SEGMENT.fullmatch(s) and ".." not in s for s in segments):
+        return None
+    name = segments[-1]
+    dot = name.rfind(".")
+    content_type = _CONTENT_TYPES.get(name[dot:]) if dot > 0 else None
+    if content_type is None:
+        return None
+    static, vendor = _asset_dirs()
+    base, rest = (vendor, segments[1:]) if segments[0] == "vendor" else (static, segments)
+    if not rest:
+        return None
+    entry = base.joinpath(*rest)
+    if not entry.is_file():
+        return None
+    headers = [
+        ("Content-Type", content_type),
+        ("Cache-Control", _CACHE_FOREVER if versioned else _CACHE_REVALIDATE),
+        *_security_headers(_ASSET_POLICY),
+    ]
+    return 200, headers, entry.read_bytes()
+
+
+def static_response(path: str) -> Response | None:
+    """The web client's response for `path`, or None when the path is not the web client's.
+
+    `path` is the request target's path (a query string, if any, is ignored). The result is
+    (status, headers, body); the caller adds Content-Length and sends it as is.
+    """
+    path = path.split("?", 1)[0].split("#", 1)[0]
+    if _HOST_PAGE.fullmatch(path):
+        return _page()
+    if not path.startswith("/static/"):
+        return None
+    segments = path[len("/static/") :].split("/")
+    if _BUILD.fullmatch(segments[0]):
+        # An asset of another build is still served, but must not be cached as immutable.
+        return _asset(segments[1:], versioned=segments[0] == build_id())
+    return _asset(segments, versioned=False)

@@ -1,0 +1,136 @@
+// Page entry point: checks the secure context and the link, then wires the session, the view and
+// (for terminal agents) xterm together. The secret never leaves the fragment: it is read here and
+// only derived keys and the relay token are ever used.
+
+import { BadLinkError, cryptoAvailable, hostIdFromPath, parseFragment } from "./crypto.js";
+import { Session } from "./session.js";
+import { TerminalView } from "./terminal.js";
+import { View } from "./view.js";
+
+const NAME_KEY = "agent-tunnel.name";
+const MAX_NAME = 64;
+const INPUT_CHUNK = 8 * 1024;
+
+function storedName() {
+  try {
+    return localStorage.getItem(NAME_KEY);
+  } catch {
+    return null;
+  }
+}
+
+function storeName(name) {
+  try {
+    localStorage.setItem(NAME_KEY, name);
+  } catch {
+    // Storage may be off (private mode); the name then lasts for this page only.
+  }
+}
+
+function cleanName(name) {
+  return String(name ?? "").replace(/[\u0000-\u001f\u007f]/g, "").trim().slice(0, MAX_NAME);
+}
+
+function chooseName() {
+  const fromQuery = cleanName(new URLSearchParams(location.search).get("name"));
+  if (fromQuery) {
+    storeName(fromQuery);
+    return fromQuery;
+  }
+  const stored = cleanName(storedName());
+  if (stored) return stored;
+  const suffix = Array.from(crypto.getRandomValues(new Uint8Array(2)), (b) => b.toString(16).padStart(2, "0")).join("");
+  return `guest-${suffix}`;
+}
+
+function bareScreen(root, name, title, body) {
+  const screen = document.createElement("div");
+  screen.className = "screen blocking";
+  screen.dataset.testid = `screen-${name}`;
+  screen.setAttribute("role", "alert");
+  const card = document.createElement("div");
+  card.className = "screen-card";
+  const h1 = document.createElement("h1");
+  h1.textContent = title;
+  const p = document.createElement("p");
+  p.textContent = body;
+  card.append(h1, p);
+  screen.append(card);
+  root.replaceChildren(screen);
+}
+
+function boot() {
+  const root = document.getElementById("app");
+  // Pasting another link into the address bar only changes the fragment: start over with it.
+  window.addEventListener("hashchange", () => location.reload());
+  if (!cryptoAvailable()) {
+    bareScreen(root, "needs-https", "This page needs https",
+      "End-to-end encryption uses the browser's WebCrypto, which only works on https (or on " +
+      "localhost). Ask whoever runs the relay to serve it over TLS, then open the link again " +
+      "with https://.");
+    return;
+  }
+  const hostId = hostIdFromPath(location.pathname);
+  let link;
+  try {
+    if (!hostId) throw new BadLinkError("the page address has no host id");
+    link = parseFragment(location.hash);
+  } catch (error) {
+    const reason = error instanceof BadLinkError ? error.message : "the link is malformed";
+    bareScreen(root, "bad-link", "This link does not work",
+      `The share link is incomplete (${reason}). Ask the host for the link again and open it ` +
+      "exactly as sent: the part after # holds the key.");
+    return;
+  }
+  const name = chooseName();
+  let session = null;
+  let terminal = null;
+  const view = new View(root, {
+    role: link.role,
+    name,
+    onPrompt: (text) => session.send({ op: "prompt", text }),
+    onCancel: () => session.send({ op: "cancel" }),
+    onPermission: (requestId, optionId) =>
+      session.send({ op: "permission", request_id: requestId, option_id: optionId }),
+    onRetry: () => session.connect(),
+    onRename: (newName) => {
+      const cleaned = cleanName(newName);
+      if (!cleaned || cleaned === session.name) return;
+      storeName(cleaned);
+      // The name travels in the hello and the open: reattach to show the new one.
+      session.name = cleaned;
+      if (session.link) session.link.close();
+    },
+    onTerminal: (container) => {
+      terminal = new TerminalView(container, {
+        interactive: link.role === "drive",
+        onInput: (data) => {
+          // The host takes at most 16 KiB per input message; a big paste goes in pieces.
+          for (let start = 0; start < data.length; start += INPUT_CHUNK) {
+            session.send({ op: "input", data: data.subarray(start, start + INPUT_CHUNK) });
+          }
+        },
+        onResize: (cols, rows) => {
+          if (link.role === "drive") session.send({ op: "resize", cols, rows });
+        },
+      });
+      return terminal;
+    },
+  });
+  session = new Session({
+    location, hostId, role: link.role, secret: link.secret, name, view,
+    onSubscribed: () => {
+      // A driver's terminal tells the host its size each time it (re)attaches.
+      if (terminal && link.role === "drive") {
+        const { cols, rows } = terminal.size;
+        session.send({ op: "resize", cols, rows });
+      }
+    },
+  });
+  window.addEventListener("pagehide", () => session.stop());
+  // For tests and debugging from the console; it holds nothing the page's own script lacks.
+  window.__tunnel = { session, view };
+  session.start();
+}
+
+boot();

@@ -1,0 +1,191 @@
+// End-to-end crypto of the browser client, byte for byte the scheme of docs/security.md:
+// token and root from the role secret (HKDF-SHA256, salt = host id), per-channel keys from the
+// root and the open's salt, AES-256-GCM with a 12-byte big-endian counter nonce per direction and
+// the host id as additional data. Only WebCrypto is used; it exists only in a secure context.
+
+const encoder = new TextEncoder();
+
+export const TOKEN_INFO = "agent-tunnel/v1 relay-token";
+export const ROOT_INFO = "agent-tunnel/v1 e2e";
+export const SECRET_LENGTH = 32;
+export const SALT_LENGTH = 16;
+export const ROLES = ["view", "drive"];
+
+/** The error a message that does not authenticate raises; the link closes with `code`. */
+export class DecryptionError extends Error {
+  constructor(message = "message did not decrypt") {
+    super(message);
+    this.name = "DecryptionError";
+    this.code = 4003;
+  }
+}
+
+/** The error a share link that is not `#<role>.<secret>` raises. */
+export class BadLinkError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "BadLinkError";
+  }
+}
+
+/** True when this page may use WebCrypto (https, or localhost / 127.0.0.1). */
+export function cryptoAvailable() {
+  return Boolean(globalThis.isSecureContext && globalThis.crypto && globalThis.crypto.subtle);
+}
+
+const B64URL = /^[A-Za-z0-9_-]*$/;
+
+/** Strict base64url without padding: any other character or a non-canonical tail is refused. */
+export function b64urlDecode(text) {
+  if (!B64URL.test(text) || text.length % 4 === 1) {
+    throw new BadLinkError("not base64url");
+  }
+  const std = text.replace(/-/g, "+").replace(/_/g, "/");
+  const padded = std + "=".repeat((4 - (std.length % 4)) % 4);
+  let binary;
+  try {
+    binary = atob(padded);
+  } catch {
+    throw new BadLinkError("not base64url");
+  }
+  const bytes = Uint8Array.from(binary, (ch) => ch.charCodeAt(0));
+  if (b64urlEncode(bytes) !== text) {
+    // Unused low bits set: another encoder would not produce this text.
+    throw new BadLinkError("not canonical base64url");
+  }
+  return bytes;
+}
+
+export function b64urlEncode(bytes) {
+  let binary = "";
+  for (const b of bytes) binary += String.fromCharCode(b);
+  return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+export function toHex(bytes) {
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+export function fromHex(hex) {
+  if (hex.length % 2 !== 0 || !/^[0-9a-fA-F]*$/.test(hex)) throw new Error("not hex");
+  const out = new Uint8Array(hex.length / 2);
+  for (let i = 0; i < out.length; i++) out[i] = parseInt(hex.slice(2 * i, 2 * i + 2), 16);
+  return out;
+}
+
+/** The role and secret of a URL fragment `#<role>.<b64url secret>`; BadLinkError otherwise. */
+export function parseFragment(fragment) {
+  const text = fragment.startsWith("#") ? fragment.slice(1) : fragment;
+  const dot = text.indexOf(".");
+  if (dot < 0) throw new BadLinkError("the link has no secret after '#'");
+  const role = text.slice(0, dot);
+  if (!ROLES.includes(role)) throw new BadLinkError("the link's role is neither view nor drive");
+  const secret = b64urlDecode(text.slice(dot + 1));
+  if (secret.length !== SECRET_LENGTH) throw new BadLinkError("the link's secret has the wrong length");
+  return { role, secret };
+}
+
+const HOST_ID = /^[a-z2-7]{26}$/;
+
+/** The host id of a page path `/h/<host_id>`, or null. */
+export function hostIdFromPath(pathname) {
+  const match = /^\/h\/([^/]+)\/?$/.exec(pathname);
+  return match && HOST_ID.test(match[1]) ? match[1] : null;
+}
+
+async function hkdf(keyBytes, salt, info) {
+  const key = await crypto.subtle.importKey("raw", keyBytes, "HKDF", false, ["deriveBits"]);
+  const bits = await crypto.subtle.deriveBits(
+    { name: "HKDF", hash: "SHA-256", salt, info: encoder.encode(info) },
+    key,
+    256,
+  );
+  return new Uint8Array(bits);
+}
+
+/** The token shown to the relay: HKDF(secret, salt=host id, info=TOKEN_INFO). */
+export function relayToken(secret, hostId) {
+  return hkdf(secret, encoder.encode(hostId), TOKEN_INFO);
+}
+
+/** sha256(token): what the host registers with the relay. */
+export async function tokenVerifier(token) {
+  return new Uint8Array(await crypto.subtle.digest("SHA-256", token));
+}
+
+/** The end-to-end root key; it never leaves the endpoints. */
+export function e2eRoot(secret, hostId) {
+  return hkdf(secret, encoder.encode(hostId), ROOT_INFO);
+}
+
+/** [k_up, k_down] of one channel; "up" is teammate to host. */
+export async function channelKeys(root, salt) {
+  return [await hkdf(root, salt, "up"), await hkdf(root, salt, "down")];
+}
+
+// 2**53 - 1: the largest counter a JS number holds exactly; far beyond any real channel.
+const MAX_COUNTER = Number.MAX_SAFE_INTEGER;
+
+function counterNonce(counter) {
+  const nonce = new Uint8Array(12);
+  const view = new DataView(nonce.buffer);
+  view.setUint32(4, Math.floor(counter / 2 ** 32));
+  view.setUint32(8, counter >>> 0);
+  return nonce;
+}
+
+/**
+ * One direction of one channel. Calls must be made one at a time, in wire order: the nonce is
+ * the count of messages before this one. After a failed decrypt the cipher is dead.
+ */
+export class ChannelCipher {
+  static async create(keyBytes, hostId) {
+    const usages = ["encrypt", "decrypt"];
+    const key = await crypto.subtle.importKey("raw", keyBytes, "AES-GCM", false, usages);
+    return new ChannelCipher(key, hostId);
+  }
+
+  constructor(key, hostId) {
+    this.key = key;
+    this.aad = encoder.encode(hostId);
+    this.counter = 0;
+    this.dead = false;
+  }
+
+  async encrypt(plaintext) {
+    if (this.counter >= MAX_COUNTER) throw new Error("channel message counter exhausted");
+    const iv = counterNonce(this.counter++);
+    const params = { name: "AES-GCM", iv, additionalData: this.aad, tagLength: 128 };
+    return new Uint8Array(await crypto.subtle.encrypt(params, this.key, plaintext));
+  }
+
+  async decrypt(ciphertext) {
+    if (this.dead) throw new DecryptionError("an earlier message did not decrypt");
+    if (this.counter >= MAX_COUNTER) {
+      this.dead = true;
+      throw new DecryptionError("channel message counter exhausted");
+    }
+    const iv = counterNonce(this.counter++);
+    const params = { name: "AES-GCM", iv, additionalData: this.aad, tagLength: 128 };
+    try {
+      return new Uint8Array(await crypto.subtle.decrypt(params, this.key, ciphertext));
+    } catch {
+      this.dead = true;
+      throw new DecryptionError();
+    }
+  }
+}
+
+/** Both directions of one channel, for the teammate: it sends up and receives down. */
+export async function teammateChannelCrypto(secret, hostId, salt) {
+  const root = await e2eRoot(secret, hostId);
+  const [up, down] = await channelKeys(root, salt);
+  return {
+    send: await ChannelCipher.create(up, hostId),
+    receive: await ChannelCipher.create(down, hostId),
+  };
+}
+
+export function randomSalt() {
+  return crypto.getRandomValues(new Uint8Array(SALT_LENGTH));
+}

@@ -1,0 +1,264 @@
+// One attachment: a WebSocket to the relay's /v1/attach carrying one encrypted session channel.
+// It speaks the link protocol (hello, open, data, window, close; docs/protocol.md) and the
+// channel crypto (docs/security.md); the application messages above it are plain objects.
+// It never reconnects: the session decides whether and when to start a new one.
+
+import { teammateChannelCrypto, randomSalt, relayToken, DecryptionError } from "./crypto.js";
+import { decodeFrame, encodeFrame, decodeMsgpack, encodeMsgpack, ProtocolError } from "./frames.js";
+
+export const PROTOCOL_VERSION = 1;
+export const INITIAL_WINDOW = 256 * 1024;
+// The dialer picks odd channel ids; this link only ever opens one channel.
+const CHANNEL = 1;
+// Frames waiting to be handled. Flow control bounds data bytes to one window; this bounds the
+// count too, against a flood of tiny frames.
+const MAX_INBOX = 20000;
+// Messages waiting for window or encryption: far more than a person can type while the host
+// has not granted window for a whole 256 KiB.
+const MAX_OUTBOX = 4096;
+
+/** Close codes of docs/protocol.md that the page tells apart. */
+export const Code = Object.freeze({
+  NORMAL: 1000,
+  GOING_AWAY: 1001,
+  ABNORMAL: 1006,
+  PROTOCOL_ERROR: 4000,
+  REFUSED: 4001,
+  UNAUTHORIZED: 4002,
+  DECRYPTION_FAILED: 4003,
+  FLOW_CONTROL: 4004,
+  HOST_GONE: 4005,
+  LIMIT_REACHED: 4006,
+  SLOW_CONSUMER: 4007,
+  REVOKED: 4008,
+});
+
+export function attachUrl(location) {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  return `${scheme}//${location.host}/v1/attach`;
+}
+
+/**
+ * Attach to a host's session. `onMessage(message)` gets every decrypted application message in
+ * order; `onEnd({code, reason})` is called exactly once when the attachment is over, whatever
+ * ended it; `onOpen()` once the relay accepted our hello and the channel open is sent.
+ */
+export class SessionLink {
+  constructor({ url, hostId, role, secret, name, onMessage, onEnd, onOpen = () => {} }) {
+    Object.assign(this, { url, hostId, role, secret, name, onMessage, onEnd, onOpen });
+    this.ws = null;
+    this.ended = false;
+    this.state = "connecting"; // -> hello-received -> open -> closing
+    this.inbox = [];
+    this.draining = false;
+    this.outbox = [];
+    this.flushing = false;
+    this.sendWindow = INITIAL_WINDOW;
+    this.receiveWindow = INITIAL_WINDOW;
+    this.unacknowledged = 0;
+    this.channelCrypto = null;
+    this.closeSent = false;
+  }
+
+  async start() {
+    const salt = randomSalt();
+    [this.token, this.channelCrypto] = await Promise.all([
+      relayToken(this.secret, this.hostId),
+      teammateChannelCrypto(this.secret, this.hostId, salt),
+    ]);
+    this.salt = salt;
+    if (this.ended) return;
+    const ws = new WebSocket(this.url);
+    ws.binaryType = "arraybuffer";
+    this.ws = ws;
+    ws.onmessage = (event) => this.receive(event.data);
+    ws.onclose = (event) => this.end(event.code || Code.ABNORMAL, event.reason || "");
+    // An error is always followed by a close event, which ends the attachment.
+    ws.onerror = () => {};
+  }
+
+  /** Queue one application message (a plain object); false if it could not be queued. */
+  send(message) {
+    if (this.ended || this.outbox.length >= MAX_OUTBOX) return false;
+    this.outbox.push({ plaintext: encodeMsgpack(message), ciphertext: null });
+    this.flush();
+    return true;
+  }
+
+  /** End the attachment from this side; the page calls it on unload or to reconnect. */
+  close(code = Code.NORMAL, reason = "") {
+    // A page may only close a WebSocket with 1000 or 3000-4999; the attachment still reports
+    // the real code.
+    const wsCode = code === Code.NORMAL || (code >= 3000 && code <= 4999) ? code : Code.NORMAL;
+    if (this.ws && this.ws.readyState <= WebSocket.OPEN) this.ws.close(wsCode);
+    this.end(code, reason);
+  }
+
+  end(code, reason) {
+    if (this.ended) return;
+    this.ended = true;
+    this.state = "closed";
+    this.inbox.length = 0;
+    this.outbox.length = 0;
+    if (this.ws) {
+      this.ws.onmessage = null;
+      this.ws.onclose = null;
+    }
+    this.onEnd({ code, reason });
+  }
+
+  fail(error) {
+    const code = Number.isInteger(error.code) ? error.code : Code.PROTOCOL_ERROR;
+    if (this.state === "open" && !this.closeSent && code === Code.DECRYPTION_FAILED) {
+      this.rawSend({ c: CHANNEL, k: "close", p: { code, reason: "decryption failed" } });
+      this.closeSent = true;
+    }
+    this.close(code, error instanceof ProtocolError ? "protocol error" : "");
+  }
+
+  rawSend(frame) {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(encodeFrame(frame));
+  }
+
+  receive(data) {
+    if (this.ended) return;
+    if (!(data instanceof ArrayBuffer)) {
+      this.fail(new ProtocolError("text message on a binary link"));
+      return;
+    }
+    if (this.inbox.length >= MAX_INBOX) {
+      this.fail(new ProtocolError("too many frames queued", Code.LIMIT_REACHED));
+      return;
+    }
+    this.inbox.push(new Uint8Array(data));
+    this.drain();
+  }
+
+  // Frames are handled strictly one after another: decryption is asynchronous but the nonce
+  // counter requires wire order.
+  async drain() {
+    if (this.draining) return;
+    this.draining = true;
+    try {
+      while (!this.ended && this.inbox.length > 0) {
+        const bytes = this.inbox.shift();
+        await this.handle(decodeFrame(bytes));
+      }
+    } catch (error) {
+      this.fail(error);
+    } finally {
+      this.draining = false;
+    }
+  }
+
+  async handle(frame) {
+    if (this.state === "connecting") {
+      if (frame.k !== "hello" || frame.p.role !== "relay") {
+        throw new ProtocolError("the relay did not start with its hello");
+      }
+      this.applyRelayLimits(frame.p.limits);
+      this.state = "hello-received";
+      this.rawSend({
+        c: null,
+        k: "hello",
+        p: {
+          role: "teammate",
+          version: PROTOCOL_VERSION,
+          host_id: this.hostId,
+          token: this.token,
+          name: this.name,
+        },
+      });
+      this.rawSend({
+        c: CHANNEL,
+        k: "open",
+        p: { path: "session", meta: { role: this.role, salt: this.salt, name: this.name } },
+      });
+      this.state = "open";
+      this.onOpen();
+      this.flush();
+      return;
+    }
+    if (frame.k === "hello") throw new ProtocolError("second hello");
+    if (frame.k === "open") {
+      // Nobody may open channels towards a browser.
+      this.rawSend({ c: frame.c, k: "close", p: { code: Code.REFUSED, reason: "not served" } });
+      return;
+    }
+    if (frame.c !== CHANNEL) throw new ProtocolError("frame for a channel that was never opened");
+    switch (frame.k) {
+      case "data":
+        await this.handleData(frame.p.d);
+        return;
+      case "window":
+        this.sendWindow += frame.p.n;
+        this.flush();
+        return;
+      case "close":
+        if (!this.closeSent) {
+          this.rawSend({ c: CHANNEL, k: "close", p: { code: frame.p.code, reason: "" } });
+          this.closeSent = true;
+        }
+        this.close(frame.p.code, frame.p.reason);
+        return;
+    }
+  }
+
+  applyRelayLimits(limits) {
+    if (limits && Number.isInteger(limits.initial_window) && limits.initial_window > 0) {
+      this.sendWindow = limits.initial_window;
+      this.receiveWindow = limits.initial_window;
+    }
+  }
+
+  async handleData(ciphertext) {
+    if (this.closeSent) return;
+    if (ciphertext.byteLength > this.receiveWindow - this.unacknowledged) {
+      throw new ProtocolError("data beyond the window", Code.FLOW_CONTROL);
+    }
+    this.unacknowledged += ciphertext.byteLength;
+    const plaintext = await this.channelCrypto.receive.decrypt(ciphertext);
+    let message;
+    try {
+      message = decodeMsgpack(plaintext, { maxExtLength: 0 });
+    } catch {
+      throw new ProtocolError("application message is not msgpack");
+    }
+    if (message === null || typeof message !== "object" || typeof message.op !== "string") {
+      throw new ProtocolError("application message has no op");
+    }
+    if (this.ended) return;
+    this.onMessage(message);
+    // Consumed: grant the bytes back once half a window has been used (docs/protocol.md).
+    if (this.unacknowledged >= this.receiveWindow / 2) {
+      this.rawSend({ c: CHANNEL, k: "window", p: { n: this.unacknowledged } });
+      this.unacknowledged = 0;
+    }
+  }
+
+  // Encrypts in queue order (the nonce is the message's position) and sends while the window
+  // allows; a message waits whole for window, it is never split.
+  async flush() {
+    if (this.flushing || this.state !== "open") return;
+    this.flushing = true;
+    try {
+      while (!this.ended && !this.closeSent && this.outbox.length > 0) {
+        const head = this.outbox[0];
+        if (head.ciphertext === null) {
+          head.ciphertext = await this.channelCrypto.send.encrypt(head.plaintext);
+          if (this.ended) return;
+        }
+        if (head.ciphertext.byteLength > this.sendWindow) return;
+        this.outbox.shift();
+        this.sendWindow -= head.ciphertext.byteLength;
+        this.rawSend({ c: CHANNEL, k: "data", p: { d: head.ciphertext } });
+      }
+    } catch (error) {
+      this.fail(error);
+    } finally {
+      this.flushing = false;
+    }
+  }
+}
+
+export { DecryptionError };

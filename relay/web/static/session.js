@@ -1,0 +1,156 @@
+// The teammate's side of one shared session: keeps an attachment alive (reconnecting with
+// backoff), resubscribes after the last seq seen so the view gets every item exactly once, and
+// turns the host's application messages (docs/application.md) into calls on the view.
+
+import { Code, SessionLink, attachUrl } from "./link.js";
+
+const BACKOFF_FIRST_MS = 500;
+const BACKOFF_MAX_MS = 15000;
+
+/** Endings after which retrying cannot help: the page shows a screen and stops. */
+const FINAL = new Map([
+  [Code.UNAUTHORIZED, "bad-link"],
+  [Code.DECRYPTION_FAILED, "decrypt-failed"],
+  [Code.REVOKED, "revoked"],
+  [Code.REFUSED, "refused"],
+]);
+
+export class Session {
+  /**
+   * `view` receives: connection(state, detail), ready(info), resetConversation(), item(item),
+   * snapshotDone(), event(event), presence(members), opError(code, message), finalScreen(name).
+   */
+  constructor({ location, hostId, role, secret, name, view, onSubscribed = () => {},
+    linkFactory = null }) {
+    Object.assign(this, { location, hostId, role, secret, name, view, onSubscribed });
+    this.linkFactory = linkFactory ?? ((options) => new SessionLink(options));
+    this.link = null;
+    this.conversationId = null;
+    this.lastSeq = null;
+    this.attempt = 0;
+    this.retryTimer = null;
+    this.stopped = false;
+    this.subscribed = false;
+    this.info = null;
+    this.stats = { connects: 0, items: 0, duplicates: 0 };
+  }
+
+  start() {
+    this.connect();
+  }
+
+  stop() {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    if (this.link) this.link.close(Code.NORMAL);
+  }
+
+  /** Connect now (also from a "retry now" button): cancels a pending retry. */
+  connect() {
+    if (this.stopped) return;
+    clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    if (this.link && !this.link.ended) return;
+    this.subscribed = false;
+    this.view.connection(this.stats.connects === 0 ? "connecting" : "reconnecting");
+    const link = this.linkFactory({
+      url: attachUrl(this.location),
+      hostId: this.hostId,
+      role: this.role,
+      secret: this.secret,
+      name: this.name,
+      onMessage: (message) => {
+        if (this.link === link) this.onMessage(message);
+      },
+      onEnd: (ending) => {
+        if (this.link === link) this.onEnd(ending);
+      },
+    });
+    this.link = link;
+    link.start().catch(() => link.close(Code.PROTOCOL_ERROR, "could not start"));
+  }
+
+  /** Send one driving op; false when there is no live attachment to carry it. */
+  send(message) {
+    if (!this.link || this.link.ended || !this.subscribed) return false;
+    return this.link.send(message);
+  }
+
+  onMessage(message) {
+    switch (message.op) {
+      case "ready":
+        this.onReady(message);
+        return;
+      case "snapshot":
+        for (const item of Array.isArray(message.items) ? message.items : []) this.acceptItem(item);
+        if (!message.more) this.view.snapshotDone();
+        return;
+      case "item":
+        this.acceptItem(message.item);
+        return;
+      case "event":
+        if (message.event && typeof message.event === "object") this.view.event(message.event);
+        return;
+      case "presence":
+        this.view.presence(Array.isArray(message.members) ? message.members : []);
+        return;
+      case "error":
+        this.view.opError(String(message.code ?? "error"), String(message.message ?? ""));
+        return;
+      default:
+        // Newer hosts may speak ops this page does not know: ignoring them is safe.
+        return;
+    }
+  }
+
+  onReady(message) {
+    const conversationId = String(message.conversation_id ?? "");
+    if (this.conversationId !== null && conversationId !== this.conversationId) {
+      // The host restarted with another conversation: seqs restart, so does the view.
+      this.lastSeq = null;
+      this.view.resetConversation();
+    }
+    this.conversationId = conversationId;
+    this.info = message;
+    this.attempt = 0;
+    this.stats.connects += 1;
+    this.view.ready(message);
+    this.view.connection("connected");
+    this.subscribed = true;
+    this.link.send({ op: "subscribe", after: this.lastSeq });
+    this.onSubscribed();
+  }
+
+  acceptItem(item) {
+    if (!item || typeof item !== "object" || !Number.isInteger(item.seq)) return;
+    // Snapshot plus live tail deliver each seq once per subscription; a resubscription after a
+    // reconnect starts after lastSeq. Anything at or below it is a duplicate and is dropped.
+    if (this.lastSeq !== null && item.seq <= this.lastSeq) {
+      this.stats.duplicates += 1;
+      return;
+    }
+    this.lastSeq = item.seq;
+    this.stats.items += 1;
+    this.view.item(item);
+  }
+
+  onEnd({ code, reason }) {
+    this.link = null;
+    this.subscribed = false;
+    if (this.stopped) return;
+    const screen = FINAL.get(code);
+    if (screen) {
+      this.stopped = true;
+      this.view.connection("closed", { code, reason });
+      this.view.finalScreen(screen, { code, reason });
+      return;
+    }
+    const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** this.attempt);
+    // Jitter keeps a room full of teammates from reconnecting in lockstep after a relay restart.
+    const wait = Math.round(delay * (0.75 + Math.random() * 0.5));
+    this.attempt = Math.min(this.attempt + 1, 10);
+    const state = code === Code.HOST_GONE ? "host-offline" : "reconnecting";
+    this.view.connection(state, { code, reason, retryInMs: wait });
+    this.retryTimer = setTimeout(() => this.connect(), wait);
+  }
+}

@@ -1,0 +1,550 @@
+// The page's DOM: header (agent, role, connection, presence), the conversation, the composer for
+// drivers, and the full-page screens. Every piece of remote text goes in as textContent or through
+// the markdown sanitizer; nothing remote is ever assigned to innerHTML.
+
+import { setMarkdown } from "./markdown.js";
+import { renderDiff } from "./diff.js";
+
+const ROLE_LABEL = { drive: "driver", view: "viewer" };
+const OP_ERROR_MS = 8000;
+
+function el(tag, attributes = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") element.className = value;
+    else if (key === "text") element.textContent = value;
+    else if (key === "testid") element.dataset.testid = value;
+    else if (key.startsWith("on")) element.addEventListener(key.slice(2), value);
+    else element.setAttribute(key, value === true ? "" : String(value));
+  }
+  element.append(...children.filter((child) => child !== null && child !== undefined));
+  return element;
+}
+
+function str(value, fallback = "") {
+  return typeof value === "string" ? value : fallback;
+}
+
+function formatTime(iso) {
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? "" : date.toLocaleTimeString();
+}
+
+function pretty(value) {
+  try {
+    return JSON.stringify(value, (_key, v) => (v instanceof Uint8Array ? `<${v.length} bytes>` : v), 2);
+  } catch {
+    return String(value);
+  }
+}
+
+const SCREENS = {
+  "bad-link": {
+    title: "This link does not work",
+    body: "The share link is incomplete or no longer matches the host. Ask the host for a fresh link and open it exactly as sent (the part after # matters).",
+  },
+  "decrypt-failed": {
+    title: "Messages could not be decrypted",
+    body: "A message from the host did not authenticate, so the session was closed. The link may be out of date, or something between you and the host altered the traffic. Ask the host for a fresh link.",
+  },
+  revoked: {
+    title: "This link was revoked",
+    body: "The host revoked the share links. Ask the host for a new one.",
+  },
+  refused: {
+    title: "The host declined",
+    body: "The host did not admit this session.",
+  },
+  "needs-https": {
+    title: "This page needs https",
+    body: "End-to-end encryption uses the browser's WebCrypto, which only works on https (or on localhost). Ask whoever runs the relay to serve it over TLS, then open the link again with https://.",
+  },
+};
+
+export class View {
+  constructor(root, { role, name, onPrompt, onCancel, onPermission, onRetry, onRename,
+    onTerminal }) {
+    Object.assign(this, { root, role, name, onPrompt, onCancel, onPermission, onRetry, onRename,
+      onTerminal });
+    this.isDriver = role === "drive";
+    this.toolCards = new Map();
+    this.permissions = new Map();
+    this.decisions = new Map();
+    this.streams = new Map();
+    this.terminal = null;
+    this.agentKind = "chat";
+    this.opErrorTimer = null;
+    this.build();
+  }
+
+  build() {
+    this.status = el("span", { class: "conn", testid: "connection-status", "data-state": "connecting", text: "Connecting…" });
+    this.agentName = el("span", { class: "agent-name", testid: "agent-name", text: "" });
+    this.agentStatus = el("span", { class: "agent-status", testid: "agent-status", "data-state": "idle", text: "idle" });
+    this.roleBadge = el("span", { class: `role role-${this.role}`, testid: "role-badge", text: ROLE_LABEL[this.role] ?? this.role });
+    this.nameInput = el("input", {
+      class: "name-input", testid: "name-input", value: this.name, maxlength: 64,
+      "aria-label": "Your name", title: "Your name, as the host and teammates see it",
+      onchange: () => this.onRename(this.nameInput.value.trim()),
+    });
+    this.presenceList = el("ul", { class: "presence", testid: "presence" });
+    const header = el("header", { class: "top" },
+      el("span", { class: "brand", text: "agent-tunnel" }),
+      this.agentName, this.agentStatus,
+      el("span", { class: "spacer" }),
+      this.roleBadge, this.nameInput, this.status);
+
+    this.conversation = el("section", { class: "conversation", testid: "conversation", "aria-live": "polite" });
+    this.streamArea = el("div", { class: "streams", testid: "streams" });
+    this.terminalBox = el("div", { class: "terminal-box", testid: "terminal", hidden: true });
+    this.planPanel = el("div", { class: "live-plan", testid: "live-plan", hidden: true });
+    const main = el("main", { class: "main" },
+      el("div", { class: "column" }, this.terminalBox, this.conversation, this.streamArea),
+      el("aside", { class: "side" },
+        el("h2", { text: "Here now" }), this.presenceList,
+        this.planPanel));
+
+    this.footer = el("footer", { class: "bottom" });
+    if (this.isDriver) {
+      this.input = el("textarea", {
+        class: "composer-input", testid: "composer-input", rows: 2,
+        placeholder: "Message the agent (Enter sends, Shift+Enter for a new line)",
+        "aria-label": "Message",
+        onkeydown: (event) => {
+          if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+            event.preventDefault();
+            this.submit();
+          }
+        },
+      });
+      this.sendButton = el("button", { class: "send", testid: "send-button", type: "submit", text: "Send" });
+      this.cancelButton = el("button", {
+        class: "cancel", testid: "cancel-button", type: "button", text: "Cancel", disabled: true,
+        onclick: () => this.onCancel(),
+      });
+      this.composer = el("form", {
+        class: "composer", testid: "composer",
+        onsubmit: (event) => { event.preventDefault(); this.submit(); },
+      }, this.input, this.sendButton, this.cancelButton);
+      this.footer.append(this.composer);
+    } else {
+      this.footer.append(el("div", {
+        class: "viewer-notice", testid: "viewer-notice",
+        text: "You are viewing this session read-only: your link cannot send prompts or answer permission requests.",
+      }));
+    }
+    this.toast = el("div", { class: "toast", testid: "op-error", role: "alert", hidden: true });
+    this.screenBox = el("div", { class: "screen-box" });
+    this.root.replaceChildren(header, main, this.footer, this.toast, this.screenBox);
+  }
+
+  submit() {
+    const text = this.input.value;
+    if (!text.trim()) return;
+    if (this.onPrompt(text)) {
+      this.input.value = "";
+    } else {
+      this.opError("not_connected", "Not connected to the host; the message was not sent.");
+    }
+  }
+
+  // ---- connection and screens ----
+
+  connection(state, detail = {}) {
+    const labels = {
+      connecting: "Connecting…",
+      connected: "Connected",
+      reconnecting: "Reconnecting…",
+      "host-offline": "Host offline",
+      closed: "Disconnected",
+    };
+    this.status.dataset.state = state;
+    this.status.textContent = labels[state] ?? state;
+    this.root.dataset.connection = state;
+    if (state === "connected") this.clearScreen("host-offline");
+    if (state === "host-offline") this.hostOffline(detail.retryInMs ?? 0);
+    if (this.composer) {
+      const live = state === "connected";
+      this.sendButton.disabled = !live;
+    }
+  }
+
+  hostOffline(retryInMs) {
+    const seconds = Math.max(1, Math.round(retryInMs / 1000));
+    const body = `The host is not connected to the relay right now. This page keeps trying (next try in ${seconds} s) and picks up where it left off.`;
+    this.showScreen("host-offline", "The host is offline", body, { blocking: false, retry: true });
+  }
+
+  finalScreen(name, { code } = {}) {
+    const screen = SCREENS[name] ?? { title: "Disconnected", body: "" };
+    this.showScreen(name, screen.title, code ? `${screen.body} (close code ${code})` : screen.body,
+      { blocking: true });
+    if (this.composer) this.composer.hidden = true;
+  }
+
+  showScreen(name, title, body, { blocking = true, retry = false } = {}) {
+    this.clearScreen();
+    const box = el("div", { class: `screen ${blocking ? "blocking" : "notice"}`, testid: `screen-${name}`, role: "alert" },
+      el("div", { class: "screen-card" },
+        el("h1", { text: title }),
+        el("p", { text: body }),
+        retry ? el("button", { type: "button", testid: "retry-now", text: "Try now", onclick: () => this.onRetry() }) : null));
+    this.screenBox.append(box);
+  }
+
+  clearScreen(name = null) {
+    for (const screen of [...this.screenBox.children]) {
+      if (name === null || screen.dataset.testid === `screen-${name}`) screen.remove();
+    }
+  }
+
+  // ---- session messages ----
+
+  ready(info) {
+    const agent = info.agent && typeof info.agent === "object" ? info.agent : {};
+    this.agentName.textContent = str(agent.name, "agent");
+    this.agentKind = agent.kind === "terminal" ? "terminal" : "chat";
+    document.title = `${str(agent.name, "agent")} · agent-tunnel`;
+    if (this.agentKind === "terminal") this.ensureTerminal();
+    if (this.composer) this.composer.hidden = this.agentKind === "terminal";
+  }
+
+  resetConversation() {
+    this.conversation.replaceChildren();
+    this.streamArea.replaceChildren();
+    this.toolCards.clear();
+    this.permissions.clear();
+    this.decisions.clear();
+    this.streams.clear();
+    if (this.terminal) this.terminal.reset();
+  }
+
+  snapshotDone() {
+    this.conversation.dataset.loaded = "true";
+    this.scrollToEnd(true);
+  }
+
+  presence(members) {
+    this.presenceList.replaceChildren(...members.map((member) => el("li", {
+      testid: "presence-member", "data-role": str(member.role), "data-name": str(member.name),
+    }, el("span", { class: "who", text: str(member.name, "?") }),
+    el("span", { class: "what", text: ROLE_LABEL[member.role] ?? str(member.role) }))));
+  }
+
+  opError(code, message) {
+    this.toast.hidden = false;
+    this.toast.dataset.code = code;
+    this.toast.textContent = message ? `${message} (${code})` : code;
+    clearTimeout(this.opErrorTimer);
+    this.opErrorTimer = setTimeout(() => { this.toast.hidden = true; }, OP_ERROR_MS);
+  }
+
+  event(event) {
+    const data = event.data && typeof event.data === "object" ? event.data : {};
+    switch (event.kind) {
+      case "delta":
+        this.delta(data);
+        break;
+      case "status":
+        this.agentStatus.dataset.state = data.state === "running" ? "running" : "idle";
+        this.agentStatus.textContent = data.state === "running"
+          ? (data.queued > 0 ? `working (${data.queued} queued)` : "working")
+          : "idle";
+        if (this.cancelButton) this.cancelButton.disabled = data.state !== "running";
+        break;
+      case "plan":
+        this.livePlan(Array.isArray(data.entries) ? data.entries : []);
+        break;
+      default:
+        break;
+    }
+  }
+
+  delta(data) {
+    const responseId = str(data.response_id);
+    const channel = data.channel === "reasoning" ? "reasoning" : "message";
+    const key = `${responseId}\u0000${channel}`;
+    let stream = this.streams.get(key);
+    if (!stream) {
+      const body = el("div", { class: "md" });
+      const element = channel === "reasoning"
+        ? el("details", { class: "item reasoning streaming", testid: "stream", "data-channel": channel },
+          el("summary", { text: "Thinking…" }), body)
+        : el("article", { class: "item message agent streaming", testid: "stream", "data-channel": channel },
+          el("div", { class: "who", text: this.agentName.textContent || "agent" }), body);
+      stream = { element, body, text: "", pending: false };
+      this.streams.set(key, stream);
+      this.streamArea.append(element);
+    }
+    stream.text += str(data.text);
+    // Re-render at most once per frame, however fast the chunks come.
+    if (!stream.pending) {
+      stream.pending = true;
+      requestAnimationFrame(() => {
+        stream.pending = false;
+        setMarkdown(stream.body, stream.text);
+        this.scrollToEnd();
+      });
+    }
+  }
+
+  endStream(responseId, channel) {
+    const key = `${responseId}\u0000${channel}`;
+    const stream = this.streams.get(key);
+    if (stream) {
+      stream.element.remove();
+      this.streams.delete(key);
+    }
+  }
+
+  livePlan(entries) {
+    this.planPanel.hidden = entries.length === 0;
+    this.planPanel.replaceChildren(el("h2", { text: "Plan" }), this.planList(entries));
+  }
+
+  planList(entries) {
+    return el("ol", { class: "plan" }, ...entries.map((entry) => el("li", {
+      class: `plan-entry status-${str(entry.status)}`, "data-status": str(entry.status),
+    }, el("span", { class: "mark", "aria-hidden": "true" }), el("span", { text: str(entry.content) }))));
+  }
+
+  // ---- items ----
+
+  item(item) {
+    const data = item.data && typeof item.data === "object" ? item.data : {};
+    let element = null;
+    switch (item.type) {
+      case "message":
+        element = this.messageItem(item, data);
+        break;
+      case "reasoning":
+        this.endStream(str(item.response_id), "reasoning");
+        element = el("details", { class: "item reasoning", testid: "reasoning" },
+          el("summary", { text: "Reasoning" }), this.markdownBlock(data.text));
+        break;
+      case "tool_call":
+      case "tool_call_update":
+        element = this.toolCall(item, data);
+        break;
+      case "tool_result":
+        element = this.toolResult(item, data);
+        break;
+      case "permission_request":
+        element = this.permissionRequest(item, data);
+        break;
+      case "permission_decision":
+        element = this.permissionDecision(item, data);
+        break;
+      case "plan": {
+        // Every change of plan is stored; the side panel shows the current one, so each stored
+        // version stays folded in the conversation.
+        const entries = Array.isArray(data.entries) ? data.entries : [];
+        const done = entries.filter((entry) => entry.status === "completed").length;
+        element = el("details", { class: "item plan-item", testid: "plan" },
+          el("summary", { text: `Plan: ${done} of ${entries.length} done` }),
+          this.planList(entries));
+        this.livePlan(entries);
+        break;
+      }
+      case "error":
+        element = el("article", { class: "item error", testid: "error-item", role: "note" },
+          el("div", { class: "label", text: "Error" }), el("pre", { text: str(data.message, pretty(data)) }));
+        break;
+      case "terminal":
+        this.ensureTerminal().write(str(data.text));
+        break;
+      case "terminal_exit":
+        element = this.note(item, data.code === null || data.code === undefined
+          ? "The terminal program exited." : `The terminal program exited with code ${data.code}.`);
+        break;
+      case "session_event":
+        element = this.note(item, this.sessionEventText(data));
+        break;
+      default:
+        element = el("article", { class: "item generic", testid: "item-generic" },
+          el("div", { class: "label", text: str(item.type, "item") }),
+          el("pre", { text: pretty(data) }));
+        break;
+    }
+    if (element) {
+      element.dataset.seq = String(item.seq);
+      element.dataset.type = str(item.type);
+      if (!element.isConnected) this.conversation.append(element);
+      this.scrollToEnd();
+    }
+  }
+
+  sessionEventText(data) {
+    const what = str(data.what, "event");
+    const text = {
+      agent_started: "The agent started.",
+      agent_exited: "The agent exited.",
+      cancelled: "The turn was cancelled.",
+    }[what];
+    return text ?? what.replace(/_/g, " ");
+  }
+
+  note(item, text) {
+    return el("div", { class: "item note", testid: "note" },
+      el("span", { text }),
+      el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) }));
+  }
+
+  markdownBlock(text) {
+    const block = el("div", { class: "md" });
+    setMarkdown(block, str(text));
+    return block;
+  }
+
+  messageItem(item, data) {
+    const role = data.role === "user" ? "user" : "agent";
+    if (role === "agent") this.endStream(str(item.response_id), "message");
+    const who = role === "user" ? str(item.created_by, "someone") : (this.agentName.textContent || "agent");
+    return el("article", { class: `item message ${role}`, testid: "message", "data-role": role },
+      el("div", { class: "who" }, el("span", { text: who }),
+        el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) })),
+      this.markdownBlock(data.text));
+  }
+
+  toolCall(item, data) {
+    const id = str(data.tool_call_id);
+    let card = this.toolCards.get(id);
+    const created = !card;
+    if (!card) {
+      card = {
+        element: el("article", { class: "item tool", testid: "tool-call", "data-tool-call-id": id }),
+        title: "", kind: "", status: "pending", input: undefined, content: [], result: null,
+      };
+      this.toolCards.set(id, card);
+    }
+    if (typeof data.title === "string") card.title = data.title;
+    if (typeof data.kind === "string") card.kind = data.kind;
+    if (typeof data.status === "string") card.status = data.status;
+    if ("input" in data) card.input = data.input;
+    if (Array.isArray(data.content)) card.content = data.content;
+    this.renderTool(card);
+    // An update re-renders the card where it first appeared; only a new card is appended.
+    return created ? card.element : null;
+  }
+
+  toolResult(item, data) {
+    const card = this.toolCards.get(str(data.tool_call_id));
+    if (!card) {
+      return el("article", { class: "item tool orphan", testid: "tool-result" },
+        el("div", { class: "label", text: data.ok === false ? "Tool failed" : "Tool result" }),
+        el("pre", { text: str(data.output) }));
+    }
+    card.result = { ok: data.ok !== false, output: str(data.output) };
+    this.renderTool(card);
+    return null;
+  }
+
+  renderTool(card) {
+    const { element } = card;
+    element.dataset.status = card.status;
+    const parts = [el("div", { class: "tool-head" },
+      el("span", { class: "tool-kind", text: card.kind || "tool" }),
+      el("span", { class: "tool-title", text: card.title || "tool call" }),
+      el("span", { class: `tool-status status-${card.status}`, testid: "tool-status", text: card.status }))];
+    if (card.input !== undefined && card.input !== null) {
+      parts.push(el("details", { class: "tool-input" }, el("summary", { text: "Input" }),
+        el("pre", { text: pretty(card.input) })));
+    }
+    for (const block of card.content) {
+      if (block && block.type === "diff") {
+        parts.push(renderDiff(str(block.path), typeof block.old_text === "string" ? block.old_text : null,
+          str(block.new_text)));
+      } else if (block && block.type === "text") {
+        parts.push(el("pre", { class: "tool-text", text: str(block.text) }));
+      } else if (block) {
+        parts.push(el("pre", { class: "tool-text", text: pretty(block) }));
+      }
+    }
+    if (card.result) {
+      parts.push(el("div", { class: `tool-result ${card.result.ok ? "ok" : "failed"}`, testid: "tool-result" },
+        el("div", { class: "label", text: card.result.ok ? "Result" : "Failed" }),
+        el("pre", { text: card.result.output })));
+    }
+    element.replaceChildren(...parts);
+  }
+
+  permissionRequest(item, data) {
+    const requestId = str(data.request_id);
+    const options = Array.isArray(data.options) ? data.options : [];
+    const buttons = [];
+    const optionsBox = el("div", { class: "options" });
+    for (const option of options) {
+      const optionId = str(option.option_id);
+      const kind = str(option.kind);
+      if (this.isDriver) {
+        const button = el("button", {
+          type: "button", class: `option kind-${kind}`, testid: "permission-option",
+          "data-option-id": optionId, "data-kind": kind, text: str(option.name, optionId),
+          onclick: () => {
+            for (const b of buttons) b.disabled = true;
+            if (!this.onPermission(requestId, optionId)) {
+              for (const b of buttons) b.disabled = false;
+              this.opError("not_connected", "Not connected to the host; the answer was not sent.");
+            }
+          },
+        });
+        buttons.push(button);
+        optionsBox.append(button);
+      } else {
+        optionsBox.append(el("span", { class: `option kind-${kind}`, text: str(option.name, optionId) }));
+      }
+    }
+    const outcome = el("div", { class: "outcome", testid: "permission-outcome",
+      text: this.isDriver ? "Waiting for an answer." : "Waiting for a driver to answer." });
+    const element = el("article", {
+      class: "item permission", testid: "permission-request", "data-request-id": requestId,
+      "data-state": "pending",
+    }, el("div", { class: "label", text: "Permission requested" }),
+    el("div", { class: "permission-title", text: str(data.title, "The agent asks for permission") }),
+    optionsBox, outcome);
+    const entry = { element, buttons, outcome };
+    this.permissions.set(requestId, entry);
+    const decided = this.decisions.get(requestId);
+    if (decided) this.markDecided(entry, decided);
+    return element;
+  }
+
+  permissionDecision(item, data) {
+    const requestId = str(data.request_id);
+    const decision = { by: str(item.created_by, "someone"), name: str(data.option_name, str(data.option_id)), optionId: str(data.option_id) };
+    this.decisions.set(requestId, decision);
+    const entry = this.permissions.get(requestId);
+    if (entry) this.markDecided(entry, decision);
+    return el("div", { class: "item note decision", testid: "permission-decision", "data-request-id": requestId },
+      el("span", { text: `${decision.by} answered: ${decision.name}` }),
+      el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) }));
+  }
+
+  markDecided(entry, decision) {
+    entry.element.dataset.state = "answered";
+    for (const button of entry.buttons) {
+      button.disabled = true;
+      if (button.dataset.optionId === decision.optionId) button.classList.add("chosen");
+    }
+    entry.outcome.textContent = `${decision.name}, answered by ${decision.by}`;
+  }
+
+  // ---- terminal ----
+
+  ensureTerminal() {
+    if (!this.terminal) {
+      this.terminalBox.hidden = false;
+      this.root.classList.add("has-terminal");
+      this.terminal = this.onTerminal(this.terminalBox);
+    }
+    return this.terminal;
+  }
+
+  scrollToEnd(force = false) {
+    const scroller = document.scrollingElement;
+    if (!scroller) return;
+    const nearEnd = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 160;
+    if (force || nearEnd) scroller.scrollTop = scroller.scrollHeight;
+  }
+}

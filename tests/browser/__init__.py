@@ -1,0 +1,1 @@
+"""Browser tests: the web client in Debian's chromium, driven by Playwright."""

@@ -1,0 +1,328 @@
+"""A scripted relay and host in one process, for testing the page against exact, chosen input.
+
+It serves the web client like the relay does and answers `/v1/attach` itself: it checks the page's
+hello and token, then plays the host for the session channel with the Python crypto and the
+Python link protocol (`tunnel.proto.Connection`), so every frame and ciphertext the page sends
+is also checked by the reference implementation. A scenario picks what it does: serve a scripted
+conversation, or end the attachment in one of the ways the page must explain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+from relay.web import static_response
+from tunnel.crypto import ChannelCrypto, DecryptionError, relay_token, token_verifier
+from tunnel.proto import (
+    ChannelClosed,
+    ChannelOpened,
+    Connection,
+    DataReceived,
+    HelloReceived,
+    ProtocolError,
+    Side,
+)
+
+HOST_ID = "et3o22wl7yiatqbq27ffm7btzj"
+SECRETS = {"view": bytes(range(32, 64)), "drive": bytes(range(64, 96))}
+CONVERSATION = "conv-1"
+
+
+def link_fragment(role: str) -> str:
+    from tunnel.crypto import b64url_encode
+
+    return f"#{role}.{b64url_encode(SECRETS[role])}"
+
+
+def wire_item(seq: int, type_: str, data: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """An item as `Item.to_wire()` shapes it (docs/application.md)."""
+    item: dict[str, Any] = {
+        "id": f"{CONVERSATION}:{seq}",
+        "conversation_id": CONVERSATION,
+        "seq": seq,
+        "type": type_,
+        "status": "completed",
+        "response_id": None,
+        "created_at": "2025-01-01T12:00:00+00:00",
+        "created_by": "agent",
+        "data": data,
+    }
+    item.update(extra)
+    return item
+
+
+@dataclass
+class Scenario:
+    """What the fake does with each attachment.
+
+    `end_with`: close the WebSocket with this code right after the page's hello.
+    `close_channel_with`: close the session channel with this code right after the open.
+    `garbage`: send one data frame that is not a valid ciphertext right after the open.
+    Otherwise it plays a host: `ready`, then the items after the page's `after`, live items
+    pushed with `FakeRelay.push`, and `error forbidden` for driving ops from a viewer.
+    """
+
+    end_with: int | None = None
+    close_channel_with: int | None = None
+    garbage: bool = False
+    agent: dict[str, str] = field(default_factory=lambda: {"name": "scripted", "kind": "chat"})
+    items: list[dict[str, Any]] = field(default_factory=list)
+    # How many items go in each snapshot page (the page must handle `more: true`).
+    page_size: int = 3
+
+
+@dataclass
+class Attachment:
+    role: str
+    name: str
+    websocket: ServerConnection
+    connection: Connection
+    channel: int
+    crypto: ChannelCrypto
+
+
+class FakeRelay:
+    """Runs on its own thread and event loop; the test thread talks to it through methods."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.received: list[dict[str, Any]] = []
+        self.hellos: list[dict[str, Any]] = []
+        self.opens: list[dict[str, Any]] = []
+        self.closes: list[tuple[int, str]] = []
+        self.attachments: list[Attachment] = []
+        self.errors: list[str] = []
+        self._loop = asyncio.new_event_loop()
+        self._server: Server | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.port = 0
+
+    # ---- test thread API ----
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def page_url(self, role: str) -> str:
+        return f"{self.base_url}/h/{HOST_ID}{link_fragment(role)}"
+
+    def push(self, item: dict[str, Any]) -> None:
+        """Append an item to the conversation and send it to every attachment."""
+        self._call(self._push(item))
+
+    def send_event(self, event: dict[str, Any]) -> None:
+        self._call(self._broadcast({"op": "event", "event": event}))
+
+    def send_presence(self, members: list[dict[str, str]]) -> None:
+        self._call(self._broadcast({"op": "presence", "members": members}))
+
+    def drop_all(self) -> None:
+        """Cut every attachment abruptly, as a relay restart does."""
+        self._call(self._drop_all())
+
+    def ops(self, op: str) -> list[dict[str, Any]]:
+        return [m for m in list(self.received) if m.get("op") == op]
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("fake relay did not start")
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            if self._server is not None:
+                self._server.close()
+                await self._server.wait_closed()
+
+        try:
+            self._call(shutdown())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def _call(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def start() -> None:
+            self._server = await serve(
+                self._handle, "127.0.0.1", 0, process_request=self._http, max_size=1 << 20
+            )
+            self.port = self._server.sockets[0].getsockname()[1]
+            self._ready.set()
+
+        self._loop.run_until_complete(start())
+        self._loop.run_forever()
+
+    # ---- relay side ----
+
+    def _http(self, _connection: ServerConnection, request: Request) -> Response | None:
+        if request.path == "/v1/attach":
+            return None
+        result = static_response(request.path)
+        if result is None:
+            return Response(404, "Not Found", Headers([("Content-Length", "0")]), b"")
+        status, headers, body = result
+        all_headers = Headers([*headers, ("Content-Length", str(len(body)))])
+        return Response(status, http.HTTPStatus(status).phrase, all_headers, body)
+
+    async def _flush(self, websocket: ServerConnection, connection: Connection) -> None:
+        for message in connection.data_to_send():
+            await websocket.send(message)
+
+    async def _handle(self, websocket: ServerConnection) -> None:
+        connection = Connection(Side.ACCEPTER)
+        connection.send_hello(
+            {"role": "relay", "version": 1, "challenge": os.urandom(32), "limits": {}}
+        )
+        await self._flush(websocket, connection)
+        attachment: Attachment | None = None
+        try:
+            async for message in websocket:
+                if not isinstance(message, bytes):
+                    await websocket.close(4000)
+                    return
+                connection.receive_data(message)
+                for event in connection.events_received():
+                    attachment = await self._on_event(websocket, connection, event, attachment)
+                    if attachment is None and websocket.close_code is not None:
+                        return
+                await self._flush(websocket, connection)
+        except ProtocolError as error:
+            self.errors.append(f"protocol error from the page: {error}")
+            await websocket.close(int(error.code))
+        except DecryptionError:
+            self.errors.append("the page's ciphertext did not decrypt")
+            await websocket.close(4003)
+        finally:
+            if attachment is not None and attachment in self.attachments:
+                self.attachments.remove(attachment)
+
+    async def _on_event(
+        self,
+        websocket: ServerConnection,
+        connection: Connection,
+        event: object,
+        attachment: Attachment | None,
+    ) -> Attachment | None:
+        scenario = self.scenario
+        if isinstance(event, HelloReceived):
+            self.hellos.append(event.payload)
+            token = event.payload.get("token")
+            valid = {token_verifier(relay_token(s, HOST_ID)) for s in SECRETS.values()}
+            if (
+                event.payload.get("host_id") != HOST_ID
+                or not isinstance(token, bytes)
+                or token_verifier(token) not in valid
+            ):
+                await websocket.close(4002)
+                return None
+            if scenario.end_with is not None:
+                await websocket.close(scenario.end_with)
+            return None
+        if isinstance(event, ChannelOpened):
+            self.opens.append({"path": event.path, "meta": event.meta})
+            role = event.meta["role"]
+            crypto = ChannelCrypto.for_host(SECRETS[role], HOST_ID, event.meta["salt"])
+            attachment = Attachment(
+                role=role,
+                name=event.meta["name"],
+                websocket=websocket,
+                connection=connection,
+                channel=event.channel,
+                crypto=crypto,
+            )
+            if scenario.close_channel_with is not None:
+                connection.close_channel(event.channel, scenario.close_channel_with, "scripted")
+                return attachment
+            if scenario.garbage:
+                connection.send_data(event.channel, os.urandom(40))
+                return attachment
+            self.attachments.append(attachment)
+            await self._send(
+                attachment,
+                {
+                    "op": "ready",
+                    "conversation_id": CONVERSATION,
+                    "role": role,
+                    "name": attachment.name,
+                    "agent": scenario.agent,
+                },
+            )
+            return attachment
+        if isinstance(event, DataReceived) and attachment is not None:
+            connection.acknowledge(event.channel, len(event.data))
+            request = msgpack.unpackb(attachment.crypto.receive.decrypt(event.data), raw=False)
+            self.received.append({**request, "_role": attachment.role, "_name": attachment.name})
+            await self._on_request(attachment, request)
+            return attachment
+        if isinstance(event, ChannelClosed):
+            self.closes.append((event.code, event.reason))
+            return attachment
+        return attachment
+
+    async def _on_request(self, attachment: Attachment, request: dict[str, Any]) -> None:
+        op = request.get("op")
+        if op == "subscribe":
+            after = request.get("after")
+            items = [i for i in self.scenario.items if after is None or i["seq"] > after]
+            size = self.scenario.page_size
+            pages = [items[i : i + size] for i in range(0, len(items), size)] or [[]]
+            for index, page in enumerate(pages):
+                last = page[-1]["seq"] if page else (after if after is not None else -1)
+                more = index < len(pages) - 1
+                await self._send(
+                    attachment, {"op": "snapshot", "items": page, "last_seq": last, "more": more}
+                )
+            return
+        if attachment.role != "drive":
+            await self._send(
+                attachment,
+                {"op": "error", "code": "forbidden", "message": "viewers cannot do that"},
+            )
+
+    async def _send(self, attachment: Attachment, message: dict[str, Any]) -> None:
+        plaintext = msgpack.packb(message, use_bin_type=True)
+        ciphertext = attachment.crypto.send.encrypt(plaintext)
+        if not attachment.connection.send_data(attachment.channel, ciphertext):
+            raise RuntimeError("the page did not grant window")
+        await self._flush(attachment.websocket, attachment.connection)
+
+    async def _broadcast(self, message: dict[str, Any]) -> None:
+        for attachment in list(self.attachments):
+            await self._send(attachment, message)
+
+    async def _push(self, item: dict[str, Any]) -> None:
+        self.scenario.items.append(item)
+        await self._broadcast({"op": "item", "item": item})
+
+    async def _drop_all(self) -> None:
+        for attachment in list(self.attachments):
+            await attachment.websocket.close(1001)
+
+
+@contextmanager
+def fake_relay(scenario: Scenario | None = None) -> Iterator[FakeRelay]:
+    relay = FakeRelay(scenario or Scenario())
+    relay.start()
+    try:
+        yield relay
+    finally:
+        relay.stop()

@@ -1,0 +1,165 @@
+"""The page against the real stack: `tunnel relay` and `tunnel host` as subprocesses."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from .stack import Host, Relay
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
+
+MARKUP_AGENT = Path(__file__).resolve().parent / "markup_acp_agent.py"
+
+
+@pytest.fixture
+def relay(tmp_path: Path) -> Iterator[Relay]:
+    relay = Relay.start(tmp_path / "relay")
+    try:
+        yield relay
+    finally:
+        relay.process.stop()
+
+
+def start_host(tmp_path: Path, relay: Relay, agent: str = "demo") -> Host:
+    home = tmp_path / "host"
+    home.mkdir(exist_ok=True)
+    return Host.start(home, relay.url, agent=agent)
+
+
+@pytest.fixture
+def host(tmp_path: Path, relay: Relay) -> Iterator[Host]:
+    host = start_host(tmp_path, relay)
+    try:
+        yield host
+    finally:
+        host.process.stop()
+
+
+def named(link: str, name: str) -> str:
+    base, fragment = link.split("#", 1)
+    return f"{base}?name={name}#{fragment}"
+
+
+def seqs(page: Page) -> list[int]:
+    values = page.locator("[data-testid=conversation] [data-seq]").evaluate_all(
+        "els => els.map(e => Number(e.dataset.seq))"
+    )
+    return [int(v) for v in values]
+
+
+def connected(page: Page) -> None:
+    expect(page.get_by_test_id("connection-status")).to_have_attribute(
+        "data-state", "connected", timeout=30_000
+    )
+    expect(page.get_by_test_id("conversation")).to_have_attribute("data-loaded", "true")
+
+
+def prompt(page: Page, text: str) -> None:
+    box = page.get_by_test_id("composer-input")
+    box.fill(text)
+    box.press("Enter")
+    expect(box).to_have_value("")
+
+
+def test_driver_prompt_is_answered_and_approval_is_logged_with_the_name(
+    page: Page, host: Host
+) -> None:
+    page.goto(named(host.drive_link, "alice"))
+    connected(page)
+    prompt(page, "Count the lines, please")
+    user = page.locator("[data-testid=message][data-role=user]", has_text="Count the lines")
+    expect(user).to_contain_text("alice")
+    request = page.locator("[data-testid=permission-request][data-state=pending]").first
+    expect(request).to_be_visible(timeout=30_000)
+    request.locator("[data-testid=permission-option][data-kind=allow_once]").click()
+    expect(request).to_have_attribute("data-state", "answered")
+    expect(request.get_by_test_id("permission-outcome")).to_contain_text("answered by alice")
+    expect(page.get_by_test_id("tool-result").first).to_be_visible(timeout=30_000)
+    expect(page.locator("[data-testid=message][data-role=agent]").last).to_be_visible()
+    shown = seqs(page)
+    assert len(shown) == len(set(shown))
+
+    conversation = page.evaluate("window.__tunnel.session.conversationId")
+    log = host.log_show(conversation)
+    decisions = [line for line in log.splitlines() if "permission_decision" in line]
+    assert decisions, log
+    assert "alice" in decisions[0]
+    assert any("alice" in line and "Count the lines" in line for line in log.splitlines()), log
+
+
+def test_viewer_page_is_read_only_and_its_forged_prompt_is_refused(page: Page, host: Host) -> None:
+    page.goto(named(host.view_link, "victor"))
+    connected(page)
+    expect(page.get_by_test_id("viewer-notice")).to_be_visible()
+    expect(page.get_by_test_id("composer")).to_have_count(0)
+    page.evaluate("window.__tunnel.session.link.send({op: 'prompt', text: 'forged by viewer'})")
+    toast = page.get_by_test_id("op-error")
+    expect(toast).to_have_attribute("data-code", "forbidden")
+    page.wait_for_timeout(500)
+    expect(page.get_by_text("forged by viewer")).to_have_count(0)
+    conversation = page.evaluate("window.__tunnel.session.conversationId")
+    assert "forged by viewer" not in host.log_show(conversation)
+
+
+def test_page_reconnects_by_itself_after_a_relay_restart(
+    page: Page, tmp_path: Path, relay: Relay, host: Host
+) -> None:
+    page.goto(named(host.drive_link, "alice"))
+    connected(page)
+    prompt(page, "first question")
+    expect(page.locator("[data-testid=permission-request]").first).to_be_visible(timeout=30_000)
+    before = seqs(page)
+
+    relay.process.kill()
+    expect(page.get_by_test_id("connection-status")).not_to_have_attribute(
+        "data-state", "connected", timeout=15_000
+    )
+    restarted = Relay.start(tmp_path / "relay", port=relay.port)
+    try:
+        connected(page)
+        assert seqs(page) == before
+        prompt(page, "second question")
+        second = page.locator("[data-testid=message][data-role=user]", has_text="second question")
+        expect(second).to_have_count(1, timeout=30_000)
+        shown = seqs(page)
+        assert len(shown) == len(set(shown))
+        assert shown[: len(before)] == before
+        assert shown == sorted(shown)
+    finally:
+        restarted.process.stop()
+
+
+def test_agent_markup_renders_inert(page: Page, tmp_path: Path, relay: Relay) -> None:
+    agent = "acp:" + shlex.join([sys.executable, str(MARKUP_AGENT)])
+    host = start_host(tmp_path, relay, agent=agent)
+    try:
+        page.goto(named(host.drive_link, "alice"))
+        connected(page)
+        prompt(page, "say <img src=y onerror=window.__pwned=9> [x](javascript:window.__pwned=10)")
+        reply = page.locator("[data-testid=message][data-role=agent]", has_text="END").last
+        expect(reply).to_be_visible(timeout=30_000)
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.__pwned") is None
+        found = page.get_by_test_id("conversation").evaluate(
+            """c => ({
+              handlers: [...c.querySelectorAll("*")].flatMap(e =>
+                [...e.attributes].filter(a => a.name.startsWith("on")).map(a => a.name)),
+              scripts: c.querySelectorAll("script").length,
+              hrefs: [...c.querySelectorAll("a")].map(a => a.getAttribute("href")),
+            })"""
+        )
+        assert found["handlers"] == []
+        assert found["scripts"] == 0
+        assert not [h for h in found["hrefs"] if h and re.match(r"\s*javascript:", h, re.I)]
+        reply.locator("a", has_text="click me").click()
+        page.wait_for_timeout(200)
+        assert page.evaluate("window.__pwned") is None
+    finally:
+        host.process.stop()

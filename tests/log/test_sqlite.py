@@ -1,0 +1,171 @@
+"""What only the SQLite store does: schema, durability settings, query plans, group commit."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from tunnel.log import Item, SchemaError, SQLiteStore, StoreError
+from tunnel.log.sqlite import SCHEMA_VERSION, select_sql
+
+from .helpers import new, news
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_reopening_keeps_items_and_continues_the_seqs(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    store = await SQLiteStore.open(path)
+    first = await store.append("c", news(3))
+    await store.aclose()
+    store = await SQLiteStore.open(path)
+    try:
+        assert await store.query("c") == first
+        assert [i.seq for i in await store.append("c", [new()])] == [3]
+    finally:
+        await store.aclose()
+
+
+def test_schema_is_versioned_and_durable_by_default(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "log.db")
+    try:
+        with sqlite3.connect(tmp_path / "log.db") as raw:
+            assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        # FULL (2): an append that returned survives a power cut, not just a process kill.
+        assert store._writer.execute("PRAGMA synchronous").fetchone()[0] == 2
+    finally:
+        store.close()
+
+
+def test_a_newer_schema_is_refused_without_touching_it(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    SQLiteStore(path).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(SchemaError, match="newer"):
+        SQLiteStore(path)
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+
+
+def test_a_foreign_database_or_file_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as raw:
+        raw.execute("CREATE TABLE people (name TEXT)")
+    with pytest.raises(SchemaError, match="not a log"):
+        SQLiteStore(other)
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite at all" * 100)
+    with pytest.raises(SchemaError, match="not a SQLite database"):
+        SQLiteStore(junk)
+
+
+def test_memory_paths_are_refused() -> None:
+    with pytest.raises(ValueError, match="MemoryStore"):
+        SQLiteStore(":memory:")
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+@pytest.mark.parametrize("typed", [False, True])
+@pytest.mark.parametrize("before", [False, True])
+def test_every_page_query_is_one_index_range_without_a_sort(
+    tmp_path: Path, order: str, typed: bool, before: bool
+) -> None:
+    SQLiteStore(tmp_path / "log.db").close()
+    sql = select_sql(typed=typed, before=before, order=order)  # type: ignore[arg-type]
+    params = ["c", *(["message"] if typed else []), 5, *([9] if before else []), 10]
+    with sqlite3.connect(tmp_path / "log.db") as raw:
+        plan = " | ".join(row[-1] for row in raw.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+    assert "TEMP B-TREE" not in plan, plan
+    assert "SCAN" not in plan, plan
+    index = "items_by_type" if typed else "sqlite_autoindex_items_1"
+    assert f"USING INDEX {index}" in plan, plan
+
+
+async def test_concurrent_appends_share_transactions(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "log.db")
+    try:
+        async with anyio.create_task_group() as tg:
+            for i in range(200):
+                tg.start_soon(store.append, f"c{i % 3}", news(1, start=i))
+        stats = store.statistics()
+        assert stats.appends == 200
+        assert stats.items_written == 200
+        assert stats.transactions < 100  # group commit: many appends per transaction
+        assert stats.waiting_appends == 0
+        infos = await store.list_conversations()
+        assert sorted(i.item_count for i in infos) == [66, 67, 67]
+    finally:
+        await store.aclose()
+
+
+async def test_a_failed_transaction_stores_nothing_and_the_store_recovers(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    store = await SQLiteStore.open(path)
+    try:
+        await store.append("c", [new()])
+        with sqlite3.connect(path) as raw:
+            raw.execute(
+                "CREATE TRIGGER fail BEFORE INSERT ON items WHEN NEW.type = 'poison' "
+                "BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+            )
+        with pytest.raises(StoreError, match="disk on fire"):
+            await store.append("c", [new(), new(type="poison")])
+        assert [i.seq for i in await store.query("c")] == [0]
+        assert [i.seq for i in await store.append("c", [new()])] == [1]
+    finally:
+        await store.aclose()
+
+
+async def test_a_corrupt_row_is_reported_with_its_id(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    store = await SQLiteStore.open(path)
+    try:
+        await store.append("c", news(2))
+        with sqlite3.connect(path) as raw:
+            raw.execute("UPDATE items SET data = '{broken' WHERE seq = 1")
+        with pytest.raises(StoreError, match="c:1 has corrupt data"):
+            await store.query("c")
+    finally:
+        await store.aclose()
+
+
+async def test_aclose_lets_accepted_appends_finish(tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    store = await SQLiteStore.open(path)
+    returned: list[Item] = []
+
+    async def append(i: int) -> None:
+        returned.extend(await store.append("c", news(1, start=i)))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(50):
+            tg.start_soon(append, i)
+        await anyio.lowlevel.checkpoint()  # every appender has queued
+        await store.aclose()
+    assert len(returned) == 50
+    store = await SQLiteStore.open(path)
+    try:
+        assert sorted(i.seq for i in await store.query("c", limit=100)) == list(range(50))
+    finally:
+        await store.aclose()
+
+
+async def test_reads_run_beside_the_writer_on_a_bounded_pool(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "log.db", max_readers=2)
+    try:
+        await store.append("c", news(10))
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(store.query, "c")
+            for i in range(5):
+                tg.start_soon(store.append, "c", news(1, start=i))
+        assert 1 <= store.statistics().read_connections <= 2
+    finally:
+        await store.aclose()
+    assert store.statistics().read_connections == 0

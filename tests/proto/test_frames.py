@@ -1,0 +1,246 @@
+"""Frames: encode/decode round trips, and every malformed input becomes a ProtocolError."""
+
+from __future__ import annotations
+
+import struct
+import tracemalloc
+from typing import Any, cast
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+
+from tunnel.proto import (
+    Close,
+    CloseCode,
+    Data,
+    Frame,
+    FrameError,
+    Hello,
+    LimitError,
+    Limits,
+    LocalProtocolError,
+    Open,
+    ProtocolError,
+    RemoteProtocolError,
+    Window,
+    decode_frame,
+    encode_frame,
+)
+
+from .strategies import frames, pack
+
+
+def frame(c: Any, k: Any, p: Any) -> bytes:
+    return pack({"c": c, "k": k, "p": p})
+
+
+@settings(max_examples=500, deadline=None)
+@given(frames)
+def test_every_kind_round_trips(f: Frame) -> None:
+    assert decode_frame(encode_frame(f)) == f
+
+
+def test_encoded_frame_is_a_map_of_c_k_p() -> None:
+    wire = msgpack.unpackb(encode_frame(Data(channel=7, data=b"xy")))
+    assert wire == {"c": 7, "k": "data", "p": {"d": b"xy"}}
+    hello = msgpack.unpackb(encode_frame(Hello(payload={"role": "relay"})))
+    assert hello == {"c": None, "k": "hello", "p": {"role": "relay"}}
+
+
+def test_decode_accepts_bytearray_and_memoryview() -> None:
+    raw = encode_frame(Window(channel=3, n=10))
+    assert decode_frame(bytearray(raw)) == Window(channel=3, n=10)
+    assert decode_frame(memoryview(raw)) == Window(channel=3, n=10)
+
+
+# (name, bytes, expected error class): each must be refused with exactly that class or a subclass.
+NASTY: list[tuple[str, bytes | str, type[RemoteProtocolError]]] = [
+    ("empty", b"", FrameError),
+    ("not msgpack", b"\xc1", FrameError),
+    ("text message", "hello", FrameError),
+    ("truncated map", b"\x83\xa1c", FrameError),
+    ("trailing bytes", frame(1, "window", {"n": 1}) + b"\x00", FrameError),
+    ("two frames in one message", frame(1, "window", {"n": 1}) * 2, FrameError),
+    ("an array, not a map", pack([1, "window", {"n": 1}]), FrameError),
+    ("nil", pack(None), FrameError),
+    ("unknown kind", frame(1, "ping", {}), FrameError),
+    ("kind is bytes", frame(1, b"data", {"d": b"x"}), FrameError),
+    ("kind is an int", frame(1, 2, {"d": b"x"}), FrameError),
+    ("missing c", pack({"k": "window", "p": {"n": 1}}), FrameError),
+    ("missing p", pack({"c": 1, "k": "window"}), FrameError),
+    ("extra top-level key", pack({"c": 1, "k": "window", "p": {"n": 1}, "x": 0}), FrameError),
+    ("payload not a map", frame(1, "window", [1]), FrameError),
+    ("extra payload key", frame(1, "window", {"n": 1, "m": 2}), FrameError),
+    ("missing payload key", frame(1, "close", {"code": 1000}), FrameError),
+    ("hello with a channel", frame(1, "hello", {}), FrameError),
+    ("data with nil channel", frame(None, "data", {"d": b"x"}), FrameError),
+    ("bool channel", frame(True, "data", {"d": b"x"}), FrameError),
+    ("negative channel", frame(-1, "data", {"d": b"x"}), FrameError),
+    ("channel over 2**32-1", frame(2**32, "data", {"d": b"x"}), FrameError),
+    ("channel is 2**64-1", frame(2**64 - 1, "data", {"d": b"x"}), FrameError),
+    ("float channel", frame(1.0, "data", {"d": b"x"}), FrameError),
+    ("NaN channel", frame(float("nan"), "data", {"d": b"x"}), FrameError),
+    ("data is str", frame(1, "data", {"d": "x"}), FrameError),
+    ("data is empty", frame(1, "data", {"d": b""}), FrameError),
+    ("window of 0", frame(1, "window", {"n": 0}), FrameError),
+    ("window over 2**32-1", frame(1, "window", {"n": 2**32}), FrameError),
+    ("bool window", frame(1, "window", {"n": True}), FrameError),
+    ("negative huge window", frame(1, "window", {"n": -(2**63)}), FrameError),
+    ("close code below 1000", frame(1, "close", {"code": 999, "reason": ""}), FrameError),
+    ("close code 5000", frame(1, "close", {"code": 5000, "reason": ""}), FrameError),
+    ("close code is str", frame(1, "close", {"code": "1000", "reason": ""}), FrameError),
+    ("close reason is bytes", frame(1, "close", {"code": 1000, "reason": b""}), FrameError),
+    ("open path is nil", frame(1, "open", {"path": None, "meta": {}}), FrameError),
+    ("open meta is a list", frame(1, "open", {"path": "s", "meta": []}), FrameError),
+    ("NaN in meta", frame(1, "open", {"path": "s", "meta": {"x": float("nan")}}), FrameError),
+    ("inf in hello", frame(None, "hello", {"x": float("inf")}), FrameError),
+    ("int key in meta", frame(1, "open", {"path": "s", "meta": {1: 2}}), FrameError),
+    ("bytes key in meta", frame(1, "open", {"path": "s", "meta": {b"k": 2}}), FrameError),
+    ("bytes key at top level", pack({b"c": 1, b"k": "window", b"p": {b"n": 1}}), FrameError),
+    (
+        "fixext in meta",
+        frame(1, "open", {"path": "s", "meta": {"e": msgpack.ExtType(5, b"x")}}),
+        FrameError,
+    ),
+    (
+        "empty ext8 in meta",
+        frame(1, "open", {"path": "s", "meta": {"e": msgpack.ExtType(5, b"")}}),
+        FrameError,
+    ),
+    (
+        "timestamp in meta",
+        frame(1, "open", {"path": "s", "meta": {"t": msgpack.Timestamp(1)}}),
+        FrameError,
+    ),
+    ("ext as the whole message", pack(msgpack.ExtType(1, b"abc")), FrameError),
+    ("1000 nested arrays", b"\x91" * 1000 + b"\xc0", FrameError),
+    ("100000 nested maps", b"\x81\xa1a" * 100_000 + b"\xc0", FrameError),
+    (
+        "meta nested 9 deep",
+        frame(1, "open", {"path": "s", "meta": {"a": [[[[[[[[1]]]]]]]]}}),
+        LimitError,
+    ),
+    (
+        "meta with 65 keys",
+        frame(1, "open", {"path": "s", "meta": {str(i): i for i in range(65)}}),
+        LimitError,
+    ),
+    ("path of 4097 bytes", frame(1, "open", {"path": "p" * 4097, "meta": {}}), LimitError),
+    ("reason of 4097 bytes", frame(1, "close", {"code": 1000, "reason": "é" * 2049}), LimitError),
+    (
+        "bin of 4097 bytes in meta",
+        frame(1, "open", {"path": "s", "meta": {"b": b"x" * 4097}}),
+        LimitError,
+    ),
+    ("data over 256 KiB", frame(1, "data", {"d": b"x" * (256 * 1024 + 1)}), LimitError),
+    ("message over 1 MiB", b"\x00" * ((1 << 20) + 1), LimitError),
+    # Headers that declare far more than the message holds: refused before any allocation.
+    (
+        "str32 declaring 1 GiB",
+        b"\x83\xa1c\x01\xa1k\xdb" + struct.pack(">I", 1 << 30) + b"data",
+        FrameError,
+    ),
+    (
+        "bin32 declaring 1 GiB",
+        frame(1, "data", {"d": b"x"})[:-2] + b"\xc6" + struct.pack(">I", 1 << 30) + b"x",
+        FrameError,
+    ),
+    ("array32 declaring 2**32-1", b"\xdd\xff\xff\xff\xff\x01", LimitError),
+    ("map32 declaring 2**32-1", b"\xdf\xff\xff\xff\xff\xa1c", LimitError),
+    ("str8 declaring more than present", b"\x83\xa1c\x01\xa1k\xd9\xff" + b"data", FrameError),
+    ("bin8 declaring more than present", b"\xc4\x40ab", FrameError),
+]
+
+
+@pytest.mark.parametrize(("name", "raw", "error"), NASTY, ids=[case[0] for case in NASTY])
+def test_nasty_input_is_refused_with_the_right_error(
+    name: str, raw: bytes, error: type[RemoteProtocolError]
+) -> None:
+    with pytest.raises(error) as info:
+        decode_frame(raw)
+    expected = CloseCode.LIMIT_REACHED if error is LimitError else CloseCode.PROTOCOL_ERROR
+    assert info.value.code == expected
+
+
+def test_a_declared_1_gib_string_allocates_nothing_like_it() -> None:
+    raw = b"\x83\xa1c\x01\xa1k\xdb" + struct.pack(">I", 1 << 30) + b"data"
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProtocolError):
+            decode_frame(raw, max_string_length=None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
+def test_limits_can_be_overridden_by_keyword_or_by_object() -> None:
+    raw = frame(1, "data", {"d": b"x" * 100})
+    assert decode_frame(raw) == Data(channel=1, data=b"x" * 100)
+    with pytest.raises(LimitError):
+        decode_frame(raw, max_data_size=99)
+    with pytest.raises(LimitError):
+        decode_frame(raw, limits=Limits(max_message_size=50))
+    with pytest.raises(LimitError):
+        decode_frame(raw, max_message_size=50)
+
+
+def test_none_turns_a_limit_off() -> None:
+    big = b"x" * (2 << 20)
+    raw = frame(1, "data", {"d": big})
+    with pytest.raises(LimitError):
+        decode_frame(raw)
+    assert decode_frame(raw, max_message_size=None, max_data_size=None) == Data(channel=1, data=big)
+    deep: Any = 1
+    for _ in range(20):
+        deep = [deep]
+    raw = frame(1, "open", {"path": "s", "meta": {"d": deep}})
+    with pytest.raises(LimitError):
+        decode_frame(raw)
+    assert decode_frame(raw, max_meta_depth=None) == Open(channel=1, path="s", meta={"d": deep})
+
+
+def test_error_messages_never_echo_the_input() -> None:
+    secret = "s3cret-token-value"
+    for raw in (
+        frame(1, secret, {}),
+        frame(1, "open", {"path": secret, "meta": {secret: float("nan")}}),
+        frame(1, "close", {"code": 1, "reason": secret}),
+    ):
+        with pytest.raises(ProtocolError) as info:
+            decode_frame(raw)
+        assert secret not in str(info.value)
+
+
+BAD_FRAMES: list[tuple[str, Any]] = [
+    ("negative channel", Data(channel=-1, data=b"x")),
+    ("channel over 2**32-1", Window(channel=2**32, n=1)),
+    ("bool channel", Window(channel=True, n=1)),
+    ("empty data", Data(channel=1, data=b"")),
+    ("str data", Data(channel=1, data=cast(Any, "x"))),
+    ("window of 0", Window(channel=1, n=0)),
+    ("close code 999", Close(channel=1, code=999, reason="")),
+    ("bool close code", Close(channel=1, code=True, reason="")),
+    ("NaN in meta", Open(channel=1, path="s", meta={"x": float("nan")})),
+    ("tuple in meta", Open(channel=1, path="s", meta={"x": (1, 2)})),
+    ("int key in meta", Open(channel=1, path="s", meta=cast(Any, {1: 2}))),
+    ("lone surrogate in path", Open(channel=1, path="\ud800", meta={})),
+    ("int over 64 bits in hello", Hello(payload={"x": 2**64})),
+    ("hello payload not a map", Hello(payload=cast(Any, []))),
+    ("not a frame", object()),
+]
+
+
+@pytest.mark.parametrize(("name", "bad"), BAD_FRAMES, ids=[case[0] for case in BAD_FRAMES])
+def test_encoding_an_invalid_frame_is_a_local_error(name: str, bad: Any) -> None:
+    with pytest.raises(LocalProtocolError):
+        encode_frame(bad)
+
+
+def test_close_code_enum_encodes_as_a_plain_int() -> None:
+    raw = encode_frame(Close(channel=1, code=CloseCode.REVOKED, reason="links revoked"))
+    decoded = decode_frame(raw)
+    assert decoded == Close(channel=1, code=4008, reason="links revoked")
+    assert isinstance(decoded, Close)
+    assert type(decoded.code) is int

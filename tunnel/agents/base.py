@@ -1,0 +1,139 @@
+"""The shared agent session: what every surface (browser, `tunnel attach`, host console) drives.
+
+One `AgentSession` exists per hosted conversation. Drivers and the host console call it; viewers
+only read the log it writes. Requests that are refused raise `SessionError` with one of the error
+codes of docs/application.md, and nothing is recorded for them.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import anyio
+import anyio.abc
+
+if TYPE_CHECKING:
+    from tunnel.log import Item
+
+    from .permissions import PermissionBroker
+    from .recorder import Recorder
+
+AgentKind = Literal["chat", "terminal"]
+ErrorCode = Literal[
+    "forbidden",
+    "bad_request",
+    "unknown_request",
+    "already_answered",
+    "not_supported",
+    "agent_unavailable",
+]
+
+MAX_PROMPT_CHARS = 100_000
+"""A prompt longer than this is refused as `bad_request`: it would bloat every subscriber."""
+
+MAX_NAME_CHARS = 256
+"""Longest `by` name accepted (the log's limit for `created_by`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentInfo:
+    """What a teammate learns about the agent in the channel's `ready` message."""
+
+    name: str
+    """Display name: `demo`, or the command's program name for acp/pty agents."""
+    kind: AgentKind
+    """`chat` (items are messages, tool calls, permissions) or `terminal` (raw terminal output)."""
+
+
+class SessionError(Exception):
+    """A request to the session was refused; nothing was recorded and nothing happened.
+
+    The fault is the caller's (a bad or late request) or the agent's (`agent_unavailable`);
+    `code` is sent back to the teammate as the `error` message's code.
+    """
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+
+
+class AgentSession(abc.ABC):
+    """One shared agent session; every driver and the host console use the same instance.
+
+    `run()` owns the agent (subprocess, pseudo-terminal, ...) and must be running, inside the
+    host's task group, for requests to be served. The log is the only record of the conversation:
+    the session keeps nothing but in-flight state (queued prompts, open permission requests).
+    """
+
+    info: AgentInfo
+    conversation_id: str
+
+    def __init__(
+        self,
+        *,
+        info: AgentInfo,
+        conversation_id: str,
+        recorder: Recorder,
+        permissions: PermissionBroker,
+    ) -> None:
+        self.info = info
+        self.conversation_id = conversation_id
+        self._recorder = recorder
+        self._permissions = permissions
+
+    @abc.abstractmethod
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Start the agent, report started, serve requests until cancelled, then clean up."""
+
+    @abc.abstractmethod
+    async def prompt(self, text: str, *, by: str) -> None:
+        """Record `text` as a user `message` from `by` at once, then hand it to the agent."""
+
+    @abc.abstractmethod
+    async def cancel(self, *, by: str) -> None:
+        """Stop what the agent is doing now (a no-op when it is idle)."""
+
+    async def answer_permission(self, request_id: str, option_id: str, *, by: str) -> None:
+        """Answer an open permission request; the first answer wins.
+
+        Raises `SessionError("already_answered")` for a request someone already answered and
+        `SessionError("unknown_request")` for an unknown request or option.
+        """
+        check_by(by)
+        await self._permissions.answer(request_id, option_id, by=by)
+
+    async def input(self, data: bytes, *, by: str) -> None:
+        """Type `data` into the agent's terminal (terminal agents only)."""
+        raise SessionError("not_supported", f"{self.info.name} is a chat agent: it has no terminal")
+
+    async def resize(self, cols: int, rows: int, *, by: str) -> None:
+        """Resize the agent's terminal (terminal agents only)."""
+        raise SessionError("not_supported", f"{self.info.name} is a chat agent: it has no terminal")
+
+    def pending_permissions(self) -> list[Item]:
+        """The `permission_request` items still waiting for an answer, oldest first."""
+        return self._permissions.pending()
+
+
+def check_by(by: str) -> None:
+    """Refuse a request whose author could not be recorded (`bad_request`)."""
+    if not isinstance(by, str) or not by or len(by) > MAX_NAME_CHARS:
+        raise SessionError(
+            "bad_request", f"the sender's name must be 1 to {MAX_NAME_CHARS} characters"
+        )
+
+
+def check_prompt(text: str, by: str) -> None:
+    """Refuse a prompt no agent should receive (`bad_request`)."""
+    check_by(by)
+    if not text.strip():
+        raise SessionError("bad_request", "the prompt is empty")
+    if len(text) > MAX_PROMPT_CHARS:
+        raise SessionError(
+            "bad_request", f"the prompt is longer than {MAX_PROMPT_CHARS} characters"
+        )

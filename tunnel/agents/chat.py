@@ -1,0 +1,139 @@
+"""Turn-taking for chat agents: prompts from every driver run one at a time, in order.
+
+A prompt is recorded the moment it is accepted; it then waits in a bounded queue until the turn
+before it ends. Every change of state publishes a `status` event (`running`/`idle` and how many
+prompts wait), so every surface can show "agent busy, 2 queued".
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from dataclasses import dataclass
+
+import anyio
+import anyio.abc
+
+from tunnel.log import Log
+
+from .base import AgentInfo, AgentSession, SessionError, check_by, check_prompt
+from .permissions import PermissionBroker
+from .recorder import Recorder
+
+logger = logging.getLogger("tunnel.agents.chat")
+
+MAX_QUEUED_PROMPTS = 16
+"""Prompts that may wait behind the running turn; one more is refused (`agent_unavailable`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prompt:
+    """A prompt waiting for its turn."""
+
+    text: str
+    by: str
+
+
+class ChatSession(AgentSession):
+    """Base of chat agents: owns the prompt queue, subclasses run one turn at a time."""
+
+    def __init__(self, *, info: AgentInfo, log: Log, conversation_id: str) -> None:
+        recorder = Recorder(log, conversation_id)
+        super().__init__(
+            info=info,
+            conversation_id=conversation_id,
+            recorder=recorder,
+            permissions=PermissionBroker(recorder),
+        )
+        self._send, self._receive = anyio.create_memory_object_stream[Prompt](MAX_QUEUED_PROMPTS)
+        # FIFO: the queue order is the order the prompts were stored in the log.
+        self._accept_lock = anyio.Lock()
+        self._queued = 0
+        self._busy = False
+        self._serving = False
+        self._turn_scope: anyio.CancelScope | None = None
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    async def _start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Called once before the session reports started; may start tasks in `task_group`."""
+
+    @abc.abstractmethod
+    async def _run_turn(self, prompt: Prompt) -> None:
+        """Run one prompt to the end of the agent's turn."""
+
+    async def _cancel_turn(self, *, by: str) -> None:
+        """Stop the running turn; the default cancels it outright."""
+        await self._permissions.cancel_all(by=by)
+        if self._turn_scope is not None:
+            self._turn_scope.cancel()
+
+    # -- the session API -----------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with anyio.create_task_group() as tg:
+            await self._start(tg)
+            self._serving = True
+            try:
+                task_status.started()
+                await self._serve()
+            finally:
+                self._serving = False
+                tg.cancel_scope.cancel()
+
+    async def prompt(self, text: str, *, by: str) -> None:
+        check_prompt(text, by)
+        if not self._serving:
+            raise SessionError("agent_unavailable", "the agent session is not running")
+        if self._queued >= MAX_QUEUED_PROMPTS:
+            raise SessionError(
+                "agent_unavailable",
+                f"{MAX_QUEUED_PROMPTS} prompts are already waiting; try again when one has run",
+            )
+        # Reserved before the first await, so racing prompts cannot overfill the queue.
+        self._queued += 1
+        try:
+            async with self._accept_lock:
+                await self._recorder.user_message(text, by=by)
+                self._send.send_nowait(Prompt(text=text, by=by))
+        except ValueError as exc:
+            self._queued -= 1
+            raise SessionError("bad_request", f"the prompt cannot be stored: {exc}") from None
+        except BaseException:
+            self._queued -= 1
+            raise
+        if self._busy:
+            # When idle, the turn starting now publishes the status instead.
+            await self._publish_status()
+
+    async def cancel(self, *, by: str) -> None:
+        check_by(by)
+        if not self._busy:
+            return
+        await self._recorder.session_event("cancelled", by=by)
+        await self._cancel_turn(by=by)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        async for prompt in self._receive:
+            self._queued -= 1
+            self._busy = True
+            await self._publish_status()
+            try:
+                with anyio.CancelScope() as scope:
+                    self._turn_scope = scope
+                    await self._run_turn(prompt)
+            except Exception:
+                logger.exception("a turn of %s failed", self.info.name)
+                await self._recorder.error("the turn failed on the host; see the host's log")
+            finally:
+                self._turn_scope = None
+                self._busy = False
+            await self._recorder.flush()
+            await self._publish_status()
+
+    async def _publish_status(self) -> None:
+        await self._recorder.status(running=self._busy, queued=self._queued)

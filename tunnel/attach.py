@@ -1,0 +1,213 @@
+"""`tunnel attach LINK`: a terminal teammate client.
+
+Watches the shared session and, with a drive link, prompts and answers permissions from the
+keyboard. Reconnects by itself and resubscribes after the last item it holds, so a dropped link
+shows no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TextIO
+
+import anyio
+import typer
+from rich.console import Console
+
+from tunnel.app_messages import BadRequest, Request, Subscribe, decode_host_message, encode_request
+from tunnel.client import TeammateError, connect_teammate
+from tunnel.commands import HELP, Quit, Say, parse_line
+from tunnel.conversation_view import ConversationView
+from tunnel.crypto import ShareLink
+from tunnel.lines import stdin_lines
+from tunnel.proto.codes import CloseCode
+from tunnel.render import render_event, render_item
+
+logger = logging.getLogger("tunnel.attach")
+
+# Close codes after which trying again cannot help: the link itself is wrong or was revoked.
+FINAL_CODES = frozenset(
+    {CloseCode.UNAUTHORIZED, CloseCode.REVOKED, CloseCode.DECRYPTION_FAILED, CloseCode.REFUSED}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttachSettings:
+    """Everything `tunnel attach` needs."""
+
+    link: ShareLink
+    name: str
+    reconnect: bool = True
+    max_backoff: float = 10.0
+
+
+class _Quit(Exception):
+    pass
+
+
+class Attachment:
+    """One attached terminal: prints what arrives, sends what the user types."""
+
+    def __init__(self, settings: AttachSettings, *, console: Console, stdin: TextIO) -> None:
+        self._settings = settings
+        self._console = console
+        self._stdin = stdin
+        self._view = ConversationView()
+        self._terminal = False
+        # Lines typed while disconnected wait here; bounded so a paste storm cannot grow memory.
+        self._lines_send, self._lines_receive = anyio.create_memory_object_stream[str](16)
+
+    async def run(self) -> int:
+        """Attach until the user quits or the link is refused; returns the exit code."""
+        async with anyio.create_task_group() as tg:
+            if self._settings.link.role == "drive":
+                tg.start_soon(self._read_keyboard)
+            else:
+                self._console.print("[dim]view-only link: you can watch but not drive[/dim]")
+            try:
+                code = await self._attach_forever()
+            except _Quit:
+                code = 0
+            tg.cancel_scope.cancel()
+        return code
+
+    async def _read_keyboard(self) -> None:
+        async with stdin_lines(self._stdin) as lines:
+            async for line in lines:
+                await self._lines_send.send(line)
+        await self._lines_send.send("/quit")  # end of input
+
+    async def _attach_forever(self) -> int:
+        delay = 0.5
+        while True:
+            try:
+                await self._attach_once()
+            except TeammateError as exc:
+                if exc.code in FINAL_CODES or not self._settings.reconnect:
+                    self._console.print(f"[bold red]{exc}[/bold red]")
+                    return 2
+                self._console.print(f"[yellow]{exc}; retrying in {delay:.1f}s[/yellow]")
+            except OSError as exc:
+                if not self._settings.reconnect:
+                    self._console.print(f"[bold red]cannot reach the relay: {exc}[/bold red]")
+                    return 2
+                self._console.print(f"[yellow]cannot reach the relay; retrying in {delay:.1f}s")
+            else:
+                return 0
+            await anyio.sleep(delay)
+            delay = min(delay * 2, self._settings.max_backoff)
+
+    async def _attach_once(self) -> None:
+        async with connect_teammate(self._settings.link, name=self._settings.name) as channel:
+            await channel.send(encode_request(Subscribe(after=self._view.last_seq)))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._forward_lines, channel)
+                while True:
+                    self._show(await channel.receive())
+
+    async def _forward_lines(self, channel: Any) -> None:
+        async for line in self._lines_receive:
+            command = parse_line(line, self._view.pending)
+            if command is None:
+                continue
+            if isinstance(command, Quit):
+                raise _Quit
+            if isinstance(command, Say):
+                self._console.print(f"[dim]{command.text}[/dim]")
+                continue
+            request: Request = command
+            await channel.send(encode_request(request))
+
+    def _show(self, plaintext: bytes) -> None:
+        try:
+            message = decode_host_message(plaintext)
+        except BadRequest:
+            logger.warning("dropped a malformed message from the host")
+            return
+        op = message["op"]
+        if op == "ready":
+            agent = message.get("agent")
+            self._terminal = isinstance(agent, Mapping) and agent.get("kind") == "terminal"
+            self._console.print(
+                f"[bold]attached as {message.get('name')} ({message.get('role')})[/bold]"
+                + (f" [dim]{HELP}[/dim]" if self._settings.link.role == "drive" else "")
+            )
+        elif op == "snapshot":
+            for item in message.get("items", []):
+                self._show_item(item)
+        elif op == "item":
+            self._show_item(message.get("item"))
+        elif op == "event":
+            event = message.get("event")
+            if isinstance(event, Mapping):
+                line = render_event(event)
+                if line is not None:
+                    self._console.print(line)
+        elif op == "presence":
+            members = message.get("members") or []
+            names = ", ".join(
+                f"{m.get('name')} ({m.get('role')})" for m in members if isinstance(m, Mapping)
+            )
+            self._console.print(f"[dim]attached: {names}[/dim]")
+        elif op == "error":
+            self._console.print(f"[red]refused: {message.get('message')}[/red]")
+
+    def _show_item(self, item: Any) -> None:
+        if not isinstance(item, Mapping) or not self._view.accept(item):
+            return
+        data = item.get("data")
+        if self._terminal and item.get("type") == "terminal" and isinstance(data, Mapping):
+            # Terminal output is shown raw so the program's own escapes draw the screen.
+            self._console.file.write(str(data.get("text", "")))
+            self._console.file.flush()
+            return
+        self._console.print(render_item(item))
+
+
+async def run_attach(settings: AttachSettings) -> int:
+    """The programmatic API behind `tunnel attach`; returns the process exit code."""
+    attachment = Attachment(settings, console=Console(highlight=False), stdin=sys.stdin)
+    return await attachment.run()
+
+
+def attach_command(
+    link: Annotated[
+        str | None,
+        typer.Argument(
+            envvar="TUNNEL_LINK",
+            help="The share link (or set TUNNEL_LINK, or use --link-file, to keep it out of ps).",
+            show_default=False,
+        ),
+    ] = None,
+    link_file: Annotated[
+        Path | None,
+        typer.Option(help="Read the share link from this file."),
+    ] = None,
+    name: Annotated[
+        str, typer.Option(envvar="TUNNEL_NAME", help="Your name, as the others see it.")
+    ] = getpass.getuser(),
+    reconnect: Annotated[
+        bool, typer.Option(help="Reconnect by itself when the link drops.")
+    ] = True,
+) -> None:
+    """Attach to a shared session from this terminal: watch, and drive with a drive link."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if link_file is not None:
+        link = link_file.read_text().strip()
+    if not link:
+        typer.echo(
+            "tunnel attach: give a share link (argument, TUNNEL_LINK or --link-file)", err=True
+        )
+        raise typer.Exit(2)
+    try:
+        parsed = ShareLink.parse(link)
+    except ValueError as exc:
+        typer.echo(f"tunnel attach: {exc}", err=True)
+        raise typer.Exit(2) from None
+    settings = AttachSettings(link=parsed, name=name, reconnect=reconnect)
+    raise typer.Exit(anyio.run(run_attach, settings))

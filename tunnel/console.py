@@ -1,0 +1,166 @@
+"""The host console: the live conversation, who is attached, and a prompt line for the host user.
+
+The host user is a co-driver like any teammate: typed lines go to the same shared session, and
+permission requests can be answered here. With `--approve`, each joining teammate waits until the
+host user admits them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import anyio
+from rich.console import Console
+from rich.markup import escape
+
+from tunnel.agents import AgentSession, SessionError
+from tunnel.app_messages import Cancel, PermissionAnswer, Prompt
+from tunnel.commands import HELP, Quit, Say, parse_line
+from tunnel.conversation_view import PendingPermission
+from tunnel.lines import stdin_lines
+from tunnel.log import Event, Log
+from tunnel.presence import Presence
+from tunnel.render import render_event, render_item
+
+logger = logging.getLogger("tunnel.console")
+
+# How much earlier conversation the console shows when it starts.
+HISTORY_SHOWN = 20
+# A joiner waits this long for the host user's answer, then is refused.
+APPROVAL_TIMEOUT = 120.0
+# Joiners waiting for an answer at once; more are refused at once rather than queued forever.
+MAX_WAITING_JOINERS = 8
+
+
+@dataclass(slots=True)
+class _Question:
+    who: str
+    answered: anyio.Event = field(default_factory=anyio.Event)
+    admit: bool = False
+
+
+class HostConsole:
+    """Renders the log to a terminal and turns typed lines into session requests."""
+
+    def __init__(
+        self,
+        *,
+        session: AgentSession,
+        log: Log,
+        presence: Presence,
+        host_name: str,
+        console: Console,
+        stdin: TextIO | None,
+    ) -> None:
+        self._session = session
+        self._log = log
+        self._presence = presence
+        self._host_name = host_name
+        self._console = console
+        self._stdin = stdin
+        self._questions: deque[_Question] = deque()
+        self.quit_requested = anyio.Event()
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._show_log)
+            tg.start_soon(self._show_presence)
+            if self._stdin is not None:
+                tg.start_soon(self._read_lines)
+
+    async def approve_join(self, who: str, role: str) -> bool:
+        """Ask the host user whether `who` may join; False when refused or unanswered in time."""
+        if self._stdin is None or len(self._questions) >= MAX_WAITING_JOINERS:
+            return False
+        question = _Question(who=who)
+        self._questions.append(question)
+        self._console.print(
+            f"[bold magenta]{escape(who)} wants to {'drive' if role == 'drive' else 'watch'}."
+            " Admit? [y/N][/bold magenta]"
+        )
+        try:
+            with anyio.move_on_after(APPROVAL_TIMEOUT):
+                await question.answered.wait()
+        finally:
+            if question in self._questions:
+                self._questions.remove(question)
+        return question.admit
+
+    async def _show_log(self) -> None:
+        info = await self._log.get_conversation(self._session.conversation_id)
+        after = None if info is None else max(info.last_seq - HISTORY_SHOWN, -1)
+        async with self._log.subscribe(self._session.conversation_id, after=after) as sub:
+            async for entry in sub:
+                if isinstance(entry, Event):
+                    line = render_event(entry.to_wire())
+                    if line is not None:
+                        self._console.print(line)
+                elif entry.type != "terminal":
+                    self._console.print(render_item(entry.to_wire()))
+                else:
+                    # The host's own terminal shows the program's output as it is.
+                    self._console.file.write(str(entry.data.get("text", "")))
+                    self._console.file.flush()
+
+    async def _show_presence(self) -> None:
+        seen = self._presence.version
+        while True:
+            seen = await self._presence.wait_changed(seen)
+            names = ", ".join(f"{m.name} ({m.role})" for m in self._presence.members())
+            self._console.print(f"[dim]attached: {escape(names) or 'nobody'}[/dim]")
+
+    async def _read_lines(self) -> None:
+        assert self._stdin is not None
+        # At end of input the host keeps sharing; it just stops reading.
+        async with stdin_lines(self._stdin) as lines:
+            async for line in lines:
+                await self._handle_line(line)
+
+    async def _handle_line(self, line: str) -> None:
+        if self._questions:
+            question = self._questions.popleft()
+            question.admit = line.strip().lower() in ("y", "yes")
+            question.answered.set()
+            verdict = "admitted" if question.admit else "refused"
+            self._console.print(f"[dim]{escape(question.who)} {verdict}[/dim]")
+            return
+        command = parse_line(line, self._pending())
+        if command is None:
+            return
+        try:
+            match command:
+                case Quit():
+                    self.quit_requested.set()
+                case Say(text=text):
+                    self._console.print(f"[dim]{escape(text)}[/dim]")
+                case Prompt(text=text):
+                    await self._session.prompt(text, by=self._host_name)
+                case PermissionAnswer(request_id=request_id, option_id=option_id):
+                    await self._session.answer_permission(
+                        request_id, option_id, by=self._host_name
+                    )
+                case Cancel():
+                    await self._session.cancel(by=self._host_name)
+                case _:
+                    self._console.print(f"[dim]{HELP}[/dim]")
+        except SessionError as exc:
+            self._console.print(f"[red]{escape(str(exc))}[/red]")
+
+    def _pending(self) -> dict[str, PendingPermission]:
+        pending: dict[str, PendingPermission] = {}
+        for item in self._session.pending_permissions():
+            options = item.data.get("options")
+            request_id = str(item.data.get("request_id"))
+            pending[request_id] = PendingPermission(
+                request_id=request_id,
+                title=str(item.data.get("title", "")),
+                options=tuple(
+                    (str(o.get("option_id")), str(o.get("name")), str(o.get("kind", "")))
+                    for o in (options if isinstance(options, list) else [])
+                    if isinstance(o, dict)
+                ),
+            )
+        return pending

@@ -1,0 +1,371 @@
+"""The host's dial-out loop: register with the relay, serve teammate channels, reconnect.
+
+`Host.run` (or `run_host`) dials `/v1/host`, answers the relay's challenge with its Ed25519
+signature and registers the verifiers of its share links (docs/relay.md, "Hello and admission").
+Each channel the relay opens becomes a `HostChannel` served by `handler` in the host's task group.
+When the link dies (keepalive timeout, relay restart) the host redials with capped exponential
+backoff; the links stay valid because key and secrets are the same.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidHandshake, InvalidURI
+from websockets.protocol import State
+
+from tunnel import PROTOCOL_VERSION
+from tunnel.crypto import DecryptionError, SaltGuard, ShareLink, ShareSecrets
+from tunnel.host.backoff import Backoff
+from tunnel.host.channel import (
+    INTERNAL_ERROR,
+    ChannelRefusedError,
+    HostChannel,
+    close_quietly,
+    open_host_channel,
+)
+from tunnel.host.settings import HostSettings
+from tunnel.identity import CHALLENGE_SIZE, HostIdentity
+from tunnel.link import (
+    ChannelClosedError,
+    ChannelMux,
+    Link,
+    LinkChannel,
+    LinkClosedError,
+    code_name,
+    websocket_url,
+)
+from tunnel.proto import Connection, Side
+from tunnel.proto.codes import CloseCode
+
+logger = logging.getLogger("tunnel.host")
+
+ChannelHandler = Callable[[HostChannel], Awaitable[None]]
+"""Serves one channel until it ends; runs in the host's task group."""
+
+JoinHook = Callable[[HostChannel], Awaitable[bool]]
+"""Decides whether to serve a channel (e.g. asks the user); False closes it with 4001."""
+
+FATAL_CODES = frozenset({CloseCode.UNAUTHORIZED})
+"""Relay close codes that retrying cannot fix: the relay refuses this host's key or signature."""
+
+SHUTDOWN_GRACE = 2.0
+"""Seconds to close the link cleanly (1001) when the host stops."""
+
+
+class HostRefusedError(Exception):
+    """The relay refused this host for good (bad signature, key not authorized). Not retried."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(
+            f"the relay refused this host: {code_name(code)} ({reason or 'no reason given'}). "
+            "Check that --relay is the relay's public URL and that the key is authorized."
+        )
+        self.code = code
+        self.reason = reason
+
+
+class RelayHelloError(Exception):
+    """The relay's hello is not one this host understands."""
+
+
+async def _admit_all(channel: HostChannel) -> bool:
+    return True
+
+
+class Host:
+    """One shared host: identity, share secrets, the link to the relay and its channels."""
+
+    def __init__(
+        self,
+        settings: HostSettings,
+        handler: ChannelHandler,
+        *,
+        on_join: JoinHook | None = None,
+        identity: HostIdentity | None = None,
+        secrets: ShareSecrets | None = None,
+    ) -> None:
+        self.settings = settings
+        self._handler = handler
+        self._on_join = on_join if on_join is not None else _admit_all
+        self.identity = identity or HostIdentity.load_or_create(settings.resolved_key_file)
+        self._secrets = secrets or ShareSecrets.load_or_create(settings.resolved_secrets_file)
+        # Replayed opens would reuse keys and nonces; bounded by SaltGuard's max_salts.
+        self._salts = SaltGuard()
+        self._channels: set[HostChannel] = set()
+        self._link: Link | None = None
+        self._connected = anyio.Event()
+        self._redial = anyio.Event()
+        self._task_group: TaskGroup | None = None
+
+    # -- public state -------------------------------------------------------------------------
+
+    @property
+    def host_id(self) -> str:
+        """This host's id, derived from its public key."""
+        return self.identity.host_id
+
+    @property
+    def view_link(self) -> ShareLink:
+        """The share link that lets a teammate watch."""
+        return self._secrets.link("view", self.settings.relay_url, self.host_id)
+
+    @property
+    def drive_link(self) -> ShareLink:
+        """The share link that lets a teammate watch and drive."""
+        return self._secrets.link("drive", self.settings.relay_url, self.host_id)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the host is registered with the relay right now (as far as it knows)."""
+        return self._link is not None and self._link.closed is None
+
+    @property
+    def channels(self) -> int:
+        """Channels being served right now."""
+        return len(self._channels)
+
+    async def wait_connected(self) -> None:
+        """Wait until the host has (re)registered with the relay."""
+        while not self.connected:
+            await self._connected.wait()
+
+    async def revoke(self) -> None:
+        """Invalidate both share links at once: new secrets, new verifiers, channels closed 4008.
+
+        The host re-registers on a new connection; the relay then closes (4008) every attached
+        teammate whose token no longer matches. Get the new links from `view_link`/`drive_link`.
+        """
+        self._secrets = self._secrets.rotate()
+        self._secrets.save(self.settings.resolved_secrets_file)
+        self._salts.clear()
+        for channel in list(self._channels):
+            close_quietly(channel, CloseCode.REVOKED, "share links revoked")
+        self._channels.clear()
+        logger.info("share links revoked; re-registering with new verifiers")
+        self._redial.set()
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[Host] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Stay registered until cancelled; reports `self` through task_status once registered.
+
+        Raises HostRefusedError if the relay refuses this host for good.
+        """
+        async with anyio.create_task_group() as tg:
+            self._task_group = tg
+            try:
+                refused = await self._dial_forever(tg, task_status)
+            finally:
+                with anyio.move_on_after(SHUTDOWN_GRACE, shield=True):
+                    await self._shutdown()
+                tg.cancel_scope.cancel()
+        # Raised outside the task group, so callers see it as is, not in an ExceptionGroup.
+        raise refused
+
+    async def _dial_forever(
+        self, tg: TaskGroup, task_status: TaskStatus[Host]
+    ) -> HostRefusedError:
+        backoff = Backoff(initial=self.settings.backoff_initial, maximum=self.settings.backoff_max)
+        started = False
+        while True:
+            self._redial = anyio.Event()
+            try:
+                link = await tg.start(self._serve_link)
+            except (OSError, InvalidHandshake, InvalidURI, LinkClosedError, RelayHelloError) as exc:
+                if isinstance(exc, LinkClosedError) and exc.code in FATAL_CODES:
+                    return HostRefusedError(exc.code, exc.reason)
+                delay = backoff.next_delay()
+                logger.warning(
+                    "cannot register with the relay (%s); retrying in %.1fs", _describe(exc), delay
+                )
+                await anyio.sleep(delay)
+                continue
+            if not started:
+                started = True
+                task_status.started(self)
+            closed = await self._wait_link(link, backoff)
+            if closed is None:
+                continue  # redial requested: the new link replaces this one
+            if closed.code in FATAL_CODES:
+                return HostRefusedError(closed.code, closed.reason)
+            delay = backoff.next_delay()
+            logger.warning(
+                "link to the relay closed (%s); reconnecting in %.1fs", _describe(closed), delay
+            )
+            with anyio.move_on_after(delay):
+                await self._redial.wait()
+
+    async def _wait_link(self, link: Link, backoff: Backoff) -> LinkClosedError | None:
+        """Wait until `link` closes (return why) or a redial is requested (return None)."""
+        result: list[LinkClosedError | None] = []
+        async with anyio.create_task_group() as tg:
+
+            async def closed() -> None:
+                result.append(await link.wait_closed())
+                tg.cancel_scope.cancel()
+
+            async def redial() -> None:
+                await self._redial.wait()
+                result.append(None)
+                tg.cancel_scope.cancel()
+
+            async def stable() -> None:
+                await anyio.sleep(self.settings.stable_after)
+                backoff.reset()
+
+            tg.start_soon(closed)
+            tg.start_soon(redial)
+            tg.start_soon(stable)
+        return result[0] if result else None
+
+    async def _shutdown(self) -> None:
+        link = self._link
+        if link is None or link.websocket.state is State.CLOSED:
+            return
+        for channel in list(self._channels):
+            close_quietly(channel, CloseCode.GOING_AWAY, "host stopped")
+        # The link's own tasks are being cancelled with ours: close the socket directly.
+        await link.websocket.close(CloseCode.GOING_AWAY, "host stopped")
+
+    async def _serve_link(self, *, task_status: TaskStatus[Link]) -> None:
+        """Dial, hello, then serve channels until the link closes. Started once registered."""
+        url = websocket_url(self.settings.relay_url, "/v1/host")
+        websocket = await connect(
+            url,
+            open_timeout=self.settings.open_timeout,
+            ping_interval=self.settings.ping_interval,
+            ping_timeout=self.settings.ping_timeout,
+            max_size=self.settings.limits.max_message_size,
+            compression=None,
+            close_timeout=SHUTDOWN_GRACE,
+        )
+        link = Link(websocket, Connection(Side.DIALER, limits=self.settings.limits), label="relay")
+        mux = ChannelMux(link, backlog=64)
+        previous = self._link
+        failed: LinkClosedError | RelayHelloError | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def run_link() -> None:
+                closed = await link.run(mux.on_event)
+                mux.link_closed(closed)
+
+            tg.start_soon(run_link)
+            try:
+                with anyio.fail_after(self.settings.hello_timeout):
+                    relay_hello = await mux.wait_hello()
+                link.connection.send_hello(self._hello(relay_hello))
+            except TimeoutError:
+                failed = LinkClosedError(CloseCode.PROTOCOL_ERROR, "no relay hello", by_peer=False)
+            except (LinkClosedError, RelayHelloError) as exc:
+                failed = exc
+            if failed is not None:
+                # Errors leave through `failed`, outside the task group, so tg.start() sees them.
+                await link.aclose(CloseCode.PROTOCOL_ERROR, "hello failed")
+                tg.cancel_scope.cancel()
+            else:
+                link.flush()
+                self._link = link
+                self._connected.set()
+                self._connected = anyio.Event()
+                logger.info("registered with %s as %s", self.settings.relay_url, self.host_id)
+                if previous is not None and previous.closed is None:
+                    # The relay replaces the previous connection itself (so its teammates see
+                    # the new verifiers, not "host gone"); drop it only if the relay does not.
+                    tg.start_soon(_close_later, previous)
+                task_status.started(link)
+                await self._accept_loop(mux)
+        if failed is not None:
+            raise failed
+
+    def _hello(self, relay_hello: dict[str, Any]) -> dict[str, Any]:
+        challenge = relay_hello.get("challenge")
+        if relay_hello.get("role") != "relay" or relay_hello.get("version") != PROTOCOL_VERSION:
+            raise RelayHelloError("the relay speaks another protocol version")
+        if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_SIZE:
+            raise RelayHelloError("the relay's challenge is malformed")
+        return {
+            "role": "host",
+            "version": PROTOCOL_VERSION,
+            "pubkey": self.identity.public_key,
+            "sig": self.identity.sign_hello(challenge, self.settings.relay_url),
+            "capabilities": list(self.settings.capabilities),
+            "verifiers": self._secrets.verifiers(self.host_id),
+        }
+
+    async def _accept_loop(self, mux: ChannelMux) -> None:
+        assert self._task_group is not None
+        while True:
+            try:
+                link_channel = await mux.accept()
+            except LinkClosedError:
+                return
+            self._task_group.start_soon(self._serve_channel, link_channel)
+
+    async def _serve_channel(self, link_channel: LinkChannel) -> None:
+        try:
+            channel = open_host_channel(
+                link_channel,
+                secret_of=self._secrets.secret_for,
+                host_id=self.host_id,
+                paths=self.settings.paths,
+                guard=self._salts,
+                limits=self.settings.limits,
+                on_close=self._channels.discard,
+            )
+        except ChannelRefusedError as refused:
+            logger.info("refused a channel: %d %s", refused.code, refused)
+            link_channel.close_soon(refused.code, str(refused))
+            return
+        self._channels.add(channel)
+        try:
+            if not await self._on_join(channel):
+                close_quietly(channel, CloseCode.REFUSED, "the host declined")
+                return
+            await self._handler(channel)
+        except ChannelClosedError:
+            pass
+        except DecryptionError:
+            # Already closed with 4003 by HostChannel.receive; one line, no details.
+            logger.info("closed a %s channel: %d decryption failed", channel.role,
+                        CloseCode.DECRYPTION_FAILED)
+        except Exception:
+            logger.exception("channel handler failed")
+            close_quietly(channel, INTERNAL_ERROR, "host error")
+        finally:
+            self._channels.discard(channel)
+            close_quietly(channel, CloseCode.NORMAL, "")
+
+
+async def _close_later(link: Link) -> None:
+    with anyio.move_on_after(5):
+        await link.wait_closed()
+        return
+    link.close_soon(CloseCode.GOING_AWAY, "replaced")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, LinkClosedError):
+        return f"{code_name(exc.code)}{': ' + exc.reason if exc.reason else ''}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def run_host(
+    settings: HostSettings,
+    handler: ChannelHandler,
+    *,
+    on_join: JoinHook | None = None,
+    task_status: TaskStatus[Host] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a host until cancelled; `task_status.started(host)` once it is registered.
+
+    `handler(channel)` serves each teammate channel. The `Host` passed to task_status gives the
+    share links (`host.view_link`, `host.drive_link`) and `host.revoke()`.
+    """
+    host = Host(settings, handler, on_join=on_join)
+    await host.run(task_status=task_status)

@@ -1,0 +1,79 @@
+"""The host's configuration: one frozen object built by `tunnel host` or by any caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tunnel.crypto import default_secrets_path
+from tunnel.identity import default_key_path
+from tunnel.link.urls import http_base_url
+from tunnel.proto import Limits
+
+DEFAULT_HOST_LIMITS = Limits(max_channels=1024)
+"""The relay opens every channel of a host link, one per attached teammate channel: allow more
+than the relay's own default per-link limit, so the relay's limit is the one that bites."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostSettings:
+    """Everything `run_host` needs. Every limit is a named field; `None` turns it off."""
+
+    relay_url: str
+    """The relay's base URL (https://relay.example or wss://...; normalized to http(s))."""
+
+    key_file: Path | None = None
+    """The host's Ed25519 key; default `tunnel.identity.default_key_path()`. Created if missing."""
+
+    secrets_file: Path | None = None
+    """The share secrets; default next to the key file. Created if missing."""
+
+    name: str = "host"
+    """The host's display name (shown to teammates by the application)."""
+
+    capabilities: tuple[str, ...] = ()
+    """What the host announces in its hello (opaque to the relay)."""
+
+    paths: frozenset[str] = frozenset({"session"})
+    """Channel paths the host serves; an open for any other path is refused with 4001."""
+
+    ping_interval: float | None = 20.0
+    """Seconds between keepalive pings; a dead link is noticed within interval + timeout."""
+
+    ping_timeout: float | None = 20.0
+    """Seconds to wait for a pong before the link is considered dead."""
+
+    open_timeout: float = 10.0
+    """Seconds for the TCP, TLS and WebSocket handshakes."""
+
+    hello_timeout: float = 10.0
+    """Seconds to wait for the relay's hello."""
+
+    backoff_initial: float = 0.5
+    """Upper bound of the first reconnect delay, in seconds."""
+
+    backoff_max: float = 30.0
+    """Cap of the reconnect delay, in seconds."""
+
+    stable_after: float = 10.0
+    """A link that stayed up this long resets the backoff."""
+
+    limits: Limits = field(default_factory=lambda: DEFAULT_HOST_LIMITS)
+    """Link protocol limits enforced on what the relay sends."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "relay_url", http_base_url(self.relay_url))
+
+    @property
+    def resolved_key_file(self) -> Path:
+        """The key file actually used."""
+        return self.key_file if self.key_file is not None else default_key_path()
+
+    @property
+    def resolved_secrets_file(self) -> Path:
+        """The share secrets file actually used: next to the key file."""
+        if self.secrets_file is not None:
+            return self.secrets_file
+        if self.key_file is None:
+            return default_secrets_path()
+        return self.key_file.with_name(self.key_file.name + ".secrets")

@@ -1,0 +1,268 @@
+"""Channel objects for the ends of a link (host and teammate): `ChannelMux` and `LinkChannel`.
+
+The relay forwards protocol events itself; the endpoints want one object per channel with an
+awaitable `send` that waits for window and a `receive` that acknowledges what it hands out, which
+is what grants the peer more window (docs/protocol.md, "Flow control").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from typing import Any
+
+import anyio
+
+from tunnel.link.core import Link
+from tunnel.link.errors import ChannelClosedError, LinkClosedError
+from tunnel.proto import (
+    ChannelClosed,
+    ChannelNotOpenError,
+    ChannelOpened,
+    DataReceived,
+    Event,
+    HelloReceived,
+    LocalProtocolError,
+    WindowUpdated,
+)
+from tunnel.proto.codes import CloseCode
+
+
+class _Signal:
+    """Wakes every task waiting right now; later waiters wait for the next notify()."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+class LinkChannel:
+    """One channel of a link, as seen by an endpoint. Each message is one `data` frame."""
+
+    def __init__(self, mux: ChannelMux, channel: int, path: str, meta: dict[str, Any]) -> None:
+        self._mux = mux
+        self.id = channel
+        """The channel id on this link."""
+        self.path = path
+        """What the channel is for (the `open` path)."""
+        self.meta = meta
+        """The `open` meta, as the opener sent it (or as the relay forwarded it)."""
+        # Bounded by the receive window: the protocol object fails the link (4004) before a peer
+        # can make it hold more than `initial_window` bytes not yet acknowledged.
+        self._inbox: deque[bytes] = deque()
+        self._readable = _Signal()
+        self._writable = _Signal()
+        # Keeps messages in the order their senders called send(), which end-to-end encryption
+        # needs (the nonce is a counter).
+        self._send_lock = anyio.Lock()
+        self._closed: ChannelClosedError | None = None
+
+    @property
+    def closed(self) -> ChannelClosedError | None:
+        """Why the channel closed, or None while it is open."""
+        return self._closed
+
+    async def send(self, message: bytes) -> None:
+        """Send one message, waiting for send window first. Raises ChannelClosedError."""
+        async with self._send_lock:
+            while True:
+                if self._closed is not None:
+                    raise self._closed
+                try:
+                    sent = self._mux.link.connection.send_data(self.id, message)
+                except ChannelNotOpenError:
+                    self._mark_closed(CloseCode.NORMAL, "closed", by_peer=True)
+                    continue
+                except LocalProtocolError:
+                    failure = self._mux.link.connection.failure
+                    if failure is None:
+                        raise
+                    self._mark_closed(failure.code, "link failed", by_peer=False)
+                    continue
+                if sent:
+                    self._mux.link.flush()
+                    return
+                await self._writable.wait()
+
+    async def receive(self) -> bytes:
+        """Return the next message; raise ChannelClosedError once closed and drained.
+
+        Messages that arrived before the close are still returned first.
+        """
+        while not self._inbox:
+            if self._closed is not None:
+                raise self._closed
+            await self._readable.wait()
+        message = self._inbox.popleft()
+        if self._closed is None:
+            try:
+                self._mux.link.connection.acknowledge(self.id, len(message))
+            except LocalProtocolError:
+                pass  # the link failed meanwhile; the close reaches us through the mux
+            else:
+                self._mux.link.flush()
+        return message
+
+    def receive_nowait(self) -> bytes | None:
+        """Return the next message if one is buffered, else None (raises once closed, drained)."""
+        if not self._inbox:
+            if self._closed is not None:
+                raise self._closed
+            return None
+        message = self._inbox.popleft()
+        if self._closed is None:
+            try:
+                self._mux.link.connection.acknowledge(self.id, len(message))
+            except LocalProtocolError:
+                pass
+            else:
+                self._mux.link.flush()
+        return message
+
+    def close_soon(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        """Close the channel now (the `close` frame is sent by the link's writer)."""
+        if self._closed is not None:
+            return
+        # LocalProtocolError: the link failed; the channel is closed either way.
+        with contextlib.suppress(LocalProtocolError):
+            self._mux.link.connection.close_channel(self.id, code, reason)
+        self._mark_closed(code, reason, by_peer=False)
+        self._mux.link.flush()
+
+    async def aclose(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        """Close the channel. Messages already buffered here are dropped."""
+        self.close_soon(code, reason)
+        self._inbox.clear()
+        await anyio.lowlevel.checkpoint()
+
+    # -- called by the mux ------------------------------------------------------------------
+
+    def _deliver(self, data: bytes) -> None:
+        self._inbox.append(data)
+        self._readable.notify()
+
+    def _window(self) -> None:
+        self._writable.notify()
+
+    def _mark_closed(self, code: int, reason: str, *, by_peer: bool) -> None:
+        if self._closed is None:
+            self._closed = ChannelClosedError(code, reason, by_peer=by_peer)
+            self._mux._forget(self.id)
+        self._readable.notify()
+        self._writable.notify()
+
+
+class ChannelMux:
+    """Turns a link's events into `LinkChannel` objects; pass `on_event` to `Link.run`."""
+
+    def __init__(self, link: Link, *, backlog: int = 64) -> None:
+        self.link = link
+        """The link this mux serves."""
+        self.hello: dict[str, Any] | None = None
+        """The peer's hello payload, once received."""
+        self._hello_received = anyio.Event()
+        self._channels: dict[int, LinkChannel] = {}
+        # Bounded by `backlog`: an open beyond it is refused with LIMIT_REACHED, not queued.
+        self._incoming_send, self._incoming = anyio.create_memory_object_stream[LinkChannel](
+            backlog
+        )
+
+    def on_event(self, event: Event) -> None:
+        """Dispatch one protocol event (the `Link.run` callback)."""
+        if isinstance(event, DataReceived):
+            found = self._channels.get(event.channel)
+            if found is not None:
+                found._deliver(event.data)
+        elif isinstance(event, WindowUpdated):
+            found = self._channels.get(event.channel)
+            if found is not None:
+                found._window()
+        elif isinstance(event, ChannelOpened):
+            self._opened(event)
+        elif isinstance(event, ChannelClosed):
+            found = self._channels.get(event.channel)
+            if found is not None:
+                found._mark_closed(event.code, event.reason, by_peer=True)
+        elif isinstance(event, HelloReceived):
+            self.hello = event.payload
+            self._hello_received.set()
+
+    def _opened(self, event: ChannelOpened) -> None:
+        channel = LinkChannel(self, event.channel, event.path, event.meta)
+        self._channels[event.channel] = channel
+        try:
+            self._incoming_send.send_nowait(channel)
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            channel.close_soon(CloseCode.LIMIT_REACHED, "too many channels waiting")
+
+    def _forget(self, channel: int) -> None:
+        self._channels.pop(channel, None)
+
+    async def wait_hello(self) -> dict[str, Any]:
+        """Wait for the peer's hello; raise LinkClosedError if the link closes first."""
+        async with anyio.create_task_group() as tg:
+
+            async def watch_close() -> None:
+                await self.link.wait_closed()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch_close)
+            await self._hello_received.wait()
+            tg.cancel_scope.cancel()
+        if self.hello is None:
+            closed = self.link.closed
+            assert closed is not None
+            raise closed
+        return self.hello
+
+    def open_channel(self, path: str, meta: dict[str, Any]) -> LinkChannel:
+        """Open a channel to the peer. Raises LinkClosedError if the link is closed."""
+        if self.link.closed is not None:
+            raise self.link.closed
+        try:
+            channel_id = self.link.connection.open_channel(path, meta)
+        except LocalProtocolError:
+            if self.link.connection.failure is not None or self.link.closing:
+                raise LinkClosedError(
+                    self.link.connection.failure.code
+                    if self.link.connection.failure is not None
+                    else CloseCode.GOING_AWAY,
+                    "link is closing",
+                    by_peer=False,
+                ) from None
+            raise
+        channel = LinkChannel(self, channel_id, path, meta)
+        self._channels[channel_id] = channel
+        self.link.flush()
+        return channel
+
+    async def accept(self) -> LinkChannel:
+        """Return the next channel the peer opened; raise LinkClosedError once the link closed."""
+        try:
+            return await self._incoming.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            closed = self.link.closed
+            raise closed if closed is not None else LinkClosedError(
+                CloseCode.GOING_AWAY, "", by_peer=False
+            ) from None
+
+    def link_closed(self, closed: LinkClosedError) -> None:
+        """Close every channel with the link's code; call once `Link.run` returned."""
+        for channel in list(self._channels.values()):
+            channel._mark_closed(closed.code, closed.reason, by_peer=closed.by_peer)
+        self._channels.clear()
+        self._incoming_send.close()
+
+    def link_failed(self) -> None:
+        """The protocol object failed while we used it: close the link with its code."""
+        failure = self.link.connection.failure
+        if failure is not None:
+            self.link.close_soon(failure.code, str(failure))

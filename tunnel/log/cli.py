@@ -1,0 +1,222 @@
+"""`tunnel log ...`: list, show, export and import the conversations in a log database."""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, NoReturn, TypeVar
+
+import anyio
+import typer
+
+from tunnel.log.errors import StoreError
+from tunnel.log.item import Item, format_time
+from tunnel.log.ndjson import ImportRejectedError, export_conversation, import_ndjson
+from tunnel.log.paths import DB_ENV_VAR, default_db_path
+from tunnel.log.sqlite import SQLiteStore
+
+__all__ = ["ExitCode", "default_db_path", "log_app"]
+
+T = TypeVar("T")
+
+
+class ExitCode(enum.IntEnum):
+    """Exit statuses of `tunnel log` (2 is the command line's own usage error)."""
+
+    OK = 0
+    REJECTED = 1
+    """The import file was refused; nothing was written."""
+    NOT_FOUND = 3
+    """No such conversation (or no database at all)."""
+    STORE_FAILED = 4
+    """The database could not be opened or read (not a log, newer schema, disk error)."""
+
+
+log_app = typer.Typer(
+    name="log",
+    help="Inspect, export and import the conversation log.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+DbOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--db",
+        envvar=DB_ENV_VAR,
+        help="The log database.",
+        show_default="<user data dir>/agent-tunnel/log.db",
+        dir_okay=False,
+    ),
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShowSettings:
+    """What `tunnel log show` prints."""
+
+    db: Path
+    conversation_id: str
+    after: int | None
+    types: tuple[str, ...] | None
+    limit: int
+
+
+@log_app.command("list")
+def list_command(db: DbOption = None) -> None:
+    """List the conversations, most recently updated first."""
+    path = db or default_db_path()
+    if not path.exists():
+        typer.echo(f"no log database at {path} yet", err=True)
+        return
+    infos = _run(path, lambda store: store.list_conversations())
+    if not infos:
+        typer.echo("no conversations", err=True)
+        return
+    width = max(len("CONVERSATION"), *(len(info.conversation_id) for info in infos))
+    typer.echo(f"{'CONVERSATION':<{width}}  {'ITEMS':>7}  UPDATED")
+    for info in infos:
+        updated = format_time(info.updated_at) if info.updated_at else "-"
+        typer.echo(f"{_clean(info.conversation_id):<{width}}  {info.item_count:>7}  {updated}")
+
+
+@log_app.command("show")
+def show_command(
+    conversation_id: Annotated[str, typer.Argument(help="The conversation to show.")],
+    after: Annotated[
+        int | None, typer.Option(help="Show only items with a seq above this.", min=-1)
+    ] = None,
+    type_: Annotated[
+        list[str] | None,
+        typer.Option("--type", help="Show only items of this type (repeat for several)."),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many items.", min=0)] = 100,
+    db: DbOption = None,
+) -> None:
+    """Print a conversation's items, oldest first."""
+    settings = ShowSettings(
+        db=db or default_db_path(),
+        conversation_id=conversation_id,
+        after=after,
+        types=tuple(type_) if type_ else None,
+        limit=limit,
+    )
+    for item in show(settings):
+        typer.echo(render_item(item))
+
+
+def show(settings: ShowSettings) -> list[Item]:
+    """The items `tunnel log show` prints (exits with NOT_FOUND for an unknown conversation)."""
+    _require_db(settings.db)
+
+    async def read(store: SQLiteStore) -> list[Item]:
+        if await store.get_conversation(settings.conversation_id) is None:
+            _fail(ExitCode.NOT_FOUND, f"no conversation {settings.conversation_id!r}")
+        return await store.query(
+            settings.conversation_id,
+            after=settings.after,
+            limit=settings.limit,
+            types=settings.types,
+        )
+
+    return _run(settings.db, read)
+
+
+@log_app.command("export")
+def export_command(
+    conversation_id: Annotated[str, typer.Argument(help="The conversation to export.")],
+    db: DbOption = None,
+) -> None:
+    """Write a conversation to standard output as NDJSON, one item per line."""
+    path = db or default_db_path()
+    _require_db(path)
+    out = typer.get_binary_stream("stdout")
+
+    async def export(store: SQLiteStore) -> int:
+        if await store.get_conversation(conversation_id) is None:
+            _fail(ExitCode.NOT_FOUND, f"no conversation {conversation_id!r}")
+        return await export_conversation(store, conversation_id, out)
+
+    count = _run(path, export)
+    typer.echo(f"exported {count} items of {conversation_id}", err=True)
+
+
+@log_app.command("import")
+def import_command(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="An NDJSON file made by `tunnel log export`.", exists=True, dir_okay=False
+        ),
+    ],
+    db: DbOption = None,
+) -> None:
+    """Add the items of an NDJSON file; the whole file is checked first, then written at once.
+
+    Each conversation in the file must continue exactly where the database stops (a new one at
+    seq 0). On any problem nothing is written and the exit status is 1.
+    """
+    path = db or default_db_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        summary = _run(path, lambda store: import_ndjson(store, file))
+    except ImportRejectedError as exc:
+        typer.echo(f"{file}: not imported, nothing was written:", err=True)
+        for problem in exc.problems:
+            typer.echo(f"  {_clean(str(problem))}", err=True)
+        raise typer.Exit(ExitCode.REJECTED) from None
+    except OSError as exc:
+        _fail(ExitCode.REJECTED, f"cannot read {file}: {exc.strerror or exc}")
+    typer.echo(
+        f"imported {summary.items} items in {len(summary.conversations)} conversation(s) "
+        f"into {path}",
+        err=True,
+    )
+
+
+def render_item(item: Item) -> str:
+    """Two or more lines for a person: a header, then the text (or the data as JSON)."""
+    status = f" [{item.status}]" if item.status else ""
+    header = (
+        f"#{item.seq}  {format_time(item.created_at)}  {_clean(item.created_by)}  "
+        f"{_clean(item.type)}{_clean(status)}"
+    )
+    text = item.data.get("text")
+    body = text if isinstance(text, str) else json.dumps(item.data, ensure_ascii=False)
+    return header + "\n" + "\n".join("    " + _clean(line) for line in body.splitlines() or [""])
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _clean(text: str) -> str:
+    # Stored text may hold terminal escapes; printed raw they would drive the reader's terminal.
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _require_db(path: Path) -> None:
+    if not path.exists():
+        _fail(ExitCode.NOT_FOUND, f"no log database at {path}")
+
+
+def _run(path: Path, work: Callable[[SQLiteStore], Awaitable[T]]) -> T:
+    async def main() -> T:
+        store = await SQLiteStore.open(path)
+        try:
+            return await work(store)
+        finally:
+            await store.aclose()
+
+    try:
+        return anyio.run(main)
+    except StoreError as exc:
+        _fail(ExitCode.STORE_FAILED, str(exc))
+
+
+def _fail(code: ExitCode, message: str) -> NoReturn:
+    typer.echo(f"error: {_clean(message)}", err=True)
+    raise typer.Exit(code)

@@ -1,0 +1,43 @@
+"""The conversation log's exceptions.
+
+Whose fault: `ValueError` (raised as such) means the caller passed something invalid and nothing
+was written; `SeqConflictError` is a `ValueError` too. `StoreError` means the storage itself
+failed (disk full, unreadable or foreign database): nothing of the failed call was written.
+`LogClosedError` means the owner closed the log or store while the caller still used it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LogClosedError", "LogError", "SchemaError", "SeqConflictError", "StoreError"]
+
+
+class LogError(Exception):
+    """Root of the errors the conversation log raises (besides plain `ValueError`)."""
+
+
+class LogClosedError(LogError):
+    """The log or store was closed: no further append, query or subscription is possible."""
+
+
+class StoreError(LogError):
+    """The storage failed; the operation had no effect (a transaction was rolled back)."""
+
+
+class SchemaError(StoreError):
+    """The database is not a conversation log, or was written by a newer version."""
+
+
+class SeqConflictError(LogError, ValueError):
+    """An imported item does not continue its conversation: its seq collides or leaves a gap."""
+
+    def __init__(self, item_id: str, expected_seq: int) -> None:
+        self.item_id = item_id
+        """The id of the first offending item."""
+        self.expected_seq = expected_seq
+        """The seq its conversation needed next."""
+        verb = "collides with an existing item" if self._collides() else "leaves a gap"
+        super().__init__(f"item {item_id} {verb}: its conversation continues at seq {expected_seq}")
+
+    def _collides(self) -> bool:
+        seq = int(self.item_id.rsplit(":", 1)[1])
+        return seq < self.expected_seq

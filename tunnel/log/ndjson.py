@@ -1,0 +1,209 @@
+"""Export and import conversations as NDJSON: one `Item.to_wire()` JSON object per line.
+
+Import is all or nothing. The whole file is checked first (every line parses, each conversation's
+seqs run on without a gap, and continue exactly where the database stops); only then is it
+written, in one transaction that checks the same again, so nothing is half-imported even if the
+file or the database changed in between.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import anyio
+
+from tunnel.log.errors import LogError
+from tunnel.log.item import Item
+from tunnel.log.store import Store
+
+__all__ = [
+    "ImportProblem",
+    "ImportRejectedError",
+    "ImportSummary",
+    "check_import",
+    "export_conversation",
+    "import_ndjson",
+    "item_line",
+    "read_items",
+]
+
+MAX_PROBLEMS = 20
+"""An import check stops listing problems after this many."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportProblem:
+    """One reason a file cannot be imported."""
+
+    line: int | None
+    """1-based line number in the file, None when the problem is not one line's."""
+    message: str
+    """What is wrong, naming the item id when the line had one."""
+
+    def __str__(self) -> str:
+        return self.message if self.line is None else f"line {self.line}: {self.message}"
+
+
+class ImportRejectedError(LogError, ValueError):
+    """The file cannot be imported; nothing was written."""
+
+    def __init__(self, problems: list[ImportProblem]) -> None:
+        self.problems = problems
+        """The problems found, in file order (at most `MAX_PROBLEMS`)."""
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+@dataclass(slots=True, kw_only=True)
+class _Run:
+    """The items of one conversation seen so far in the file."""
+
+    first_seq: int
+    first_line: int
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportSummary:
+    """What an import holds (after `check_import`) or wrote (after `import_ndjson`)."""
+
+    items: int
+    """Item lines in the file."""
+    conversations: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per conversation, the first and last seq in the file."""
+
+
+def item_line(item: Item) -> bytes:
+    """One NDJSON line (UTF-8, newline-terminated) for `item`."""
+    text = json.dumps(item.to_wire(), ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8") + b"\n"
+
+
+async def export_conversation(
+    store: Store, conversation_id: str, out: BinaryIO, *, page_size: int = 1000
+) -> int:
+    """Write every item of the conversation to `out`, oldest first; returns how many."""
+    count = 0
+    after = -1
+    while page := await store.query(conversation_id, after=after, limit=page_size):
+        chunk = b"".join(item_line(item) for item in page)
+        await anyio.to_thread.run_sync(out.write, chunk)
+        count += len(page)
+        after = page[-1].seq
+    await anyio.to_thread.run_sync(out.flush)
+    return count
+
+
+def read_items(path: Path) -> Iterator[tuple[int, Item]]:
+    """(line number, item) for every non-blank line; `ValueError` naming the first bad line."""
+    with path.open("rb") as file:
+        for number, raw in enumerate(file, start=1):
+            if not raw.strip():
+                continue
+            try:
+                item = _parse_line(raw)
+            except ValueError as exc:
+                raise ValueError(f"line {number}: {exc}") from None
+            yield number, item
+
+
+def _parse_line(raw: bytes) -> Item:
+    try:
+        wire = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    try:
+        return Item.from_wire(wire)
+    except ValueError as exc:
+        hint = wire.get("id") if isinstance(wire, dict) else None
+        where = f"item {hint}: " if isinstance(hint, str) else ""
+        raise ValueError(f"{where}{exc}") from None
+
+
+def _scan(path: Path) -> tuple[ImportSummary, dict[str, _Run], list[ImportProblem]]:
+    """Read the whole file: parse every line and check each conversation's seqs run on."""
+    problems: list[ImportProblem] = []
+    runs: dict[str, _Run] = {}
+    count = 0
+    with path.open("rb") as file:
+        for number, raw in enumerate(file, start=1):
+            if len(problems) >= MAX_PROBLEMS:
+                break
+            if not raw.strip():
+                continue
+            try:
+                item = _parse_line(raw)
+            except ValueError as exc:
+                problems.append(ImportProblem(line=number, message=str(exc)))
+                continue
+            count += 1
+            run = runs.get(item.conversation_id)
+            if run is None:
+                runs[item.conversation_id] = _Run(
+                    first_seq=item.seq, first_line=number, last_seq=item.seq
+                )
+                continue
+            if item.seq != run.last_seq + 1:
+                what = "repeats or goes back" if item.seq <= run.last_seq else "leaves a gap"
+                problems.append(
+                    ImportProblem(
+                        line=number,
+                        message=f"item {item.id} {what}: after seq {run.last_seq} of "
+                        f"{item.conversation_id} the file must continue at {run.last_seq + 1}",
+                    )
+                )
+            run.last_seq = max(run.last_seq, item.seq)
+    summary = ImportSummary(
+        items=count,
+        conversations={cid: (run.first_seq, run.last_seq) for cid, run in runs.items()},
+    )
+    return summary, runs, problems
+
+
+async def check_import(store: Store, path: Path) -> ImportSummary:
+    """Check that `path` can be imported into `store` as it is now.
+
+    Raises `ImportRejectedError` listing the problems (`OSError` if the file cannot be read).
+    """
+    summary, runs, problems = await anyio.to_thread.run_sync(_scan, path)
+    for cid, run in runs.items():
+        info = await store.get_conversation(cid)
+        head = -1 if info is None else info.last_seq
+        if run.first_seq == head + 1:
+            continue
+        item_id = f"{cid}:{run.first_seq}"
+        if run.first_seq <= head:
+            message = (
+                f"item {item_id} collides with an existing item: the database already holds "
+                f"{cid} up to seq {head}"
+            )
+        else:
+            message = (
+                f"item {item_id} leaves a gap: the database holds {cid} up to seq {head}, "
+                f"so the file must start at seq {head + 1}"
+            )
+        problems.append(ImportProblem(line=run.first_line, message=message))
+    if problems:
+        problems.sort(key=lambda p: p.line or 0)
+        raise ImportRejectedError(problems[:MAX_PROBLEMS])
+    return summary
+
+
+async def import_ndjson(store: Store, path: Path) -> ImportSummary:
+    """Check `path` (see `check_import`), then store every item in one transaction."""
+    summary = await check_import(store, path)
+    try:
+        written = await store.extend(item for _, item in read_items(path))
+    except ValueError as exc:
+        # The database (SeqConflictError) or the file changed since the check: the
+        # transaction was rolled back, nothing was written.
+        raise ImportRejectedError([ImportProblem(line=None, message=str(exc))]) from exc
+    if written == summary.items:
+        return summary
+    # The file changed between the check and the write, consistently enough to be stored.
+    return ImportSummary(items=written, conversations=summary.conversations)

@@ -1,0 +1,17 @@
+"""Where the conversation log lives by default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+
+__all__ = ["DB_ENV_VAR", "default_db_path"]
+
+DB_ENV_VAR = "TUNNEL_LOG_DB"
+"""Environment variable the command line reads for `--db`."""
+
+
+def default_db_path() -> Path:
+    """The per-user log database: `<user data dir>/agent-tunnel/log.db` (not created here)."""
+    return platformdirs.user_data_path("agent-tunnel") / "log.db"

@@ -1,0 +1,665 @@
+"""`SQLiteStore`: the durable conversation log in one SQLite file (the embedded default).
+
+Durability: WAL journal with `synchronous=FULL` by default. WAL alone already survives kill -9
+with no gap and no torn row (a transaction is in the WAL or it is not); FULL adds an fsync per
+commit so an append that returned also survives a power cut ("nothing acknowledged is lost").
+Group commit pays for that fsync: appends from many tasks that arrive while a transaction is
+being written are written together in the next one.
+
+Threads: the event loop never touches the disk. Writes run in a worker thread, one transaction
+at a time, driven by whichever appending task is the current "leader" (the others wait on an
+event and are answered by it). Reads run in worker threads on a small pool of read-only
+connections, concurrently with the writer (WAL lets readers see the last commit).
+
+Schema (version 1, `PRAGMA user_version`): `items` keyed by (conversation_id, seq), so a page
+is one index range scan whatever the log's size; `items_by_type` on (conversation_id, type,
+seq) does the same for a type filter; `conversations` holds each conversation's head.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import sqlite3
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+from functools import partial
+from itertools import islice
+from pathlib import Path
+from typing import Any, Final, Literal, NamedTuple, TypeVar
+
+import anyio
+import anyio.lowlevel
+
+from tunnel.log.errors import LogClosedError, SchemaError, SeqConflictError, StoreError
+from tunnel.log.item import (
+    Item,
+    NewItem,
+    PreparedItem,
+    check_conversation_id,
+    check_data,
+    micros_to_time,
+    prepare,
+    time_to_micros,
+)
+from tunnel.log.store import (
+    ConversationInfo,
+    OnCommit,
+    Order,
+    Query,
+    TypeFilter,
+    notify_commit,
+)
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "StoreStatistics", "select_sql"]
+
+logger = logging.getLogger("tunnel.log.sqlite")
+
+T = TypeVar("T")
+
+SCHEMA_VERSION: Final = 1
+APPLICATION_ID: Final = 0x61746C67  # "atlg": marks the file as an agent-tunnel log.
+
+_SCHEMA: Final = (
+    """
+    CREATE TABLE items (
+        conversation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL CHECK (seq >= 0),
+        type TEXT NOT NULL,
+        status TEXT,
+        response_id TEXT,
+        created_at INTEGER NOT NULL,  -- microseconds since the Unix epoch, UTC
+        created_by TEXT NOT NULL,
+        data TEXT NOT NULL,           -- a JSON object
+        PRIMARY KEY (conversation_id, seq)
+    )
+    """,
+    "CREATE INDEX items_by_type ON items (conversation_id, type, seq)",
+    """
+    CREATE TABLE conversations (
+        conversation_id TEXT PRIMARY KEY,
+        last_seq INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL   -- created_at of the newest item
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX conversations_by_time ON conversations (updated_at)",
+)
+
+_COLUMNS: Final = "conversation_id, seq, type, status, response_id, created_at, created_by, data"
+# Every SQL string is built from the constants here: values always go in `?` parameters.
+_INSERT: Final = f"INSERT INTO items ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"  # noqa: S608
+_UPSERT_HEAD: Final = (
+    "INSERT INTO conversations (conversation_id, last_seq, updated_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (conversation_id) DO UPDATE "
+    "SET last_seq = excluded.last_seq, updated_at = excluded.updated_at"
+)
+_HEAD: Final = "SELECT last_seq FROM conversations WHERE conversation_id = ?"
+_INFO: Final = "SELECT conversation_id, last_seq, updated_at FROM conversations"
+
+_DECODER: Final = json.JSONDecoder()
+
+_Row = tuple[str, int, str, str | None, str | None, int, str, str]
+Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
+
+
+class StoreStatistics(NamedTuple):
+    """Counters of one `SQLiteStore` since it was opened."""
+
+    transactions: int
+    """Write transactions committed."""
+    appends: int
+    """`append()` calls committed (several share a transaction under load)."""
+    items_written: int
+    """Items committed, appended or imported."""
+    waiting_appends: int
+    """Appends queued behind the transaction being written right now."""
+    read_connections: int
+    """Read connections open (idle or in use)."""
+
+
+class _State(Enum):
+    WAITING = "waiting"
+    LEADING = "leading"  # asked to drive the writer (its own request is still waiting)
+    WRITING = "writing"  # in a transaction being written
+    DONE = "done"
+
+
+@dataclass(slots=True, eq=False)
+class _Write:
+    """One queued write: an append (`prepared`) or an import (`imported`)."""
+
+    conversation_id: str
+    prepared: list[PreparedItem]
+    on_commit: OnCommit | None
+    imported: Iterable[Item] | None = None
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    state: _State = _State.WAITING
+    result: list[Item] | int | None = None
+    error: BaseException | None = None
+
+
+class SQLiteStore:
+    """A `Store` in one SQLite file; see the module docstring for durability and threads.
+
+    Opening reads or creates the schema synchronously (use `await SQLiteStore.open(path)` from
+    inside an event loop). `path` must be a file: `:memory:` cannot be shared between the writer
+    and the readers.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout: float = 10.0,
+        max_batch_items: int = 5000,
+        max_readers: int = 4,
+    ) -> None:
+        """Open (creating if needed) the log at `path`.
+
+        `synchronous` is SQLite's setting for the writer; `busy_timeout` (seconds) is how long
+        to wait for another process (an import) holding the write lock; `max_batch_items` caps
+        the items of one transaction; `max_readers` caps the concurrent read connections.
+        Raises `SchemaError` for a foreign or newer database, `StoreError` if it cannot open.
+        """
+        if synchronous not in ("NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, not {synchronous!r}")
+        if str(path) == ":memory:" or not str(path):
+            raise ValueError("SQLiteStore needs a file path; use MemoryStore for memory")
+        self.path = Path(path)
+        self._synchronous = synchronous
+        self._busy_timeout = busy_timeout
+        self._max_batch_items = max(1, max_batch_items)
+        self._max_readers = max(1, max_readers)
+        self._closed = False
+        # Bounded by the number of tasks inside append(): each waits for its own entry.
+        self._queue: deque[_Write] = deque()
+        self._leading = False
+        self._readers: list[sqlite3.Connection] = []
+        self._reader_count = 0
+        self._reads_running = 0
+        self._read_limiter: anyio.CapacityLimiter | None = None
+        self._idle: anyio.Event | None = None
+        self._reader_lock = threading.Lock()
+        self._transactions = 0
+        self._appends = 0
+        self._items_written = 0
+        self._writer_closed = False
+        self._writer = self._connect(readonly=False)
+        try:
+            self._init_schema(self._writer)
+        except BaseException:
+            self._writer.close()
+            raise
+
+    @classmethod
+    async def open(cls, path: str | Path, **options: Any) -> SQLiteStore:
+        """Open the store in a worker thread, so the event loop does not wait on the disk."""
+        return await anyio.to_thread.run_sync(partial(cls, path, **options))
+
+    # -- writing -------------------------------------------------------------------------------
+
+    async def append(
+        self,
+        conversation_id: str,
+        items: Sequence[NewItem],
+        *,
+        on_commit: OnCommit | None = None,
+    ) -> list[Item]:
+        self._check_open()
+        check_conversation_id(conversation_id)
+        prepared = [prepare(new) for new in items]
+        if not prepared:
+            await anyio.lowlevel.checkpoint()
+            return []
+        result = await self._submit(_Write(conversation_id, prepared, on_commit))
+        assert isinstance(result, list)
+        return result
+
+    async def extend(self, items: Iterable[Item]) -> int:
+        self._check_open()
+        result = await self._submit(_Write("", [], None, imported=items))
+        assert isinstance(result, int)
+        return result
+
+    async def _submit(self, write: _Write) -> list[Item] | int:
+        self._queue.append(write)
+        if self._leading:
+            try:
+                await write.wake.wait()
+            except BaseException:
+                if write.state is _State.WAITING:
+                    self._queue.remove(write)  # never written
+                elif write.state is _State.LEADING:
+                    self._queue.remove(write)
+                    self._hand_off()
+                raise
+            if write.state is _State.DONE:
+                return _outcome(write)
+        self._leading = True
+        # The leader writes until its own request is done; shielded, because a transaction
+        # it started must be answered to every task waiting on it.
+        with anyio.CancelScope(shield=True):
+            try:
+                while write.state is not _State.DONE:
+                    await self._write_next_batch()
+            finally:
+                self._hand_off()
+        return _outcome(write)
+
+    def _hand_off(self) -> None:
+        if self._queue:
+            successor = self._queue[0]
+            successor.state = _State.LEADING
+            successor.wake.set()
+        else:
+            self._leading = False
+            if self._closed:
+                self._close_writer()
+            self._signal_if_idle()
+
+    async def _write_next_batch(self) -> None:
+        batch = self._take_batch()
+        for write in batch:
+            write.state = _State.WRITING
+        try:
+            if batch[0].imported is not None:
+                outcome: list[list[Item]] | int = await anyio.to_thread.run_sync(
+                    self._write_import, batch[0].imported
+                )
+            else:
+                outcome = await anyio.to_thread.run_sync(self._write_appends, batch)
+        except BaseException as exc:
+            error = exc if isinstance(exc, Exception) else StoreError("the write was interrupted")
+            for write in batch:
+                write.state, write.error = _State.DONE, error
+                write.wake.set()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        if isinstance(outcome, int):
+            batch[0].result = outcome
+        else:
+            for write, stored in zip(batch, outcome, strict=True):
+                write.result = stored
+            for write, stored in zip(batch, outcome, strict=True):
+                notify_commit(write.on_commit, stored)
+        for write in batch:
+            write.state = _State.DONE
+            write.wake.set()
+
+    def _take_batch(self) -> list[_Write]:
+        first = self._queue.popleft()
+        batch = [first]
+        if first.imported is not None:
+            return batch
+        size = len(first.prepared)
+        while self._queue:
+            nxt = self._queue[0]
+            if nxt.imported is not None or size + len(nxt.prepared) > self._max_batch_items:
+                break
+            batch.append(self._queue.popleft())
+            size += len(nxt.prepared)
+        return batch
+
+    def _write_appends(self, batch: list[_Write]) -> list[list[Item]]:
+        """Worker thread: one transaction for the whole batch."""
+        now = datetime.now(UTC)
+        results: list[list[Item]] = []
+        rows: list[_Row] = []
+        heads: dict[str, tuple[int, int]] = {}
+        with self._transaction() as conn:
+            for write in batch:
+                cid = write.conversation_id
+                last = heads[cid][0] if cid in heads else self._head(conn, cid)
+                stored: list[Item] = []
+                for p in write.prepared:
+                    last += 1
+                    item = p.stored(cid, last, now)
+                    micros = time_to_micros(item.created_at)
+                    rows.append(
+                        (cid, last, p.type, p.status, p.response_id, micros, p.created_by,
+                         p.data_json)
+                    )  # fmt: skip
+                    stored.append(item)
+                heads[cid] = (last, time_to_micros(stored[-1].created_at))
+                results.append(stored)
+            conn.executemany(_INSERT, rows)
+            conn.executemany(_UPSERT_HEAD, [(cid, s, t) for cid, (s, t) in heads.items()])
+        self._transactions += 1
+        self._appends += len(batch)
+        self._items_written += len(rows)
+        return results
+
+    def _write_import(self, items: Iterable[Item]) -> int:
+        """Worker thread: the whole import in one transaction, checked as it goes."""
+        heads: dict[str, tuple[int, int]] = {}
+        count = 0
+        with self._transaction() as conn:
+            iterator = iter(items)
+            while chunk := list(islice(iterator, 1000)):
+                rows: list[_Row] = []
+                for item in chunk:
+                    if not isinstance(item, Item):
+                        raise ValueError(f"extend takes Item values, not {type(item).__name__}")
+                    cid = item.conversation_id
+                    last = heads[cid][0] if cid in heads else self._head(conn, cid)
+                    if item.seq != last + 1:
+                        raise SeqConflictError(item.id, last + 1)
+                    micros = time_to_micros(item.created_at)
+                    rows.append(
+                        (cid, item.seq, item.type, item.status, item.response_id, micros,
+                         item.created_by, _encode(check_data(item.data)))
+                    )  # fmt: skip
+                    heads[cid] = (item.seq, micros)
+                conn.executemany(_INSERT, rows)
+                count += len(rows)
+            conn.executemany(_UPSERT_HEAD, [(cid, s, t) for cid, (s, t) in heads.items()])
+        self._transactions += 1
+        self._items_written += count
+        return count
+
+    def _transaction(self) -> _Transaction:
+        if self._writer_closed:
+            raise LogClosedError(f"the log at {self.path} is closed")
+        return _Transaction(self._writer)
+
+    @staticmethod
+    def _head(conn: sqlite3.Connection, conversation_id: str) -> int:
+        row = conn.execute(_HEAD, (conversation_id,)).fetchone()
+        return -1 if row is None else int(row[0])
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def query(
+        self,
+        conversation_id: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int = 100,
+        order: Order = "asc",
+        types: TypeFilter = None,
+    ) -> list[Item]:
+        q = Query.make(
+            conversation_id, after=after, before=before, limit=limit, order=order, types=types
+        )
+        if q.empty:
+            self._check_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        return await self._read(partial(_select, q))
+
+    async def get_conversation(self, conversation_id: str) -> ConversationInfo | None:
+        check_conversation_id(conversation_id)
+
+        def read(conn: sqlite3.Connection) -> ConversationInfo | None:
+            row = conn.execute(f"{_INFO} WHERE conversation_id = ?", (conversation_id,)).fetchone()
+            return None if row is None else _info(row)
+
+        return await self._read(read)
+
+    async def list_conversations(self) -> list[ConversationInfo]:
+        def read(conn: sqlite3.Connection) -> list[ConversationInfo]:
+            rows = conn.execute(f"{_INFO} ORDER BY updated_at DESC, conversation_id DESC")
+            return [_info(row) for row in rows]
+
+        return await self._read(read)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        self._check_open()
+        if self._read_limiter is None:
+            self._read_limiter = anyio.CapacityLimiter(self._max_readers)
+        self._reads_running += 1
+        try:
+            # Not abandoned on cancel: the connection must come back to the pool.
+            return await anyio.to_thread.run_sync(self._run_read, fn, limiter=self._read_limiter)
+        finally:
+            self._reads_running -= 1
+            self._signal_if_idle()
+
+    def _run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Worker thread: borrow (or open) a read connection, run `fn`, give it back."""
+        with self._reader_lock:
+            conn = self._readers.pop() if self._readers else None
+            if conn is None:
+                self._reader_count += 1
+        if conn is None:
+            try:
+                conn = self._connect(readonly=True)
+            except BaseException:
+                with self._reader_lock:
+                    self._reader_count -= 1
+                raise
+        try:
+            try:
+                return fn(conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"reading the log at {self.path} failed: {exc}") from exc
+        finally:
+            with self._reader_lock:
+                if self._closed:
+                    self._reader_count -= 1
+                    conn.close()
+                else:
+                    self._readers.append(conn)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Refuse new calls and release the files; idempotent.
+
+        Appends and reads already running still finish; each connection they use is closed
+        as soon as it is free. `aclose()` also waits for them.
+        """
+        self._closed = True
+        with self._reader_lock:
+            readers, self._readers = self._readers, []
+            self._reader_count -= len(readers)
+        for conn in readers:
+            conn.close()
+        if not self._leading:
+            self._close_writer()
+
+    def _close_writer(self) -> None:
+        if not self._writer_closed:
+            self._writer_closed = True
+            self._writer.close()
+
+    async def aclose(self) -> None:
+        """Refuse new calls, let accepted appends and running reads finish, then close."""
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            while self._leading or self._reads_running:
+                self._idle = anyio.Event()
+                await self._idle.wait()
+        self.close()
+
+    def _signal_if_idle(self) -> None:
+        if self._idle is not None and not self._leading and not self._reads_running:
+            self._idle.set()
+            self._idle = None
+
+    def statistics(self) -> StoreStatistics:
+        """Counters since the store was opened (see `StoreStatistics`)."""
+        return StoreStatistics(
+            transactions=self._transactions,
+            appends=self._appends,
+            items_written=self._items_written,
+            waiting_appends=len(self._queue),
+            read_connections=self._reader_count,
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"the log at {self.path} is closed")
+
+    # -- connections and schema ----------------------------------------------------------------
+
+    def _connect(self, *, readonly: bool) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,  # used by one worker thread at a time, never two
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the log at {self.path}: {exc}") from exc
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"the log at {self.path} cannot use WAL (journal {mode})")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            if readonly:
+                conn.execute("PRAGMA query_only = ON")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise SchemaError(f"{self.path} is not a SQLite database: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _init_schema(self, conn: sqlite3.Connection) -> None:
+        with _Transaction(conn):
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            if version == 0:
+                tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
+                if tables:
+                    raise SchemaError(f"{self.path} is a SQLite database but not a log")
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif app_id != APPLICATION_ID:
+                raise SchemaError(f"{self.path} is a SQLite database but not a log")
+            elif version > SCHEMA_VERSION:
+                raise SchemaError(
+                    f"{self.path} has log schema {version}, newer than this version "
+                    f"understands ({SCHEMA_VERSION}): upgrade agent-tunnel"
+                )
+            # Future schema versions migrate here, one step at a time, in this transaction.
+
+
+class _Transaction:
+    """`with _Transaction(conn):` BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception.
+
+    IMMEDIATE takes the write lock first, so the heads read inside cannot be stale even when
+    another process (an import) writes to the same file.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot start a write transaction: {exc}") from exc
+        return self._conn
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, _: object
+    ) -> None:
+        if exc is None:
+            try:
+                self._conn.execute("COMMIT")
+                return
+            except sqlite3.Error as error:
+                self._rollback()
+                raise StoreError(f"the write transaction failed: {error}") from error
+        self._rollback()
+        if isinstance(exc, sqlite3.Error):
+            # sqlite3's errors never escape the store: they become StoreError.
+            raise StoreError(f"the write transaction failed: {exc}") from exc
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+
+def select_sql(*, typed: bool, before: bool, order: Order) -> str:
+    """The SELECT for one page: `?` parameters are conversation_id, [type], after, [before],
+    limit. Public so tests can check its query plan uses an index range and no sort."""
+    where = ["conversation_id = ?"]
+    if typed:
+        where.append("type = ?")
+    where.append("seq > ?")
+    if before:
+        where.append("seq < ?")
+    direction = "ASC" if order == "asc" else "DESC"
+    clauses = " AND ".join(where)
+    return f"SELECT {_COLUMNS} FROM items WHERE {clauses} ORDER BY seq {direction} LIMIT ?"  # noqa: S608
+
+
+def _select(q: Query, conn: sqlite3.Connection) -> list[Item]:
+    """Worker thread: one page. Several types are one index range each, merged."""
+    types: Sequence[str | None] = [None] if q.types is None else q.types
+    sql = select_sql(typed=q.types is not None, before=q.before is not None, order=q.order)
+    runs: list[list[Item]] = []
+    for t in types:
+        params: list[object] = [q.conversation_id]
+        if t is not None:
+            params.append(t)
+        params.append(q.after)
+        if q.before is not None:
+            params.append(q.before)
+        params.append(q.limit)
+        runs.append([_item(row) for row in conn.execute(sql, params)])
+    if len(runs) == 1:
+        return runs[0]
+    merged = heapq.merge(*runs, key=_seq, reverse=q.order == "desc")
+    return list(islice(merged, q.limit))
+
+
+def _seq(item: Item) -> int:
+    return item.seq
+
+
+def _item(row: _Row) -> Item:
+    cid, seq, type_, status, response_id, created_at, created_by, data = row
+    try:
+        # raw_decode: what json.loads does minus its whitespace scans (we write none).
+        decoded, end = _DECODER.raw_decode(data)
+    except (ValueError, TypeError) as exc:
+        raise StoreError(f"item {cid}:{seq} has corrupt data: {exc}") from exc
+    if end != len(data) or not isinstance(decoded, dict):
+        raise StoreError(f"item {cid}:{seq} has corrupt data: not one JSON object")
+    return Item(
+        conversation_id=cid,
+        seq=seq,
+        type=type_,
+        status=status,
+        response_id=response_id,
+        created_at=micros_to_time(created_at),
+        created_by=created_by,
+        data=decoded,
+    )
+
+
+def _info(row: tuple[str, int, int]) -> ConversationInfo:
+    cid, last_seq, updated_at = row
+    return ConversationInfo(
+        conversation_id=cid,
+        last_seq=last_seq,
+        item_count=last_seq + 1,
+        updated_at=micros_to_time(updated_at),
+    )
+
+
+def _encode(data: dict[str, Any]) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _outcome(write: _Write) -> list[Item] | int:
+    if write.error is not None:
+        raise write.error
+    assert write.result is not None
+    return write.result

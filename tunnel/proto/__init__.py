@@ -1,0 +1,74 @@
+"""The link protocol, sans I/O: frames, channels and flow control (docs/protocol.md).
+
+Imports no network or concurrency library: the relay, the host and the clients drive a
+`Connection` with the bytes of each WebSocket message and send what it returns.
+"""
+
+from __future__ import annotations
+
+from tunnel.proto.codes import CloseCode
+from tunnel.proto.connection import Connection, Side
+from tunnel.proto.errors import (
+    ChannelNotOpenError,
+    FlowControlError,
+    FrameError,
+    LimitError,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+)
+from tunnel.proto.events import (
+    ChannelClosed,
+    ChannelOpened,
+    DataReceived,
+    Event,
+    HelloReceived,
+    WindowUpdated,
+)
+from tunnel.proto.frames import (
+    KINDS,
+    MAX_CHANNEL_ID,
+    Close,
+    Data,
+    Frame,
+    Hello,
+    Open,
+    Window,
+    decode_frame,
+    encode_frame,
+)
+from tunnel.proto.limits import DEFAULT_LIMITS, MAX_WINDOW, Limits
+from tunnel.proto.states import ChannelState
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "KINDS",
+    "MAX_CHANNEL_ID",
+    "MAX_WINDOW",
+    "ChannelClosed",
+    "ChannelNotOpenError",
+    "ChannelOpened",
+    "ChannelState",
+    "Close",
+    "CloseCode",
+    "Connection",
+    "Data",
+    "DataReceived",
+    "Event",
+    "FlowControlError",
+    "Frame",
+    "FrameError",
+    "Hello",
+    "HelloReceived",
+    "LimitError",
+    "Limits",
+    "LocalProtocolError",
+    "Open",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "Side",
+    "Window",
+    "WindowUpdated",
+    "decode_frame",
+    "encode_frame",
+]

@@ -1,0 +1,398 @@
+"""The link protocol object: one per WebSocket, sans I/O.
+
+Feed it each received WebSocket message with `receive_data`, call its methods to open, send on,
+acknowledge and close channels, and after every call collect `events_received()` and
+`data_to_send()`. It never touches a socket, a task or a clock (docs/protocol.md).
+
+Buffers: `data_to_send()` holds what the caller queued since it last drained it; `data` frames in
+it are bounded by the send windows (at most `initial_window` per channel), and control frames by
+one `window` per half window acknowledged and one `close` per channel. `events_received()` holds at
+most one event per `receive_data` call not yet drained.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from tunnel.proto.codes import CloseCode
+from tunnel.proto.errors import (
+    FlowControlError,
+    LimitError,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+)
+from tunnel.proto.events import (
+    ChannelClosed,
+    ChannelOpened,
+    DataReceived,
+    Event,
+    HelloReceived,
+    WindowUpdated,
+)
+from tunnel.proto.frames import (
+    MAX_CHANNEL_ID,
+    MAX_CLOSE_CODE,
+    MIN_CLOSE_CODE,
+    Close,
+    Data,
+    Frame,
+    Hello,
+    Open,
+    Window,
+    decode_frame,
+    encode_frame,
+)
+from tunnel.proto.limits import DEFAULT_LIMITS, MAX_WINDOW, Limits
+from tunnel.proto.states import Action, ChannelState, Input, transition
+from tunnel.proto.values import check_map, check_str
+
+
+class Side(enum.Enum):
+    """Which end of the WebSocket we are; it decides the parity of the ids we open."""
+
+    DIALER = "dialer"
+    """The WebSocket client: opens odd channel ids (1, 3, 5, ...)."""
+
+    ACCEPTER = "accepter"
+    """The WebSocket server: opens even channel ids (2, 4, 6, ...); 0 is never used."""
+
+
+@dataclass(slots=True, kw_only=True)
+class _Channel:
+    state: ChannelState
+    ours: bool
+    """We opened it (it counts against our share of `max_channels`)."""
+    send_window: int
+    """Bytes of `d` we may still send before the peer grants more."""
+    recv_window: int
+    """Bytes of `d` the peer may still send before we grant more."""
+    unacked: int = 0
+    """Bytes received and reported but not yet acknowledged by the application."""
+    consumed: int = 0
+    """Bytes acknowledged since our last `window` grant."""
+
+
+class Connection:
+    """The state of one link: hello exchange, channels and their flow-control windows.
+
+    Any `RemoteProtocolError` fails the whole link, channel-level violations included: the caller
+    closes the WebSocket with `error.code`, and every later call raises `LocalProtocolError`.
+    A `LocalProtocolError` from a misused call changes nothing.
+    """
+
+    def __init__(self, side: Side, *, limits: Limits = DEFAULT_LIMITS) -> None:
+        self._side = side
+        self._limits = limits
+        self._channels: dict[int, _Channel] = {}
+        self._ours = 0
+        self._theirs = 0
+        self._first_id = 1 if side is Side.DIALER else 2
+        self._next_id = self._first_id
+        self._hello_sent = False
+        self._hello_received = False
+        self._failure: ProtocolError | None = None
+        self._events: list[Event] = []
+        self._outgoing: list[bytes] = []
+        window = limits.initial_window
+        self._largest_message = min(limits.max_data_size or window, window)
+
+    # --- introspection --------------------------------------------------------------------
+
+    @property
+    def side(self) -> Side:
+        """Which end of the WebSocket we are."""
+        return self._side
+
+    @property
+    def limits(self) -> Limits:
+        """The limits enforced on what the peer sends and on what we send."""
+        return self._limits
+
+    @property
+    def failure(self) -> ProtocolError | None:
+        """The error that failed the link, or `None` while it is usable."""
+        return self._failure
+
+    @property
+    def open_channels(self) -> int:
+        """Channels whose id is in use: OPEN or CLOSE_SENT, opened by either side."""
+        return len(self._channels)
+
+    def channel_state(self, channel: int) -> ChannelState | None:
+        """Return the state of `channel`, or `None` if it is gone or never existed."""
+        self._check_usable()
+        found = self._channels.get(channel)
+        return found.state if found is not None else None
+
+    def send_window(self, channel: int) -> int:
+        """Return how many bytes of data we may send on `channel` now (0 unless it is OPEN)."""
+        self._check_usable()
+        found = self._channels.get(channel)
+        if found is None or found.state is not ChannelState.OPEN:
+            return 0
+        return found.send_window
+
+    # --- output ---------------------------------------------------------------------------
+
+    def events_received(self) -> list[Event]:
+        """Return the events produced since the last call, oldest first, and forget them."""
+        self._check_usable()
+        events, self._events = self._events, []
+        return events
+
+    def data_to_send(self) -> list[bytes]:
+        """Return the WebSocket binary messages to send, in order, and forget them."""
+        self._check_usable()
+        outgoing, self._outgoing = self._outgoing, []
+        return outgoing
+
+    # --- input ----------------------------------------------------------------------------
+
+    def receive_data(self, message: bytes) -> None:
+        """Process one received WebSocket message.
+
+        After calling this method you must call `events_received()` and `data_to_send()`: a
+        peer's close is answered automatically.
+
+        Raises `RemoteProtocolError` if the peer broke the protocol; the link has then failed:
+        close the WebSocket with `error.code`.
+        """
+        self._check_usable()
+        try:
+            self._handle(decode_frame(message, limits=self._limits))
+        except ProtocolError as exc:
+            self._failure = exc
+            raise
+
+    def _handle(self, frame: Frame) -> None:
+        if isinstance(frame, Hello):
+            if self._hello_received:
+                raise RemoteProtocolError("a second hello")
+            self._hello_received = True
+            self._events.append(HelloReceived(payload=frame.payload))
+            return
+        if not self._hello_received:
+            raise RemoteProtocolError("a frame before the hello")
+        if not self._hello_sent:
+            # The peer may only use channels once it has our hello, so it cannot be ahead of it.
+            raise RemoteProtocolError("a channel frame before our hello was sent")
+        found = self._channels.get(frame.channel)
+        state = found.state if found is not None else None
+        if isinstance(frame, Open):
+            self._receive_open(frame, state)
+        elif isinstance(frame, Data):
+            self._receive_data(frame, state, found)
+        elif isinstance(frame, Window):
+            self._receive_window(frame, state, found)
+        else:
+            self._receive_close(frame, state)
+
+    def _receive_open(self, frame: Open, state: ChannelState | None) -> None:
+        outcome = transition(state, Input.RECV_OPEN)
+        if frame.channel == 0 or frame.channel % 2 == self._first_id % 2:
+            raise RemoteProtocolError("open with a channel id of the wrong parity")
+        if self._limits.max_channels is not None and self._theirs >= self._limits.max_channels:
+            raise LimitError("too many open channels")
+        assert outcome.next is not None
+        self._channels[frame.channel] = _Channel(
+            state=outcome.next,
+            ours=False,
+            send_window=self._limits.initial_window,
+            recv_window=self._limits.initial_window,
+        )
+        self._theirs += 1
+        self._events.append(ChannelOpened(channel=frame.channel, path=frame.path, meta=frame.meta))
+
+    def _receive_data(
+        self, frame: Data, state: ChannelState | None, found: _Channel | None
+    ) -> None:
+        outcome = transition(state, Input.RECV_DATA)
+        assert found is not None
+        size = len(frame.data)
+        if size > found.recv_window:
+            raise FlowControlError("data beyond the receive window")
+        found.recv_window -= size
+        if outcome.action is Action.PROCEED:
+            found.unacked += size
+            self._events.append(DataReceived(channel=frame.channel, data=frame.data))
+
+    def _receive_window(
+        self, frame: Window, state: ChannelState | None, found: _Channel | None
+    ) -> None:
+        outcome = transition(state, Input.RECV_WINDOW)
+        assert found is not None
+        if outcome.action is not Action.PROCEED:
+            return
+        available = found.send_window + frame.n
+        if available > MAX_WINDOW:
+            raise FlowControlError("window grant beyond 2**32-1 bytes")
+        found.send_window = available
+        self._events.append(WindowUpdated(channel=frame.channel, available=available))
+
+    def _receive_close(self, frame: Close, state: ChannelState | None) -> None:
+        outcome = transition(state, Input.RECV_CLOSE)
+        if outcome.action is Action.REPLY:
+            self._queue(Close(channel=frame.channel, code=frame.code, reason=""))
+        self._forget(frame.channel)
+        self._events.append(
+            ChannelClosed(channel=frame.channel, code=frame.code, reason=frame.reason)
+        )
+
+    # --- our calls ------------------------------------------------------------------------
+
+    def send_hello(self, payload: dict[str, Any]) -> None:
+        """Queue our hello; it must be the first frame we send. Then call `data_to_send()`."""
+        self._check_usable()
+        if self._hello_sent:
+            raise LocalProtocolError("hello was already sent")
+        check_map(payload, "hello payload", self._limits, remote=False)
+        self._queue(Hello(payload=payload))
+        self._hello_sent = True
+
+    def open_channel(self, path: str, meta: dict[str, Any]) -> int:
+        """Queue an `open` and return the new channel's id; it is OPEN at once.
+
+        Raises `LocalProtocolError` with code `LIMIT_REACHED` if we already have `max_channels`
+        channels of our own. Then call `data_to_send()`.
+        """
+        self._check_ready()
+        check_str(path, "path", self._limits, remote=False)
+        check_map(meta, "meta", self._limits, remote=False)
+        if self._limits.max_channels is not None and self._ours >= self._limits.max_channels:
+            raise LocalProtocolError("too many open channels", code=CloseCode.LIMIT_REACHED)
+        channel = self._allocate()
+        outcome = transition(None, Input.SEND_OPEN)
+        assert outcome.next is not None
+        self._queue(Open(channel=channel, path=path, meta=meta))
+        self._channels[channel] = _Channel(
+            state=outcome.next,
+            ours=True,
+            send_window=self._limits.initial_window,
+            recv_window=self._limits.initial_window,
+        )
+        self._ours += 1
+        return channel
+
+    def send_data(self, channel: int, data: bytes) -> bool:
+        """Queue `data` as one `data` frame if it fits the send window; else queue nothing.
+
+        Returns False when the window is too small now: wait for `WindowUpdated` and retry.
+        Raises `ChannelNotOpenError` if the channel is closing or gone, and `LocalProtocolError`
+        if `data` is empty or could never fit (over `max_data_size` or `initial_window`).
+        Then call `data_to_send()`.
+        """
+        self._check_ready()
+        if not isinstance(data, bytes | bytearray):
+            raise LocalProtocolError("data must be bytes")
+        size = len(data)
+        if size == 0:
+            raise LocalProtocolError("data must not be empty")
+        max_data = self._limits.max_data_size
+        if size > self._limits.initial_window or (max_data is not None and size > max_data):
+            raise LocalProtocolError(
+                "data is larger than max_data_size or initial_window", code=CloseCode.LIMIT_REACHED
+            )
+        found = self._channels.get(channel)
+        transition(found.state if found is not None else None, Input.SEND_DATA)
+        assert found is not None
+        if size > found.send_window:
+            return False
+        found.send_window -= size
+        self._queue(Data(channel=channel, data=bytes(data)))
+        return True
+
+    def acknowledge(self, channel: int, n: int) -> None:
+        """Tell the protocol the application consumed `n` more received bytes of `channel`.
+
+        Queues a `window` frame granting the consumed bytes back once half the initial window has
+        been consumed since the last grant, or once everything received has been consumed while
+        the peer's window is smaller than the largest message it may send (without this a peer
+        waiting to send one large message would wait forever). Then call `data_to_send()`.
+        Does nothing if the channel is closing or gone, since the peer will send nothing more.
+        """
+        self._check_ready()
+        if type(n) is not int or n < 0:
+            raise LocalProtocolError("acknowledge needs an int >= 0")
+        found = self._channels.get(channel)
+        outcome = transition(found.state if found is not None else None, Input.ACKNOWLEDGE)
+        if outcome.action is not Action.PROCEED:
+            return
+        assert found is not None
+        if n > found.unacked:
+            raise LocalProtocolError("acknowledged more bytes than were received")
+        found.unacked -= n
+        found.consumed += n
+        if not found.consumed:
+            return
+        half = max(1, self._limits.initial_window // 2)
+        idle = found.unacked == 0 and found.recv_window < self._largest_message
+        if found.consumed >= half or idle:
+            self._queue(Window(channel=channel, n=found.consumed))
+            found.recv_window += found.consumed
+            found.consumed = 0
+
+    def close_channel(self, channel: int, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        """Queue a `close`; the channel is CLOSE_SENT until the peer's close arrives.
+
+        Does nothing if the channel is already closing or gone: the peer's close can always
+        cross ours. Then call `data_to_send()`.
+        """
+        self._check_ready()
+        if type(code) is not int and not isinstance(code, CloseCode):
+            raise LocalProtocolError("a close code must be an int")
+        if not MIN_CLOSE_CODE <= code <= MAX_CLOSE_CODE:
+            raise LocalProtocolError("a close code must be in 1000..4999")
+        check_str(reason, "reason", self._limits, remote=False)
+        found = self._channels.get(channel)
+        outcome = transition(found.state if found is not None else None, Input.SEND_CLOSE)
+        if outcome.action is not Action.PROCEED:
+            return
+        assert found is not None
+        assert outcome.next is not None
+        self._queue(Close(channel=channel, code=int(code), reason=reason))
+        found.state = outcome.next
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise LocalProtocolError("the link has failed", code=self._failure.code)
+
+    def _check_ready(self) -> None:
+        self._check_usable()
+        if not self._hello_sent:
+            raise LocalProtocolError("send_hello() must come first")
+        if not self._hello_received:
+            raise LocalProtocolError("channels can be used only after the peer's hello")
+
+    def _queue(self, frame: Frame) -> None:
+        message = encode_frame(frame)
+        limit = self._limits.max_message_size
+        if limit is not None and len(message) > limit:
+            raise LocalProtocolError(
+                "frame is larger than max_message_size", code=CloseCode.LIMIT_REACHED
+            )
+        self._outgoing.append(message)
+
+    def _allocate(self) -> int:
+        channel = self._next_id
+        # Ids are reused only after wrapping around 2**31 opens, and never one still in use;
+        # the loop ends because fewer than 2**31 channels can be in use.
+        while channel in self._channels:
+            channel = self._step(channel)
+        self._next_id = self._step(channel)
+        return channel
+
+    def _step(self, channel: int) -> int:
+        channel += 2
+        return self._first_id if channel > MAX_CHANNEL_ID else channel
+
+    def _forget(self, channel: int) -> None:
+        found = self._channels.pop(channel)
+        if found.ours:
+            self._ours -= 1
+        else:
+            self._theirs -= 1

@@ -1,0 +1,70 @@
+"""Events: what `Connection.events_received()` reports after the peer's bytes were processed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HelloReceived:
+    """The peer's hello arrived; it is always the first event of a link."""
+
+    payload: dict[str, Any]
+    """The peer's hello payload, checked against the limits but not interpreted."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChannelOpened:
+    """The peer opened a channel; it is OPEN and may carry data both ways at once."""
+
+    channel: int
+    """The id the peer picked."""
+
+    path: str
+    """What the channel is for."""
+
+    meta: dict[str, Any]
+    """The peer's parameters for the channel."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataReceived:
+    """One application message arrived; call `Connection.acknowledge` once it is consumed."""
+
+    channel: int
+    """The channel it arrived on."""
+
+    data: bytes
+    """The message, exactly as the peer passed it to `send_data`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChannelClosed:
+    """A channel is gone: the peer closed it (our reply is queued) or answered our close.
+
+    Its id may be reused from now on.
+    """
+
+    channel: int
+    """The channel that is gone."""
+
+    code: int
+    """The code in the peer's close frame."""
+
+    reason: str
+    """The reason in the peer's close frame."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowUpdated:
+    """The peer granted more send window on a channel: a blocked sender may retry."""
+
+    channel: int
+    """The channel whose send window grew."""
+
+    available: int
+    """Bytes we may send on it now."""
+
+
+Event: TypeAlias = HelloReceived | ChannelOpened | DataReceived | ChannelClosed | WindowUpdated

@@ -1,0 +1,298 @@
+"""Frames: the five kinds of message on a link, and their msgpack wire form.
+
+Each WebSocket message is one msgpack map `{"c": channel or nil, "k": kind, "p": payload}`
+(docs/protocol.md, "Frames"). `decode_frame` turns any bytes into a frame or a `ProtocolError`,
+and never into any other exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeAlias
+
+import msgpack
+
+from tunnel.proto.errors import FrameError, LimitError, LocalProtocolError, ProtocolError
+from tunnel.proto.limits import DEFAULT_LIMITS, MAX_WINDOW, Limits
+from tunnel.proto.values import check_map, check_str
+
+MAX_CHANNEL_ID = 2**32 - 1
+"""Channel ids are unsigned 32-bit integers."""
+
+MIN_CLOSE_CODE = 1000
+MAX_CLOSE_CODE = 4999
+"""Close codes live in the range WebSocket close codes use, so a link close can reuse them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hello:
+    """The first frame each side sends on a link; `c` is nil on the wire."""
+
+    payload: dict[str, Any]
+    """Role, version and credentials of the sender (docs/protocol.md, "Hello")."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Open:
+    """Opens a channel; the opener picks the id (odd for the dialer, even for the accepter)."""
+
+    channel: int
+    """The new channel's id."""
+
+    path: str
+    """What the channel is for, e.g. `"session"`."""
+
+    meta: dict[str, Any]
+    """Parameters of the channel, e.g. role and key salt."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Data:
+    """One application message on a channel; costs `len(data)` bytes of the send window."""
+
+    channel: int
+    """The channel it travels on."""
+
+    data: bytes
+    """The message: never empty, at most `max_data_size` bytes."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Close:
+    """Closes both directions of a channel; the receiver answers with its own close."""
+
+    channel: int
+    """The channel to close."""
+
+    code: int
+    """Why, as a `CloseCode` value (any int in 1000..4999 is accepted on the wire)."""
+
+    reason: str
+    """A short human-readable explanation; may be empty."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Window:
+    """Grants the peer `n` more bytes of `data` on a channel."""
+
+    channel: int
+    """The channel whose window grows."""
+
+    n: int
+    """Bytes granted, in 1..2**32-1."""
+
+
+Frame: TypeAlias = Hello | Open | Data | Close | Window
+
+_UNBOUNDED = Limits(
+    max_message_size=None,
+    max_data_size=None,
+    max_string_length=None,
+    max_meta_entries=None,
+    max_meta_depth=None,
+    max_channels=None,
+)
+
+
+# --- encoding ---------------------------------------------------------------------------------
+
+
+def _local_channel(channel: object) -> int:
+    if type(channel) is not int or not 0 <= channel <= MAX_CHANNEL_ID:
+        raise LocalProtocolError("a channel id must be an int in 0..2**32-1")
+    return channel
+
+
+def _wire(frame: Frame) -> dict[str, Any]:
+    if isinstance(frame, Data):
+        if not isinstance(frame.data, bytes | bytearray):
+            raise LocalProtocolError("data must be bytes")
+        if not frame.data:
+            raise LocalProtocolError("data must not be empty")
+        return {"c": _local_channel(frame.channel), "k": "data", "p": {"d": frame.data}}
+    if isinstance(frame, Window):
+        if type(frame.n) is not int or not 1 <= frame.n <= MAX_WINDOW:
+            raise LocalProtocolError("a window grant must be an int in 1..2**32-1")
+        return {"c": _local_channel(frame.channel), "k": "window", "p": {"n": frame.n}}
+    if isinstance(frame, Open):
+        path = check_str(frame.path, "path", _UNBOUNDED, remote=False)
+        meta = check_map(frame.meta, "meta", _UNBOUNDED, remote=False)
+        payload: dict[str, Any] = {"path": path, "meta": meta}
+        return {"c": _local_channel(frame.channel), "k": "open", "p": payload}
+    if isinstance(frame, Close):
+        if not isinstance(frame.code, int) or isinstance(frame.code, bool):
+            raise LocalProtocolError("a close code must be an int")
+        if not MIN_CLOSE_CODE <= frame.code <= MAX_CLOSE_CODE:
+            raise LocalProtocolError("a close code must be in 1000..4999")
+        reason = check_str(frame.reason, "reason", _UNBOUNDED, remote=False)
+        payload = {"code": int(frame.code), "reason": reason}
+        return {"c": _local_channel(frame.channel), "k": "close", "p": payload}
+    if isinstance(frame, Hello):
+        payload = check_map(frame.payload, "hello payload", _UNBOUNDED, remote=False)
+        return {"c": None, "k": "hello", "p": payload}
+    raise LocalProtocolError("not a frame")
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """Return the wire bytes of `frame`: one WebSocket binary message.
+
+    Checks types and ranges (raising `LocalProtocolError`), not `Limits`: `Connection` checks
+    those against its own limits before it sends.
+    """
+    wire = _wire(frame)
+    try:
+        return msgpack.packb(wire, use_bin_type=True)
+    except (ValueError, TypeError, OverflowError) as exc:
+        # Only reachable through maps nested deeper than msgpack's own nesting limit.
+        raise LocalProtocolError("frame cannot be encoded") from exc
+
+
+# --- decoding ---------------------------------------------------------------------------------
+
+
+def _reject_ext(code: int, data: bytes) -> NoReturn:
+    raise FrameError("msgpack extension types are not allowed")
+
+
+def _unpack_error(exc: Exception) -> ProtocolError:
+    text = str(exc)
+    # msgpack reports a header that declares more than a max_*_len as "N exceeds max_x_len(M)".
+    if "exceeds max_" in text and "max_ext_len" not in text:
+        return LimitError("a value in the frame exceeds a size limit")
+    if isinstance(exc, ProtocolError):
+        return exc
+    return FrameError("not a valid msgpack frame")
+
+
+def _remote_channel(channel: object) -> int:
+    if type(channel) is not int or not 0 <= channel <= MAX_CHANNEL_ID:
+        raise FrameError("a channel id must be an int in 0..2**32-1")
+    return channel
+
+
+def _keys(payload: dict[str, Any], keys: frozenset[str], kind: str) -> None:
+    if payload.keys() != keys:
+        raise FrameError(f"a {kind} payload must have exactly the keys {', '.join(sorted(keys))}")
+
+
+_OPEN_KEYS = frozenset({"path", "meta"})
+_DATA_KEYS = frozenset({"d"})
+_CLOSE_KEYS = frozenset({"code", "reason"})
+_WINDOW_KEYS = frozenset({"n"})
+_FRAME_KEYS = frozenset({"c", "k", "p"})
+
+
+def _decode_hello(c: object, p: dict[str, Any], limits: Limits) -> Frame:
+    if c is not None:
+        raise FrameError("a hello frame must have a nil channel")
+    return Hello(payload=check_map(p, "hello payload", limits, remote=True))
+
+
+def _decode_open(c: object, p: dict[str, Any], limits: Limits) -> Frame:
+    _keys(p, _OPEN_KEYS, "open")
+    return Open(
+        channel=_remote_channel(c),
+        path=check_str(p["path"], "path", limits, remote=True),
+        meta=check_map(p["meta"], "meta", limits, remote=True),
+    )
+
+
+def _decode_data(c: object, p: dict[str, Any], limits: Limits) -> Frame:
+    _keys(p, _DATA_KEYS, "data")
+    d = p["d"]
+    if type(d) is not bytes:
+        raise FrameError("data must be bytes")
+    if not d:
+        raise FrameError("data must not be empty")
+    if limits.max_data_size is not None and len(d) > limits.max_data_size:
+        raise LimitError("data is larger than max_data_size")
+    return Data(channel=_remote_channel(c), data=d)
+
+
+def _decode_close(c: object, p: dict[str, Any], limits: Limits) -> Frame:
+    _keys(p, _CLOSE_KEYS, "close")
+    code = p["code"]
+    if type(code) is not int or not MIN_CLOSE_CODE <= code <= MAX_CLOSE_CODE:
+        raise FrameError("a close code must be an int in 1000..4999")
+    reason = check_str(p["reason"], "reason", limits, remote=True)
+    return Close(channel=_remote_channel(c), code=code, reason=reason)
+
+
+def _decode_window(c: object, p: dict[str, Any], limits: Limits) -> Frame:
+    _keys(p, _WINDOW_KEYS, "window")
+    n = p["n"]
+    if type(n) is not int or not 1 <= n <= MAX_WINDOW:
+        raise FrameError("a window grant must be an int in 1..2**32-1")
+    return Window(channel=_remote_channel(c), n=n)
+
+
+_DECODERS = {
+    "hello": _decode_hello,
+    "open": _decode_open,
+    "data": _decode_data,
+    "close": _decode_close,
+    "window": _decode_window,
+}
+
+KINDS: tuple[str, ...] = tuple(_DECODERS)
+"""The whitelist of frame kinds; nothing else is ever decoded."""
+
+
+def decode_frame(
+    data: bytes | bytearray | memoryview,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    **overrides: int | None,
+) -> Frame:
+    """Return the frame held by one WebSocket message, checked against `limits`.
+
+    Keyword `overrides` replace single limits, e.g. `decode_frame(b, max_message_size=4096)`.
+    Raises `RemoteProtocolError` (a `FrameError`, or a `LimitError` for a size over a limit) for
+    any input that is not exactly one valid frame, and never any other exception.
+    """
+    if overrides:
+        limits = dataclasses.replace(limits, **overrides)  # type: ignore[arg-type]
+    received: object = data
+    if not isinstance(received, bytes | bytearray | memoryview):
+        # A text WebSocket message arrives as str: the peer broke the protocol.
+        raise FrameError("a frame must be a binary message")
+    size = received.nbytes if isinstance(received, memoryview) else len(received)
+    if limits.max_message_size is not None and size > limits.max_message_size:
+        raise LimitError("message is larger than max_message_size")
+    data = received if isinstance(received, bytes) else bytes(received)
+    strings = limits.max_string_length
+    blobs = limits.max_data_size
+    entries = limits.max_meta_entries
+    # A limit that is off is still bounded by the message size.
+    strings = size if strings is None else strings
+    blobs = max(size if blobs is None else blobs, strings)
+    entries = size if entries is None else entries
+    # The unpacker's exceptions are not all documented, so any of them means a bad frame.
+    try:
+        # Every header is checked against a bound before anything is allocated.
+        obj = msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            timestamp=0,
+            ext_hook=_reject_ext,
+            max_ext_len=0,
+            max_str_len=strings,
+            max_bin_len=blobs,
+            max_array_len=entries,
+            max_map_len=max(entries, len(_FRAME_KEYS)),
+        )
+    except Exception as exc:
+        raise _unpack_error(exc) from None
+    if not isinstance(obj, dict) or obj.keys() != _FRAME_KEYS:
+        raise FrameError("a frame must be a map with exactly the keys c, k and p")
+    kind = obj["k"]
+    decoder = _DECODERS.get(kind) if type(kind) is str else None
+    if decoder is None:
+        raise FrameError("unknown frame kind")
+    payload = obj["p"]
+    if type(payload) is not dict:
+        raise FrameError("a frame payload must be a map")
+    return decoder(obj["c"], payload, limits)

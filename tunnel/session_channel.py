@@ -1,0 +1,203 @@
+"""The host's handler for one `session` channel: streams the log, takes a driver's requests.
+
+One task per channel (docs/application.md). The conversation log is the only source of what the
+teammate sees: a snapshot in pages, then the live tail, every item exactly once; requests from a
+driver go to the shared agent session, requests from a viewer are refused and change nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import anyio
+
+from tunnel.agents import AgentSession, SessionError
+from tunnel.app_messages import (
+    DRIVING_REQUESTS,
+    BadRequest,
+    Cancel,
+    Input,
+    PermissionAnswer,
+    Prompt,
+    Request,
+    Resize,
+    Subscribe,
+    decode_request,
+    error_message,
+    event_message,
+    item_message,
+    pack,
+    presence_message,
+    ready_message,
+    snapshot_message,
+)
+from tunnel.groups import unwrap_single
+from tunnel.log import Event, Item, Log
+from tunnel.presence import Member, Presence
+
+logger = logging.getLogger("tunnel.session")
+
+# A snapshot page is one encrypted `d`, at most 256 KiB on the wire; keep well under it so the
+# page, its msgpack framing and the AEAD tag always fit.
+SNAPSHOT_PAGE_BYTES = 192 * 1024
+SNAPSHOT_PAGE_ITEMS = 200
+# An item larger than a page (a huge diff) is sent with its data cut down to a note, so the
+# sequence still has no gap.
+MAX_ITEM_BYTES = SNAPSHOT_PAGE_BYTES
+
+
+class SessionChannel(Protocol):
+    """What the handler needs from a host channel (tunnel.host provides it)."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    async def receive(self) -> bytes: ...
+
+    async def send(self, plaintext: bytes) -> None: ...
+
+
+def _fit(wire: dict[str, Any]) -> dict[str, Any]:
+    """The item's wire map, with its data replaced by a note if it could never fit a message."""
+    if len(pack(wire)) <= MAX_ITEM_BYTES:
+        return wire
+    return {**wire, "data": {"truncated": True, "note": "item too large to send"}}
+
+
+class SessionChannelHandler:
+    """Serves one teammate on one channel; `run` returns when the channel ends."""
+
+    def __init__(
+        self,
+        channel: SessionChannel,
+        *,
+        session: AgentSession,
+        log: Log,
+        presence: Presence,
+    ) -> None:
+        self._channel = channel
+        self._session = session
+        self._log = log
+        self._presence = presence
+        # Sends come from the request loop, the stream and the presence pump; one at a time
+        # keeps each message whole and in order per sender.
+        self._send_lock = anyio.Lock()
+        self._stream_scope: anyio.CancelScope | None = None
+
+    async def run(self) -> None:
+        member = Member(name=self._channel.name, role=self._channel.role)
+        key = self._presence.join(member)
+        try:
+            await self._send(
+                ready_message(
+                    conversation_id=self._session.conversation_id,
+                    role=member.role,
+                    name=member.name,
+                    agent_name=self._session.info.name,
+                    agent_kind=self._session.info.kind,
+                )
+            )
+            async with unwrap_single(), anyio.create_task_group() as tg:
+                tg.start_soon(self._pump_presence)
+                await self._serve_requests(tg)
+                tg.cancel_scope.cancel()
+        finally:
+            self._presence.leave(key)
+
+    async def _send(self, plaintext: bytes) -> None:
+        async with self._send_lock:
+            await self._channel.send(plaintext)
+
+    async def _serve_requests(self, tg: anyio.abc.TaskGroup) -> None:
+        while True:
+            plaintext = await self._channel.receive()
+            try:
+                request = decode_request(plaintext)
+            except BadRequest as exc:
+                logger.info("bad request from %s: %s", self._channel.name, exc)
+                await self._send(error_message(exc.code, str(exc)))
+                continue
+            if isinstance(request, Subscribe):
+                await self._restart_stream(tg, request.after)
+                continue
+            if isinstance(request, DRIVING_REQUESTS) and self._channel.role != "drive":
+                await self._send(error_message("forbidden", "this link can only view"))
+                continue
+            try:
+                await self._drive(request)
+            except SessionError as exc:
+                await self._send(error_message(exc.code, str(exc)))
+
+    async def _drive(self, request: Request) -> None:
+        by = self._channel.name
+        match request:
+            case Prompt(text=text):
+                await self._session.prompt(text, by=by)
+            case PermissionAnswer(request_id=request_id, option_id=option_id):
+                await self._session.answer_permission(request_id, option_id, by=by)
+            case Cancel():
+                await self._session.cancel(by=by)
+            case Input(data=data):
+                await self._session.input(data, by=by)
+            case Resize(cols=cols, rows=rows):
+                await self._session.resize(cols, rows, by=by)
+            case Subscribe():  # handled by the caller; here for exhaustiveness
+                pass
+
+    async def _restart_stream(self, tg: anyio.abc.TaskGroup, after: int | None) -> None:
+        # A new subscribe replaces the old stream: the client starts over from `after`.
+        if self._stream_scope is not None:
+            self._stream_scope.cancel()
+        self._stream_scope = anyio.CancelScope()
+        tg.start_soon(self._stream, self._stream_scope, after)
+
+    async def _stream(self, scope: anyio.CancelScope, after: int | None) -> None:
+        with scope:
+            async with self._log.subscribe(self._session.conversation_id, after=after) as sub:
+                head = sub.head_seq
+                last = -1 if after is None else after
+                page: list[dict[str, Any]] = []
+                page_bytes = 0
+                # Snapshot: every stored item up to head, in pages that each fit one message.
+                while last < head:
+                    for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
+                        if isinstance(entry, Event):
+                            continue  # ephemeral; what it said is in the items that follow
+                        wire = _fit(entry.to_wire())
+                        size = len(pack(wire))
+                        if page and (
+                            page_bytes + size > SNAPSHOT_PAGE_BYTES
+                            or len(page) >= SNAPSHOT_PAGE_ITEMS
+                        ):
+                            await self._send(snapshot_message(page, last_seq=last, more=True))
+                            page, page_bytes = [], 0
+                        page.append(wire)
+                        page_bytes += size
+                        last = entry.seq
+                await self._send(snapshot_message(page, last_seq=max(last, head), more=False))
+                # Live tail.
+                while True:
+                    for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
+                        await self._send_entry(entry)
+
+    async def _send_entry(self, entry: Item | Event) -> None:
+        if isinstance(entry, Item):
+            await self._send(item_message(_fit(entry.to_wire())))
+        else:
+            await self._send(event_message(entry.to_wire()))
+
+    async def _pump_presence(self) -> None:
+        seen = -1
+        while True:
+            if seen != self._presence.version:
+                seen = self._presence.version
+                members: list[Mapping[str, str]] = [
+                    {"name": m.name, "role": m.role} for m in self._presence.members()
+                ]
+                await self._send(presence_message(members))
+            await self._presence.wait_changed(seen)

@@ -1,0 +1,128 @@
+"""Sharing an agent session: the log, the agent, the host link and the console, run together.
+
+`run_share(settings)` is the programmatic API behind `tunnel host` (and `tunnel demo`): it opens
+the conversation log (SQLite), starts the agent session, registers with the relay and serves a
+`SessionChannelHandler` per teammate channel until cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+from anyio.abc import TaskStatus
+from rich.console import Console
+
+from tunnel.agents import AgentSession, create_session
+from tunnel.agents.demo import DEFAULT_DELAY
+from tunnel.console import HostConsole
+from tunnel.host.channel import HostChannel
+from tunnel.host.runner import Host
+from tunnel.host.settings import HostSettings
+from tunnel.log import Log, SQLiteStore, default_db_path
+from tunnel.presence import Member, Presence
+from tunnel.session_channel import SessionChannelHandler
+
+logger = logging.getLogger("tunnel.share")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShareSettings:
+    """Everything `run_share` needs besides the host link settings."""
+
+    host: HostSettings
+    agent: str = "demo"
+    """`demo`, `acp:COMMAND ARGS...` or `pty:COMMAND ARGS...` (docs/agents.md)."""
+
+    workspace: Path = Path()
+    """The directory the agent works in; its files are served to ACP agents, nothing outside."""
+
+    log_db: Path | None = None
+    """The conversation log's SQLite file; default under the user's data directory."""
+
+    conversation_id: str = "main"
+    """Which conversation of the log this session appends to; the same id resumes it."""
+
+    approve: bool = False
+    """Ask the host user before each teammate is admitted."""
+
+    interactive: bool = True
+    """Read prompts and answers from standard input (the host console's prompt line)."""
+
+    demo_delay: float = DEFAULT_DELAY
+    """Seconds between the demo agent's streamed chunks."""
+
+    @property
+    def resolved_log_db(self) -> Path:
+        return self.log_db if self.log_db is not None else default_db_path()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shared:
+    """What a running share exposes to its caller (through task_status)."""
+
+    host: Host
+    session: AgentSession
+    log: Log
+    presence: Presence
+    console: HostConsole
+
+
+async def run_share(
+    settings: ShareSettings,
+    *,
+    console: Console | None = None,
+    stdin: TextIO | None = None,
+    task_status: TaskStatus[Shared] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Share an agent session until cancelled (or the host user types /quit).
+
+    Reports a `Shared` through task_status once the agent runs and the relay registered us.
+    """
+    db = settings.resolved_log_db
+    db.parent.mkdir(parents=True, exist_ok=True)
+    console = console if console is not None else Console(highlight=False)
+    if stdin is None and settings.interactive:
+        stdin = sys.stdin
+    async with Log(SQLiteStore(db)) as log:
+        session = create_session(
+            settings.agent,
+            log,
+            workspace=settings.workspace.resolve(),
+            conversation_id=settings.conversation_id,
+            demo_delay=settings.demo_delay,
+        )
+        presence = Presence()
+        host_console = HostConsole(
+            session=session,
+            log=log,
+            presence=presence,
+            host_name=settings.host.name,
+            console=console,
+            stdin=stdin if settings.interactive else None,
+        )
+
+        async def handler(channel: HostChannel) -> None:
+            await SessionChannelHandler(
+                channel, session=session, log=log, presence=presence
+            ).run()
+
+        async def approve(channel: HostChannel) -> bool:
+            return await host_console.approve_join(channel.name, channel.role)
+
+        host = Host(settings.host, handler, on_join=approve if settings.approve else None)
+        # The host user co-drives from the console: they are attached too.
+        presence.join(Member(name=settings.host.name, role="host"))
+        async with anyio.create_task_group() as tg:
+            await tg.start(session.run)
+            await tg.start(host.run)
+            tg.start_soon(host_console.run)
+            task_status.started(
+                Shared(host=host, session=session, log=log, presence=presence, console=host_console)
+            )
+            await host_console.quit_requested.wait()
+            tg.cancel_scope.cancel()
