@@ -17,7 +17,7 @@ from relay.command import relay_command  # noqa: E402
 
 app.command("relay")(relay_command)
 
-from tunnel.host.command import host_command  # noqa: E402
+from tunnel.share_command import host_command  # noqa: E402
 
 app.command("host")(host_command)
 

@@ -79,7 +79,7 @@ class HostConsole:
         self._questions.append(question)
         self._console.print(
             f"[bold magenta]{escape(who)} wants to {'drive' if role == 'drive' else 'watch'}."
-            " Admit? [y/N][/bold magenta]"
+            " Admit? \\[y/N][/bold magenta]"
         )
         try:
             with anyio.move_on_after(APPROVAL_TIMEOUT):

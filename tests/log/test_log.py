@@ -267,6 +267,7 @@ class HeldCommitStore:
         self.hold_commits = False
         self.held: list[tuple[OnCommit, list[Item]]] = []
         self.hold_heads: anyio.Event | None = None
+        self.head_read_waiting = anyio.Event()
 
     async def append(
         self, conversation_id: str, items: Sequence[NewItem], *, on_commit: OnCommit | None = None
@@ -287,6 +288,7 @@ class HeldCommitStore:
     async def get_conversation(self, conversation_id: str) -> ConversationInfo | None:
         info = await self.inner.get_conversation(conversation_id)
         if self.hold_heads is not None:
+            self.head_read_waiting.set()
             await self.hold_heads.wait()
         return info
 
@@ -340,19 +342,23 @@ async def test_a_commit_during_the_head_read_is_neither_lost_nor_duplicated() ->
         await log.append("c", news(2))
         store.hold_heads = anyio.Event()
         got: list[int | str] = []
+        entered = anyio.Event()
         async with anyio.create_task_group() as tg:
 
             async def subscriber() -> None:
                 async with log.subscribe("c", after=None) as sub:
                     assert sub.head_seq == 3  # the read saw 1, the append during it 3
+                    entered.set()
                     got.extend(seqs(await receive_n(sub, 5)))
 
             tg.start_soon(subscriber)
-            await anyio.sleep(0.01)  # the subscriber is inside its head read
+            with anyio.fail_after(5):
+                await store.head_read_waiting.wait()
             assert log.statistics().subscribers == 1
             await log.append("c", news(2))
             store.hold_heads.set()
-            await anyio.sleep(0.01)
+            with anyio.fail_after(5):
+                await entered.wait()
             await log.append("c", new())
         assert got == [0, 1, 2, 3, 4]
 
@@ -382,7 +388,8 @@ async def test_a_subscription_entering_while_the_log_closes_ends_cleanly() -> No
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(subscriber)
-        await anyio.sleep(0.01)  # inside its head read
+        with anyio.fail_after(5):
+            await store.head_read_waiting.wait()
         await log.aclose()
         store.hold_heads.set()
         with anyio.fail_after(5):

@@ -11,13 +11,14 @@ import pytest
 from tunnel import PROTOCOL_VERSION
 from tunnel.client import (
     HostGoneError,
+    RefusedError,
     RevokedError,
     TeammateError,
     UnauthorizedError,
     connect_teammate,
 )
-from tunnel.crypto import ShareSecrets
-from tunnel.host import Host, HostRefusedError, echo_handler
+from tunnel.crypto import ShareLink, ShareSecrets
+from tunnel.host import Host, HostChannel, HostRefusedError, echo_handler
 from tunnel.identity import HostIdentity
 
 from .support import (
@@ -114,3 +115,27 @@ async def test_only_authorized_host_keys_may_register(tmp_path: Path) -> None:
                 await echo_roundtrip(session, b"nobody home")
     finally:
         relay.stop()
+
+
+async def test_the_join_hook_can_decline_a_teammate_with_4001(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    asked: list[tuple[str, str]] = []
+
+    async def approve(channel: HostChannel) -> bool:
+        asked.append((channel.name, channel.role))
+        return channel.name != "mallory"
+
+    async with running_host(host_settings(relay.url, tmp_path), on_join=approve) as host:
+        with pytest.raises(RefusedError) as caught:
+            await attach_and_echo_as(host.drive_link, "mallory")
+        assert caught.value.code == 4001
+        assert await attach_and_echo_as(host.view_link, "ann") == b"hello"
+    assert ("mallory", "drive") in asked
+    assert ("ann", "view") in asked
+
+
+async def attach_and_echo_as(link: ShareLink, name: str) -> bytes:
+    with anyio.fail_after(10):
+        async with connect_teammate(link, name=name) as session:
+            return await echo_roundtrip(session, b"hello")

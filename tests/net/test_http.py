@@ -105,6 +105,7 @@ def test_http_routes_of_a_running_relay(relay: RelayProcess) -> None:
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(relay.url + "/nope", timeout=10)
     assert caught.value.code == 404
+    caught.value.close()
     # The web client's page for a host id.
     page_url = f"{relay.url}/h/{HostIdentity.generate().host_id}"
     with urllib.request.urlopen(page_url, timeout=10) as reply:

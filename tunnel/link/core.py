@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import anyio
 from websockets.asyncio.connection import Connection as WebSocket
-from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
 from tunnel.link.errors import ABNORMAL_CLOSURE, LinkClosedError
@@ -251,7 +251,3 @@ class Link:
                 )
         self._closed_event.set()
 
-
-def is_clean_close(exc: BaseException) -> bool:
-    """Tell whether a websockets exception is a normal closure (1000/1001)."""
-    return isinstance(exc, ConnectionClosedOK)

@@ -1,0 +1,169 @@
+"""`tunnel host --agent ... --approve` and `tunnel attach` as real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.net.support import RelayProcess, read_line
+from tunnel.client import RefusedError
+from tunnel.groups import unwrap_single
+
+from .conftest import acp_spec
+from .teammate import attached
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="500")
+
+
+async def _read_until(
+    proc: subprocess.Popen[bytes], pattern: str, lines: int = 50
+) -> re.Match[str]:
+    # In a thread: the event loop must keep serving the teammates while we wait on the pipe.
+    return await anyio.to_thread.run_sync(_read_until_sync, proc, pattern, lines)
+
+
+def _read_until_sync(proc: subprocess.Popen[bytes], pattern: str, lines: int) -> re.Match[str]:
+    seen = []
+    for _ in range(lines):
+        line = read_line(proc, timeout=30)
+        seen.append(line)
+        match = re.search(pattern, line)
+        if match:
+            return match
+    raise AssertionError(f"no line matching {pattern!r} in {seen!r}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
+@pytest.fixture
+def host(relay: RelayProcess, tmp_path: Path, workspace: Path) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tunnel.cli",
+            "host",
+            "--relay",
+            relay.url,
+            "--agent",
+            acp_spec(),
+            "--workspace",
+            str(workspace),
+            "--log-db",
+            str(tmp_path / "log.db"),
+            "--key-file",
+            str(tmp_path / "key"),
+            "--name",
+            "hannah",
+            "--approve",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield proc
+    finally:
+        assert _stop(proc) == 0
+
+
+async def test_approve_admits_or_refuses_each_joiner_from_the_host_console(
+    host: subprocess.Popen[bytes],
+) -> None:
+    assert host.stdin is not None
+    drive_link = (await _read_until(host, r"drive link: (\S+)")).group(1)
+
+    async with attached(drive_link, "alice", subscribe=False) as alice:
+        await _read_until(host, r"alice wants to drive\. Admit\?")
+        host.stdin.write(b"y\n")
+        host.stdin.flush()
+        await alice.wait_for(lambda t: t.ready is not None)
+
+    async def refused_joiner() -> None:
+        async with unwrap_single(), attached(drive_link, "mallory", subscribe=False) as mallory:
+            await _read_until(host, r"mallory wants to drive\. Admit\?")
+            host.stdin.write(b"n\n")
+            host.stdin.flush()
+            await mallory.wait_for(lambda t: t.ready is not None)
+
+    with pytest.raises(RefusedError):
+        await refused_joiner()
+
+    # The host user is a co-driver too: a prompt typed at the console reaches the agent.
+    host.stdin.write(b"hello from the console\n")
+    host.stdin.flush()
+    await _read_until(host, r"agent: echo: hello from the console")
+
+
+async def test_tunnel_attach_prompts_from_the_keyboard_and_shows_the_reply(
+    relay: RelayProcess, tmp_path: Path, workspace: Path
+) -> None:
+    host = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tunnel.cli",
+            "host",
+            "--relay",
+            relay.url,
+            "--agent",
+            acp_spec(),
+            "--workspace",
+            str(workspace),
+            "--log-db",
+            str(tmp_path / "log.db"),
+            "--key-file",
+            str(tmp_path / "key"),
+            "--no-interactive",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    attach = None
+    try:
+        drive_link = (await _read_until(host, r"drive link: (\S+)")).group(1)
+        attach = subprocess.Popen(
+            [sys.executable, "-m", "tunnel.cli", "attach", "--name", "alice"],
+            cwd=ROOT,
+            env=dict(ENV, TUNNEL_LINK=drive_link),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert attach.stdin is not None
+        await _read_until(attach, r"attached as alice \(drive\)")
+        attach.stdin.write(b"what is up\n")
+        attach.stdin.flush()
+        await _read_until(attach, r"alice: what is up")
+        await _read_until(attach, r"agent: echo: what is up")
+        attach.stdin.write(b"/quit\n")
+        attach.stdin.flush()
+        assert attach.wait(15) == 0
+    finally:
+        if attach is not None:
+            _stop(attach)
+        assert _stop(host) == 0
