@@ -153,10 +153,11 @@ class Host:
             name,
             "--agent",
             agent,
-            "--db",
+            "--log-db",
             str(db),
             "--workspace",
             str(workspace),
+            "--no-interactive",
         ]
         process = Process.start("host", args, isolated_env(home))
         # The view link is printed first, the drive link last.
