@@ -165,7 +165,9 @@ class Host:
         links = {m.group(1): m.group(2) for line in process.seen if (m := LINK.search(line))}
         return cls(process=process, view_link=links["view"], drive_link=links["drive"], db=db)
 
-    def log_show(self, conversation_id: str) -> str:
+    def log_show(self, conversation_id: str, *, missing_ok: bool = False) -> str:
+        """`tunnel log show` of the host's database; "" for a conversation with no items yet
+        when `missing_ok` (the log creates a conversation with its first item)."""
         result = subprocess.run(
             [
                 sys.executable,
@@ -181,6 +183,9 @@ class Host:
             capture_output=True,
             text=True,
             timeout=30,
-            check=True,
+            check=False,
         )
+        if missing_ok and result.returncode != 0 and "no conversation" in result.stderr:
+            return ""
+        assert result.returncode == 0, result.stderr
         return result.stdout

@@ -54,6 +54,17 @@ def seqs(page: Page) -> list[int]:
     return [int(v) for v in values]
 
 
+def log_entries(text: str) -> list[tuple[str, str, str]]:
+    """(created_by, type, first body line) of each item `tunnel log show` printed."""
+    entries = []
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if match := re.match(r"#\d+\s+\S+\s+(\S+)\s+(\S+)", line):
+            body = lines[index + 1].strip() if index + 1 < len(lines) else ""
+            entries.append((match.group(1), match.group(2), body))
+    return entries
+
+
 def connected(page: Page) -> None:
     expect(page.get_by_test_id("connection-status")).to_have_attribute(
         "data-state", "connected", timeout=30_000
@@ -76,8 +87,10 @@ def test_driver_prompt_is_answered_and_approval_is_logged_with_the_name(
     prompt(page, "Count the lines, please")
     user = page.locator("[data-testid=message][data-role=user]", has_text="Count the lines")
     expect(user).to_contain_text("alice")
-    request = page.locator("[data-testid=permission-request][data-state=pending]").first
-    expect(request).to_be_visible(timeout=30_000)
+    pending = page.locator("[data-testid=permission-request][data-state=pending]").first
+    expect(pending).to_be_visible(timeout=30_000)
+    request_id = pending.get_attribute("data-request-id")
+    request = page.locator(f"[data-testid=permission-request][data-request-id='{request_id}']")
     request.locator("[data-testid=permission-option][data-kind=allow_once]").click()
     expect(request).to_have_attribute("data-state", "answered")
     expect(request.get_by_test_id("permission-outcome")).to_contain_text("answered by alice")
@@ -87,11 +100,13 @@ def test_driver_prompt_is_answered_and_approval_is_logged_with_the_name(
     assert len(shown) == len(set(shown))
 
     conversation = page.evaluate("window.__tunnel.session.conversationId")
-    log = host.log_show(conversation)
-    decisions = [line for line in log.splitlines() if "permission_decision" in line]
-    assert decisions, log
-    assert "alice" in decisions[0]
-    assert any("alice" in line and "Count the lines" in line for line in log.splitlines()), log
+    entries = log_entries(host.log_show(conversation))
+    assert ("alice", "message", "Count the lines, please") in entries
+    decisions = [e for e in entries if e[1] == "permission_decision"]
+    assert len(decisions) == 1
+    assert decisions[0][0] == "alice"
+    assert request_id is not None
+    assert request_id in decisions[0][2]
 
 
 def test_viewer_page_is_read_only_and_its_forged_prompt_is_refused(page: Page, host: Host) -> None:
@@ -105,7 +120,7 @@ def test_viewer_page_is_read_only_and_its_forged_prompt_is_refused(page: Page, h
     page.wait_for_timeout(500)
     expect(page.get_by_text("forged by viewer")).to_have_count(0)
     conversation = page.evaluate("window.__tunnel.session.conversationId")
-    assert "forged by viewer" not in host.log_show(conversation)
+    assert "forged by viewer" not in host.log_show(conversation, missing_ok=True)
 
 
 def test_page_reconnects_by_itself_after_a_relay_restart(
@@ -161,5 +176,21 @@ def test_agent_markup_renders_inert(page: Page, tmp_path: Path, relay: Relay) ->
         reply.locator("a", has_text="click me").click()
         page.wait_for_timeout(200)
         assert page.evaluate("window.__pwned") is None
+    finally:
+        host.process.stop()
+
+
+def test_terminal_agent_runs_in_the_page(page: Page, tmp_path: Path, relay: Relay) -> None:
+    agent = "pty:" + shlex.join([sys.executable, "-i", "-q"])
+    host = start_host(tmp_path, relay, agent=agent)
+    try:
+        page.goto(named(host.drive_link, "alice"))
+        connected(page)
+        terminal = page.get_by_test_id("terminal")
+        expect(terminal.locator(".xterm-rows")).to_contain_text(">>>", timeout=30_000)
+        terminal.click()
+        page.keyboard.type("print(6 * 7)")
+        page.keyboard.press("Enter")
+        expect(terminal.locator(".xterm-rows")).to_contain_text("42", timeout=30_000)
     finally:
         host.process.stop()

@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="500")
+TUNNEL = (sys.executable, "-m", "tunnel.cli")
 
 
 async def _read_until(
@@ -55,13 +56,13 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.returncode
 
 
-@pytest.fixture
-def host(relay: RelayProcess, tmp_path: Path, workspace: Path) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(
+def _start_host(
+    relay: RelayProcess, tmp_path: Path, workspace: Path, *args: str
+) -> subprocess.Popen[bytes]:
+    """`tunnel host` sharing the fake ACP agent, its state in tmp_path; stdin is a pipe."""
+    return subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "tunnel.cli",
+            *TUNNEL,
             "host",
             "--relay",
             relay.url,
@@ -73,9 +74,7 @@ def host(relay: RelayProcess, tmp_path: Path, workspace: Path) -> Iterator[subpr
             str(tmp_path / "log.db"),
             "--key-file",
             str(tmp_path / "key"),
-            "--name",
-            "hannah",
-            "--approve",
+            *args,
         ],
         cwd=ROOT,
         env=ENV,
@@ -83,6 +82,11 @@ def host(relay: RelayProcess, tmp_path: Path, workspace: Path) -> Iterator[subpr
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
+
+
+@pytest.fixture
+def host(relay: RelayProcess, tmp_path: Path, workspace: Path) -> Iterator[subprocess.Popen[bytes]]:
+    proc = _start_host(relay, tmp_path, workspace, "--name", "hannah", "--approve")
     try:
         yield proc
     finally:
@@ -120,34 +124,12 @@ async def test_approve_admits_or_refuses_each_joiner_from_the_host_console(
 async def test_tunnel_attach_prompts_from_the_keyboard_and_shows_the_reply(
     relay: RelayProcess, tmp_path: Path, workspace: Path
 ) -> None:
-    host = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tunnel.cli",
-            "host",
-            "--relay",
-            relay.url,
-            "--agent",
-            acp_spec(),
-            "--workspace",
-            str(workspace),
-            "--log-db",
-            str(tmp_path / "log.db"),
-            "--key-file",
-            str(tmp_path / "key"),
-            "--no-interactive",
-        ],
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    host = _start_host(relay, tmp_path, workspace, "--no-interactive")
     attach = None
     try:
         drive_link = (await _read_until(host, r"drive link: (\S+)")).group(1)
         attach = subprocess.Popen(
-            [sys.executable, "-m", "tunnel.cli", "attach", "--name", "alice"],
+            [*TUNNEL, "attach", "--name", "alice"],
             cwd=ROOT,
             env=dict(ENV, TUNNEL_LINK=drive_link),
             stdin=subprocess.PIPE,

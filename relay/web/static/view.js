@@ -456,6 +456,8 @@ export class View {
         parts.push(renderDiff(str(block.path), typeof block.old_text === "string" ? block.old_text : null,
           str(block.new_text)));
       } else if (block && block.type === "text") {
+        // A tool that reports its output both as content and as its result shows it once.
+        if (card.result && block.text === card.result.output) continue;
         parts.push(el("pre", { class: "tool-text", text: str(block.text) }));
       } else if (block) {
         parts.push(el("pre", { class: "tool-text", text: pretty(block) }));
