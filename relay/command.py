@@ -49,14 +49,18 @@ def configure_logging(level: str) -> None:
 async def serve_until_signal(settings: RelaySettings) -> None:
     """Run the relay until SIGINT or SIGTERM, then close every connection with 1001."""
     async with anyio.create_task_group() as tg:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            await tg.start(partial_run, settings)
-            async for signum in signals:
-                logging.getLogger("relay.server").info(
-                    "%s: shutting down", signal.Signals(signum).name
-                )
-                break
-        tg.cancel_scope.cancel()
+        tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+        await tg.start(partial_run, settings)
+
+
+async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            logging.getLogger("relay.server").info(
+                "%s: shutting down", signal.Signals(signum).name
+            )
+            scope.cancel()
+            return
 
 
 async def partial_run(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -16,8 +15,10 @@ from rich.markup import escape
 
 from relay.server import run as run_relay
 from relay.settings import RelaySettings
+from tunnel.host.command import cancel_on_signal
 from tunnel.host.settings import HostSettings
-from tunnel.share import Shared, ShareSettings, run_share
+from tunnel.share import Shared, ShareSettings
+from tunnel.share_command import share_until_quit
 
 logger = logging.getLogger("tunnel.demo")
 
@@ -28,28 +29,19 @@ async def run_demo(
     """Run the relay and the shared demo session until SIGINT/SIGTERM or /quit."""
     console = console if console is not None else Console(highlight=False)
     async with anyio.create_task_group() as tg:
+        tg.start_soon(cancel_on_signal, tg.cancel_scope)
         bound = await tg.start(run_relay, RelaySettings(host="127.0.0.1", port=port))
         relay_url = f"http://127.0.0.1:{bound}"
         # The port may have been picked by the OS: the host dials the one actually bound.
         base = share or ShareSettings(host=HostSettings(relay_url=relay_url))
         settings = replace(base, host=replace(base.host, relay_url=relay_url))
-        shared: Shared = await tg.start(_share, settings, console)
+        shared: Shared = await tg.start(share_until_quit, settings, console, tg.cancel_scope)
         console.print(
             "\n[bold]Open the drive link in a browser to co-drive, the view link to watch:[/bold]"
         )
         console.print(f"  drive: {escape(str(shared.host.drive_link))}", soft_wrap=True)
         console.print(f"  view:  {escape(str(shared.host.view_link))}", soft_wrap=True)
         console.print("[dim]Type a prompt here too. Ctrl-C stops the demo.[/dim]\n")
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                break
-        tg.cancel_scope.cancel()
-
-
-async def _share(
-    settings: ShareSettings, console: Console, *, task_status: anyio.abc.TaskStatus[Shared]
-) -> None:
-    await run_share(settings, console=console, task_status=task_status)
 
 
 def demo_command(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -15,7 +14,13 @@ from rich.markup import escape
 
 from tunnel.crypto import ShareSecrets
 from tunnel.groups import unwrap_single
-from tunnel.host.command import EXIT_CONFIG, EXIT_REFUSED, LogLevel, run_host_command
+from tunnel.host.command import (
+    EXIT_CONFIG,
+    EXIT_REFUSED,
+    LogLevel,
+    cancel_on_signal,
+    run_host_command,
+)
 from tunnel.host.echo import echo_handler
 from tunnel.host.runner import HostRefusedError
 from tunnel.host.settings import HostSettings
@@ -26,34 +31,33 @@ logger = logging.getLogger("tunnel.host")
 
 
 async def share_until_signal(settings: ShareSettings, console: Console) -> None:
-    """Run the share until SIGINT/SIGTERM (or /quit); print the links once registered."""
+    """Run the share until SIGINT/SIGTERM (or /quit); print the links once registered.
+
+    Signals are watched from the start, so a host still trying to reach its relay stops too.
+    """
     async with unwrap_single(), anyio.create_task_group() as tg:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            shared: Shared = await tg.start(_share, settings, console)
-            # Plain prints: scripts read these lines; rich would wrap a long link.
-            print(f"host id: {shared.host.host_id}", flush=True)
-            print(f"view link:  {shared.host.view_link}", flush=True)
-            print(f"drive link: {shared.host.drive_link}", flush=True)
-            console.print(
-                f"[dim]sharing {escape(settings.agent)} in {escape(str(settings.workspace))};"
-                " type a prompt, /allow or /deny a request, /quit to stop[/dim]"
-            )
-            async for signum in signals:
-                logger.info("%s: shutting down", signal.Signals(signum).name)
-                break
-        tg.cancel_scope.cancel()
+        tg.start_soon(cancel_on_signal, tg.cancel_scope)
+        shared: Shared = await tg.start(share_until_quit, settings, console, tg.cancel_scope)
+        # Plain prints: scripts read these lines; rich would wrap a long link.
+        print(f"host id: {shared.host.host_id}", flush=True)
+        print(f"view link:  {shared.host.view_link}", flush=True)
+        print(f"drive link: {shared.host.drive_link}", flush=True)
+        console.print(
+            f"[dim]sharing {escape(settings.agent)} in {escape(str(settings.workspace))};"
+            " type a prompt, /allow or /deny a request, /quit to stop[/dim]"
+        )
 
 
-async def _share(
-    settings: ShareSettings, console: Console, *, task_status: anyio.abc.TaskStatus[Shared]
+async def share_until_quit(
+    settings: ShareSettings,
+    console: Console,
+    scope: anyio.CancelScope,
+    *,
+    task_status: anyio.abc.TaskStatus[Shared],
 ) -> None:
+    """Run the share; when the host user types /quit, cancel `scope` (the whole command)."""
     await run_share(settings, console=console, task_status=task_status)
-    # /quit ends run_share: stop the whole command, not only the share task.
-    raise _Quit
-
-
-class _Quit(Exception):
-    pass
+    scope.cancel()
 
 
 def host_command(
@@ -173,6 +177,4 @@ def run_share_command(settings: ShareSettings, *, new_links: bool = False) -> in
     except HostRefusedError as exc:
         typer.echo(f"tunnel host: {exc}", err=True)
         return EXIT_REFUSED
-    except _Quit:
-        return 0
     return 0

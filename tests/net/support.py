@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed
 from tunnel import PROTOCOL_VERSION
 from tunnel.client import HostGoneError, TeammateSession, connect_teammate
 from tunnel.crypto import ShareLink
-from tunnel.host import Host, HostChannel, HostSettings, echo_handler
+from tunnel.host import Host, HostSettings, echo_handler
 from tunnel.host.runner import ChannelHandler
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -249,11 +249,3 @@ def start_host_process(relay_url: str, key_file: Path) -> subprocess.Popen[bytes
         stderr=subprocess.DEVNULL,
     )
 
-
-async def collect(channel: HostChannel) -> list[bytes]:
-    """Receive from a host channel until it closes (for handlers that record)."""
-    received: list[bytes] = []
-    with contextlib.suppress(Exception):
-        while True:
-            received.append(await channel.receive())
-    return received

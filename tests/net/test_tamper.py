@@ -76,11 +76,11 @@ async def test_a_flipped_byte_going_to_the_host_closes_the_channel_with_4003(
             while True:
                 await channel.send(await channel.receive())
         except Exception as exc:
-            outcomes.append(type(exc).__name__)
+            if channel.name != "probe":  # running_host's readiness probe
+                outcomes.append(type(exc).__name__)
             raise
 
     async with running_host(host_settings(relay.url, tmp_path), guarded_echo) as host:
-        outcomes.clear()
         async with tampering_proxy(relay.url, flip_up=True) as proxy:
             with pytest.raises(DecryptionFailedError) as caught:
                 await attach_and_echo(via(host.drive_link, proxy), b"transfer 10 EUR")
@@ -102,10 +102,10 @@ async def test_a_flipped_byte_going_to_the_teammate_fails_decryption_there(
                 await channel.send(await channel.receive())
         finally:
             assert channel.closed is not None
-            closes.append(channel.closed.code)
+            if channel.name != "probe":  # running_host's readiness probe
+                closes.append(channel.closed.code)
 
     async with running_host(host_settings(relay.url, tmp_path), watching_echo) as host:
-        closes.clear()
         async with tampering_proxy(relay.url, flip_up=False) as proxy:
             with pytest.raises(DecryptionFailedError) as caught:
                 await attach_and_echo(via(host.view_link, proxy), b"what the agent said")

@@ -47,6 +47,11 @@ class DemoTool:
     path: str | None = None
     """The real path of the file whose lines are counted; None lists the workspace."""
 
+    @property
+    def action(self) -> str:
+        """The title as the middle of a sentence; file names keep their case."""
+        return self.title[:1].lower() + self.title[1:]
+
 
 def choose_tool(workspace: Workspace) -> DemoTool:
     """Pick the file to count lines of: the README, else the biggest .py file, else none."""
@@ -166,7 +171,7 @@ class DemoSession(ChatSession):
         await self._stream(
             "message",
             f"Hello {prompt.by}! I am a demo agent with no model behind me. "
-            f"I would like to **{tool.title.lower()}**; I need permission first.",
+            f"I would like to **{tool.action}**; I need permission first.",
         )
         await recorder.plan(_plan(1))
         tool_call_id = new_id("call")
@@ -174,7 +179,7 @@ class DemoSession(ChatSession):
             tool_call_id=tool_call_id, title=tool.title, kind=tool.kind, input=tool.input
         )
         pending = await self._permissions.open(
-            title=f"Allow the demo agent to {tool.title.lower()}?",
+            title=f"Allow the demo agent to {tool.action}?",
             tool_call_id=tool_call_id,
             options=(ALLOW, REJECT),
         )
@@ -188,7 +193,7 @@ class DemoSession(ChatSession):
                 tool_call_id, ok=False, output=f"not run: {decision.by} rejected it"
             )
             await self._stream(
-                "message", f"{decision.by} said no, so I did not {tool.title.lower()}."
+                "message", f"{decision.by} said no, so I did not {tool.action}."
             )
             await recorder.plan(_plan(3))
             return

@@ -1,19 +1,18 @@
-"""`tunnel host`: options and TUNNEL_HOST_* variables become `HostSettings`, then `run_host`."""
+"""Running a host from the command line: exit codes, signals, and the printed share links.
+
+`tunnel host` itself (tunnel/share_command.py) builds its settings and calls these.
+"""
 
 from __future__ import annotations
 
 import enum
 import logging
 import signal
-import sys
-from pathlib import Path
-from typing import Annotated
 
 import anyio
 import typer
 
 from tunnel.crypto import ShareSecrets
-from tunnel.host.echo import echo_handler
 from tunnel.host.runner import ChannelHandler, Host, HostRefusedError, JoinHook
 from tunnel.host.settings import HostSettings
 from tunnel.identity import KeyFileError
@@ -43,15 +42,23 @@ def print_links(host: Host) -> None:
 
 
 async def serve_until_signal(host: Host) -> None:
-    """Run `host` until SIGINT or SIGTERM; print its links once registered."""
+    """Run `host` until SIGINT or SIGTERM; print its links once registered.
+
+    The signals are watched from the start: a host still trying to reach its relay stops too.
+    """
     async with anyio.create_task_group() as tg:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            await tg.start(_run, host)
-            print_links(host)
-            async for signum in signals:
-                logger.info("%s: shutting down", signal.Signals(signum).name)
-                break
-        tg.cancel_scope.cancel()
+        tg.start_soon(cancel_on_signal, tg.cancel_scope)
+        await tg.start(_run, host)
+        print_links(host)
+
+
+async def cancel_on_signal(scope: anyio.CancelScope) -> None:
+    """Cancel `scope` at the first SIGINT or SIGTERM."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            logger.info("%s: shutting down", signal.Signals(signum).name)
+            scope.cancel()
+            return
 
 
 async def _run(host: Host, *, task_status: anyio.abc.TaskStatus[Host]) -> None:
@@ -86,64 +93,3 @@ def run_host_command(
         typer.echo(f"tunnel host: {refused.exceptions[0]}", err=True)
         return EXIT_REFUSED
     return 0
-
-
-def host_command(
-    relay: Annotated[
-        str,
-        typer.Option(
-            "--relay", envvar="TUNNEL_HOST_RELAY", help="The relay's URL (https://relay.example)."
-        ),
-    ],
-    key_file: Annotated[
-        Path | None,
-        typer.Option(
-            envvar="TUNNEL_HOST_KEY_FILE",
-            help="The host's private key (created if missing); default: the user config dir.",
-        ),
-    ] = None,
-    name: Annotated[
-        str, typer.Option(envvar="TUNNEL_HOST_NAME", help="Your name, as teammates see it.")
-    ] = "host",
-    new_links: Annotated[
-        bool,
-        typer.Option(
-            "--new-links", help="Revoke the previous share links and make new ones first."
-        ),
-    ] = False,
-    ping_interval: Annotated[
-        float,
-        typer.Option(envvar="TUNNEL_HOST_PING_INTERVAL", help="Seconds between keepalive pings."),
-    ] = 20.0,
-    ping_timeout: Annotated[
-        float,
-        typer.Option(envvar="TUNNEL_HOST_PING_TIMEOUT", help="Seconds to wait for a pong."),
-    ] = 20.0,
-    echo: Annotated[bool, typer.Option("--echo", hidden=True)] = False,
-    log_level: Annotated[
-        LogLevel, typer.Option(envvar="TUNNEL_HOST_LOG_LEVEL", help="Log verbosity.")
-    ] = LogLevel.info,
-) -> None:
-    """Share this machine's agent session through a relay and print the share links."""
-    logging.basicConfig(
-        level=log_level.value.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if log_level is not LogLevel.debug:
-        logging.getLogger("websockets").setLevel(logging.WARNING)
-    try:
-        settings = HostSettings(
-            relay_url=relay,
-            key_file=key_file,
-            name=name,
-            ping_interval=ping_interval,
-            ping_timeout=ping_timeout,
-        )
-    except ValueError as exc:
-        typer.echo(f"tunnel host: {exc}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
-    if not echo:
-        typer.echo("tunnel host: no agent handler is available in this build", err=True)
-        raise typer.Exit(EXIT_CONFIG)
-    raise typer.Exit(run_host_command(settings, echo_handler, new_links=new_links))

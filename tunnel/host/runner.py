@@ -95,8 +95,9 @@ class Host:
         self._on_join = on_join if on_join is not None else _admit_all
         self.identity = identity or HostIdentity.load_or_create(settings.resolved_key_file)
         self._secrets = secrets or ShareSecrets.load_or_create(settings.resolved_secrets_file)
-        # Replayed opens would reuse keys and nonces; bounded by SaltGuard's max_salts.
-        self._salts = SaltGuard()
+        # Replayed opens would reuse keys and nonces; the salts seen are kept on disk so a relay
+        # cannot replay a recorded channel after a host restart either. Bounded by max_salts.
+        self._salts = SaltGuard(path=settings.resolved_salts_file)
         self._channels: set[HostChannel] = set()
         self._link: Link | None = None
         self._connected = anyio.Event()
