@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from tests.net.support import RelayProcess
 
 REQUIRED_MARKERS = ("browser",)
 _skipped: list[str] = []
@@ -13,6 +17,16 @@ _skipped: list[str] = []
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def relay(tmp_path: Path) -> Iterator[RelayProcess]:
+    """`tunnel relay` as a subprocess on a free loopback port, stopped after the test."""
+    process = RelayProcess(tmp_path).start()
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
 def _require_all() -> bool:

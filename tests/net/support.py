@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import msgpack
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from tunnel import PROTOCOL_VERSION
@@ -249,3 +250,40 @@ def start_host_process(relay_url: str, key_file: Path) -> subprocess.Popen[bytes
         stderr=subprocess.DEVNULL,
     )
 
+
+Rewrite = Callable[[bytes], bytes]
+
+
+@contextlib.asynccontextmanager
+async def attach_proxy(
+    relay_url: str, *, up: Rewrite | None = None, down: Rewrite | None = None
+) -> AsyncIterator[str]:
+    """A WebSocket proxy in front of the relay's /v1/attach, standing where a hostile relay would:
+    `up` sees (and may rewrite) every message a teammate sends, `down` every message it gets.
+    Yields the proxy's base URL."""
+
+    async def pipe(source: Any, sink: Any, rewrite: Rewrite | None) -> None:
+        try:
+            async for message in source:
+                await sink.send(
+                    rewrite(message) if rewrite and isinstance(message, bytes) else message
+                )
+        except ConnectionClosed:
+            pass
+        finally:
+            await sink.close()
+
+    async def handle(downstream: ServerConnection) -> None:
+        url = relay_url.replace("http://", "ws://") + "/v1/attach"
+        async with connect(url, compression=None) as upstream, anyio.create_task_group() as tg:
+            tg.start_soon(pipe, downstream, upstream, up)
+            tg.start_soon(pipe, upstream, downstream, down)
+
+    async with serve(handle, "127.0.0.1", 0, compression=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+
+
+def via(link: ShareLink, proxy_url: str) -> ShareLink:
+    """The same link, reached through `proxy_url` instead of the relay."""
+    return ShareLink(relay_url=proxy_url, host_id=link.host_id, role=link.role, secret=link.secret)

@@ -97,8 +97,7 @@ async def test_only_authorized_host_keys_may_register(tmp_path: Path) -> None:
     allowed = HostIdentity.load_or_create(tmp_path / "allowed" / "host_key")
     keys = tmp_path / "authorized_keys"
     keys.write_text(
-        "# hosts allowed on this relay\n"
-        f"{base64.b64encode(allowed.public_key).decode()} laptop\n"
+        f"# hosts allowed on this relay\n{base64.b64encode(allowed.public_key).decode()} laptop\n"
     )
     relay = RelayProcess(tmp_path, "--authorized-keys", str(keys)).start()
     try:

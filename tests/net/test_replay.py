@@ -3,49 +3,26 @@ also after the host restarted: a channel salt is accepted once per set of share 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
-from websockets.asyncio.client import connect
-from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from tunnel.crypto import ShareLink
 from tunnel.host import HostChannel
 from tunnel.proto import Close, decode_frame
 
-from .support import RelayProcess, attach_and_echo, host_settings, raw_peer, running_host
+from .support import (
+    RelayProcess,
+    attach_and_echo,
+    attach_proxy,
+    host_settings,
+    raw_peer,
+    running_host,
+    via,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
-
-
-@asynccontextmanager
-async def recording_proxy(relay_url: str, recorded: list[bytes]) -> AsyncIterator[str]:
-    """A proxy in front of /v1/attach that keeps every message a teammate sends upstream."""
-
-    async def pipe(source: object, sink: object, record: bool) -> None:
-        try:
-            async for message in source:  # type: ignore[attr-defined]
-                if record:
-                    recorded.append(message)
-                await sink.send(message)  # type: ignore[attr-defined]
-        except ConnectionClosed:
-            pass
-        finally:
-            await sink.close()  # type: ignore[attr-defined]
-
-    async def handle(downstream: ServerConnection) -> None:
-        url = relay_url.replace("http://", "ws://") + "/v1/attach"
-        async with connect(url, compression=None) as upstream, anyio.create_task_group() as tg:
-            tg.start_soon(pipe, downstream, upstream, True)
-            tg.start_soon(pipe, upstream, downstream, False)
-
-    async with serve(handle, "127.0.0.1", 0, compression=None) as server:
-        port = server.sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
 
 
 async def _replay(relay_url: str, recorded: list[bytes]) -> int | None:
@@ -81,11 +58,14 @@ async def test_a_replayed_channel_is_refused_before_and_after_a_host_restart(
     settings = host_settings(relay.url, tmp_path)
     async with running_host(settings, recording_echo) as host:
         link = host.drive_link
-        async with recording_proxy(relay.url, recorded) as proxy:
-            via_proxy = ShareLink(
-                relay_url=proxy, host_id=link.host_id, role=link.role, secret=link.secret
-            )
-            assert await attach_and_echo(via_proxy, b"approve the deploy") == b"approve the deploy"
+
+        def record(message: bytes) -> bytes:
+            recorded.append(message)
+            return message
+
+        async with attach_proxy(relay.url, up=record) as proxy:
+            echoed = await attach_and_echo(via(link, proxy), b"approve the deploy")
+        assert echoed == b"approve the deploy"
         assert received == [b"approve the deploy"]
 
         assert await _replay(relay.url, recorded) == 4003

@@ -2,68 +2,44 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 
-import anyio
 import pytest
-from websockets.asyncio.client import connect
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
 
 from tunnel.client import DecryptionFailedError, connect_teammate
-from tunnel.crypto import ShareLink
 from tunnel.host import HostChannel
 from tunnel.proto import Data, decode_frame, encode_frame
 
 from .support import (
     RelayProcess,
     attach_and_echo,
+    attach_proxy,
     echo_roundtrip,
     eventually,
     host_settings,
     running_host,
+    via,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-@asynccontextmanager
-async def tampering_proxy(relay_url: str, *, flip_up: bool) -> AsyncIterator[str]:
-    """A WebSocket proxy in front of the relay's /v1/attach that flips one bit of the first
-    `d` going up (teammate -> host) or down (host -> teammate). Yields its base URL."""
+def flip_first_data() -> Callable[[bytes], bytes]:
+    """A rewrite that flips one bit in the middle of the first `d` it sees."""
+    flipped = False
 
-    async def pipe(source: ServerConnection | object, sink: object, tamper: bool) -> None:
-        flipped = False
-        try:
-            async for message in source:  # type: ignore[attr-defined]
-                if tamper and not flipped and isinstance(message, bytes):
-                    frame = decode_frame(message)
-                    if isinstance(frame, Data):
-                        data = bytearray(frame.data)
-                        data[len(data) // 2] ^= 0x01
-                        message = encode_frame(Data(channel=frame.channel, data=bytes(data)))
-                        flipped = True
-                await sink.send(message)  # type: ignore[attr-defined]
-        except ConnectionClosed:
-            pass
-        finally:
-            await sink.close()  # type: ignore[attr-defined]
+    def rewrite(message: bytes) -> bytes:
+        nonlocal flipped
+        frame = decode_frame(message)
+        if flipped or not isinstance(frame, Data):
+            return message
+        flipped = True
+        data = bytearray(frame.data)
+        data[len(data) // 2] ^= 0x01
+        return encode_frame(Data(channel=frame.channel, data=bytes(data)))
 
-    async def handle(downstream: ServerConnection) -> None:
-        url = relay_url.replace("http://", "ws://") + "/v1/attach"
-        async with connect(url, compression=None) as upstream, anyio.create_task_group() as tg:
-            tg.start_soon(pipe, downstream, upstream, flip_up)
-            tg.start_soon(pipe, upstream, downstream, not flip_up)
-
-    async with serve(handle, "127.0.0.1", 0, compression=None) as server:
-        port = server.sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
-
-
-def via(link: ShareLink, proxy_url: str) -> ShareLink:
-    return ShareLink(relay_url=proxy_url, host_id=link.host_id, role=link.role, secret=link.secret)
+    return rewrite
 
 
 async def test_a_flipped_byte_going_to_the_host_closes_the_channel_with_4003(
@@ -81,7 +57,7 @@ async def test_a_flipped_byte_going_to_the_host_closes_the_channel_with_4003(
             raise
 
     async with running_host(host_settings(relay.url, tmp_path), guarded_echo) as host:
-        async with tampering_proxy(relay.url, flip_up=True) as proxy:
+        async with attach_proxy(relay.url, up=flip_first_data()) as proxy:
             with pytest.raises(DecryptionFailedError) as caught:
                 await attach_and_echo(via(host.drive_link, proxy), b"transfer 10 EUR")
             assert caught.value.code == 4003
@@ -106,7 +82,7 @@ async def test_a_flipped_byte_going_to_the_teammate_fails_decryption_there(
                 closes.append(channel.closed.code)
 
     async with running_host(host_settings(relay.url, tmp_path), watching_echo) as host:
-        async with tampering_proxy(relay.url, flip_up=False) as proxy:
+        async with attach_proxy(relay.url, down=flip_first_data()) as proxy:
             with pytest.raises(DecryptionFailedError) as caught:
                 await attach_and_echo(via(host.view_link, proxy), b"what the agent said")
             assert caught.value.code == 4003

@@ -71,7 +71,9 @@ def test_a_host_hello_is_checked_against_challenge_url_and_authorized_keys() -> 
     challenge = bytes(32)
     url = "https://relay.example"
     hello = parse_host_hello(
-        host_hello(identity, challenge, url), challenge=challenge, public_url=url,
+        host_hello(identity, challenge, url),
+        challenge=challenge,
+        public_url=url,
         authorized_keys=None,
     )
     assert hello.host_id == identity.host_id

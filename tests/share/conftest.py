@@ -5,29 +5,20 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 from rich.console import Console
 
-from tests.net.support import RelayProcess, host_settings
+from tests.net.support import host_settings
 from tunnel.app_messages import decode_host_message
 from tunnel.client import HostGoneError, connect_teammate
 from tunnel.crypto import ShareLink
 from tunnel.share import Shared, ShareSettings, run_share
 
 FAKE_ACP_AGENT = Path(__file__).resolve().parents[1] / "agents" / "fake_acp_agent.py"
-
-
-@pytest.fixture
-def relay(tmp_path: Path) -> Iterator[RelayProcess]:
-    process = RelayProcess(tmp_path).start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture
