@@ -263,7 +263,7 @@ def test_the_tool_prefers_the_readme_then_the_biggest_python_file(tmp_path: Path
     assert run_tool(ws, tool) == (True, f"{os.path.join('pkg', 'big.py')} has 50 lines")
 
     (tmp_path / "README.md").write_text("no newline at the end")
-    assert run_tool(ws, choose_tool(ws)) == (True, "README.md has 1 lines")
+    assert run_tool(ws, choose_tool(ws)) == (True, "README.md has 1 line")
 
 
 def test_the_tool_does_not_follow_a_readme_symlink_out_of_the_workspace(

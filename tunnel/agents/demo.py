@@ -80,7 +80,9 @@ def run_tool(workspace: Workspace, tool: DemoTool) -> tuple[bool, str]:
             names = sorted(os.listdir(workspace.root))
             shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
             return True, f"{len(names)} entries: {shown}" if names else "the workspace is empty"
-        return True, f"{workspace.relative(tool.path)} has {_count_lines(tool.path)} lines"
+        count = _count_lines(tool.path)
+        noun = "line" if count == 1 else "lines"
+        return True, f"{workspace.relative(tool.path)} has {count} {noun}"
     except OSError as exc:
         return False, f"could not run: {exc.strerror or exc}"
 
