@@ -44,14 +44,16 @@ def require_chromium() -> Path:
     return CHROMIUM
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API runs an event loop in the main thread while
+# it is alive, and the rest of the suite needs that thread for its own (anyio) event loops.
+@pytest.fixture(scope="package")
 def playwright_instance() -> Iterator[Playwright]:
     require_chromium()
     with sync_playwright() as playwright:
         yield playwright
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright_instance: Playwright) -> Iterator[Browser]:
     browser = playwright_instance.chromium.launch(
         executable_path=str(require_chromium()), args=CHROMIUM_ARGS
