@@ -1,0 +1,104 @@
+"""Coverage-guided fuzz targets (atheris) for every parser that reads untrusted bytes.
+
+Run one by hand for longer: `python -m tests.fuzz.targets frame -runs=1000000`. Each target
+feeds the fuzzer's bytes to one parser; anything but the parser's documented error is a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import atheris
+
+with atheris.instrument_imports():
+    import msgpack
+
+    from relay.admission import Refusal, parse_host_hello, parse_teammate_hello
+    from tunnel.app_messages import BadRequest, decode_host_message, decode_request
+    from tunnel.crypto import ShareLink
+    from tunnel.log import Item
+    from tunnel.proto import Connection, ProtocolError, Side, decode_frame
+
+
+def _msgpack_value(data: bytes) -> Any:
+    """The fuzzer's bytes as a msgpack value, or None when they are not msgpack at all."""
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception:  # not msgpack: nothing to hand to the parser under test
+        return None
+
+
+def frame(data: bytes) -> None:
+    with contextlib.suppress(ProtocolError):
+        decode_frame(data)
+
+
+def connection(data: bytes) -> None:
+    # A whole link after its hello: every message either advances the state or fails the link.
+    conn = Connection(Side.ACCEPTER)
+    conn.send_hello({})
+    try:
+        conn.receive_data(msgpack.packb({"c": None, "k": "hello", "p": {}}))
+        for start in range(0, len(data), 64):
+            conn.receive_data(data[start : start + 64])
+            conn.events_received()
+            conn.data_to_send()
+    except ProtocolError:
+        pass
+
+
+def request(data: bytes) -> None:
+    with contextlib.suppress(BadRequest):
+        decode_request(data)
+
+
+def host_message(data: bytes) -> None:
+    with contextlib.suppress(BadRequest):
+        decode_host_message(data)
+
+
+def item(data: bytes) -> None:
+    value = _msgpack_value(data)
+    with contextlib.suppress(ValueError):
+        Item.from_wire(value)
+
+
+def hello(data: bytes) -> None:
+    value = _msgpack_value(data)
+    if not isinstance(value, dict):
+        return
+    with contextlib.suppress(Refusal):
+        parse_teammate_hello(value)
+    with contextlib.suppress(Refusal):
+        parse_host_hello(
+            value, challenge=bytes(32), public_url="http://127.0.0.1:1", authorized_keys=None
+        )
+
+
+def link(data: bytes) -> None:
+    with contextlib.suppress(ValueError):
+        ShareLink.parse(data.decode("utf-8", "replace"))
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "frame": frame,
+    "connection": connection,
+    "request": request,
+    "host_message": host_message,
+    "item": item,
+    "hello": hello,
+    "link": link,
+}
+
+
+def main() -> None:
+    target = TARGETS[sys.argv[1]]
+    atheris.Setup([sys.argv[0], *sys.argv[2:]], target)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
