@@ -24,7 +24,7 @@ from tunnel.client import TeammateError, connect_teammate
 from tunnel.commands import HELP, Quit, Say, parse_line
 from tunnel.conversation_view import ConversationView
 from tunnel.crypto import ShareLink
-from tunnel.groups import unwrap_single
+from tunnel.groups import unwrap_group
 from tunnel.lines import stdin_lines
 from tunnel.proto.codes import CloseCode
 from tunnel.render import render_event, render_item
@@ -88,7 +88,7 @@ class Attachment:
         while True:
             try:
                 # The client's task groups wrap what they raise: look through the wrapping.
-                async with unwrap_single():
+                async with unwrap_group():
                     await self._attach_once()
             except TeammateError as exc:
                 if exc.code in FINAL_CODES or not self._settings.reconnect:

@@ -7,17 +7,18 @@ from contextlib import asynccontextmanager
 
 
 @asynccontextmanager
-async def unwrap_single() -> AsyncIterator[None]:
-    """Re-raise a task group's lone exception as itself, not inside an ExceptionGroup.
+async def unwrap_group() -> AsyncIterator[None]:
+    """Re-raise a task group's exception as itself, not inside an ExceptionGroup.
 
     Callers catch specific errors (a channel that closed, a refused link); a group holding just
-    one of them should look like that error. Groups of several stay groups.
+    one of them, or several of the same kind (two tasks that saw the same channel close), should
+    look like that error. Groups of different kinds stay groups.
     """
     try:
         yield
     except BaseExceptionGroup as group:
-        leaves = list(_leaves(group))
-        if len(leaves) == 1:
+        leaves = _leaves(group)
+        if len({type(leaf) for leaf in leaves}) == 1:
             raise leaves[0] from None
         raise
 

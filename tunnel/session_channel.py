@@ -33,7 +33,7 @@ from tunnel.app_messages import (
     ready_message,
     snapshot_message,
 )
-from tunnel.groups import unwrap_single
+from tunnel.groups import unwrap_group
 from tunnel.log import Event, Item, Log
 from tunnel.presence import Member, Presence
 
@@ -102,7 +102,7 @@ class SessionChannelHandler:
                     agent_kind=self._session.info.kind,
                 )
             )
-            async with unwrap_single(), anyio.create_task_group() as tg:
+            async with unwrap_group(), anyio.create_task_group() as tg:
                 tg.start_soon(self._pump_presence)
                 await self._serve_requests(tg)
                 tg.cancel_scope.cancel()

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tunnel.crypto import ShareSecrets
-from tunnel.groups import unwrap_single
+from tunnel.groups import unwrap_group
 from tunnel.host.command import (
     EXIT_CONFIG,
     EXIT_REFUSED,
@@ -35,7 +35,7 @@ async def share_until_signal(settings: ShareSettings, console: Console) -> None:
 
     Signals are watched from the start, so a host still trying to reach its relay stops too.
     """
-    async with unwrap_single(), anyio.create_task_group() as tg:
+    async with unwrap_group(), anyio.create_task_group() as tg:
         tg.start_soon(cancel_on_signal, tg.cancel_scope)
         shared: Shared = await tg.start(share_until_quit, settings, console, tg.cancel_scope)
         # Plain prints: scripts read these lines; rich would wrap a long link.

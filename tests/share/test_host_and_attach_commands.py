@@ -15,7 +15,7 @@ import pytest
 
 from tests.net.support import RelayProcess, read_line
 from tunnel.client import RefusedError
-from tunnel.groups import unwrap_single
+from tunnel.groups import unwrap_group
 
 from .conftest import acp_spec
 from .teammate import attached
@@ -106,7 +106,7 @@ async def test_approve_admits_or_refuses_each_joiner_from_the_host_console(
         await alice.wait_for(lambda t: t.ready is not None)
 
     async def refused_joiner() -> None:
-        async with unwrap_single(), attached(drive_link, "mallory", subscribe=False) as mallory:
+        async with unwrap_group(), attached(drive_link, "mallory", subscribe=False) as mallory:
             await _read_until(host, r"mallory wants to drive\. Admit\?")
             host.stdin.write(b"n\n")
             host.stdin.flush()
