@@ -126,6 +126,13 @@ def relay_command(
             help="WebSocket connections from one IP address (0: no limit).",
         ),
     ] = 64,
+    max_channels_per_teammate: Annotated[
+        int,
+        typer.Option(
+            envvar="TUNNEL_RELAY_MAX_CHANNELS_PER_TEAMMATE",
+            help="Channels one teammate may hold open (0: no limit).",
+        ),
+    ] = 8,
     max_channels_per_link: Annotated[
         int,
         typer.Option(
@@ -164,6 +171,7 @@ def relay_command(
             max_hosts=_limit(max_hosts),
             max_teammates_per_host=_limit(max_teammates_per_host),
             max_connections_per_ip=_limit(max_connections_per_ip),
+            max_channels_per_teammate=_limit(max_channels_per_teammate),
             hello_timeout=hello_timeout,
             send_timeout=None if send_timeout <= 0 else send_timeout,
             limits=Limits(max_channels=_limit(max_channels_per_link)),

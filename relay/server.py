@@ -55,6 +55,7 @@ class Relay:
                 max_hosts=settings.max_hosts,
                 max_teammates_per_host=settings.max_teammates_per_host,
                 max_connections_per_ip=settings.max_connections_per_ip,
+                max_channels_per_teammate=settings.max_channels_per_teammate,
             ),
             link_limits=settings.limits,
             metrics=self.metrics,

@@ -49,6 +49,9 @@ class RelaySettings:
     max_connections_per_ip: int | None = 64
     """WebSocket connections from one IP address at once; one more is closed with 4006."""
 
+    max_channels_per_teammate: int | None = 8
+    """Channels one teammate link may hold open; one more `open` is closed with 4006."""
+
     hello_timeout: float = 10.0
     """Seconds a new connection has to send its hello before it is closed with 4000."""
 

@@ -90,6 +90,9 @@ class SwitchLimits:
     max_hosts: int | None = 1000
     max_teammates_per_host: int | None = 32
     max_connections_per_ip: int | None = 64
+    max_channels_per_teammate: int | None = 8
+    """Channels one teammate link may hold open: the host link's channels are shared by every
+    teammate, so one link must not be able to take them all."""
 
 
 class Switch:
@@ -247,6 +250,12 @@ class Switch:
         host = self.hosts.get(peer.host_id)
         if host is None or host.link.closing:
             self._refuse_channel(peer, event.channel, CloseCode.HOST_GONE, "host is offline")
+            return
+        per_teammate = self._limits.max_channels_per_teammate
+        if per_teammate is not None and self.routes.channels(peer) >= per_teammate:
+            self._refuse_channel(
+                peer, event.channel, CloseCode.LIMIT_REACHED, "too many channels on this link"
+            )
             return
         entries = self._link_limits.max_meta_entries
         if entries is not None and len(event.meta) + 1 > entries:

@@ -21,9 +21,6 @@ from tunnel.crypto import (
     ChannelCrypto,
     CounterExhaustedError,
     DecryptionError,
-    SaltGuard,
-    SaltGuardFullError,
-    SaltReuseError,
     ShareLink,
     ShareSecrets,
     b64url_decode,
@@ -49,13 +46,19 @@ HOST_ID = HostIdentity.from_seed(bytes(range(32))).host_id
 OTHER_HOST_ID = HostIdentity.from_seed(bytes(range(1, 33))).host_id
 SECRET = bytes(range(32))
 SALT = bytes(range(16))
+NONCE = bytes(range(16, 32))
+NAME = "alice"
+
+
+def keys(root: bytes, salt: bytes = SALT, nonce: bytes = NONCE) -> tuple[bytes, bytes]:
+    return channel_keys(root, salt=salt, host_nonce=nonce, name=NAME)
 
 
 def pair(secret: bytes = SECRET, salt: bytes = SALT) -> tuple[ChannelCrypto, ChannelCrypto]:
     """Return (teammate, host) ends of one channel."""
     return (
-        ChannelCrypto.for_teammate(secret, HOST_ID, salt),
-        ChannelCrypto.for_host(secret, HOST_ID, salt),
+        ChannelCrypto.for_teammate(secret, HOST_ID, salt=salt, host_nonce=NONCE, name=NAME),
+        ChannelCrypto.for_host(secret, HOST_ID, salt=salt, host_nonce=NONCE, name=NAME),
     )
 
 
@@ -83,9 +86,11 @@ def test_each_vector_follows_from_its_inputs() -> None:
     assert token_verifier(token).hex() == VECTORS["verifier_hex"]
     root = e2e_root(secret, host_id)
     assert root.hex() == VECTORS["root_hex"]
-    k_up, k_down = channel_keys(root, salt)
+    nonce = bytes.fromhex(VECTORS["host_nonce_hex"])
+    name = VECTORS["name"]
+    k_up, k_down = channel_keys(root, salt=salt, host_nonce=nonce, name=name)
     assert (k_up.hex(), k_down.hex()) == (VECTORS["k_up_hex"], VECTORS["k_down_hex"])
-    host = ChannelCrypto.for_host(secret, host_id, salt)
+    host = ChannelCrypto.for_host(secret, host_id, salt=salt, host_nonce=nonce, name=name)
     assert host.receive.decrypt(bytes.fromhex(VECTORS["ciphertext_up_0_hex"])) == plaintext
     assert host.receive.decrypt(bytes.fromhex(VECTORS["ciphertext_up_1_hex"])) == plaintext
     reply = bytes.fromhex(VECTORS["reply_plaintext_hex"])
@@ -113,7 +118,7 @@ def test_security_doc_embeds_the_vector_file() -> None:
 
 
 def test_token_root_and_channel_keys_are_all_distinct() -> None:
-    k_up, k_down = channel_keys(e2e_root(SECRET, HOST_ID), SALT)
+    k_up, k_down = keys(e2e_root(SECRET, HOST_ID))
     values = {relay_token(SECRET, HOST_ID), e2e_root(SECRET, HOST_ID), k_up, k_down}
     assert len(values) == 4
     assert all(len(v) == 32 for v in values)
@@ -125,18 +130,23 @@ def test_derivations_depend_on_secret_host_and_salt() -> None:
     assert relay_token(SECRET, HOST_ID) != relay_token(SECRET, OTHER_HOST_ID)
     root = e2e_root(SECRET, HOST_ID)
     assert root != e2e_root(SECRET, OTHER_HOST_ID)
-    assert channel_keys(root, SALT) != channel_keys(root, bytes(16))
+    assert keys(root) != keys(root, salt=bytes(16))
+    assert keys(root) != keys(root, nonce=bytes(16))
 
 
 @pytest.mark.parametrize("size", [0, 15, 17, 32])
-def test_salt_of_another_length_is_refused(size: int) -> None:
+def test_salt_or_nonce_of_another_length_is_refused(size: int) -> None:
     root = e2e_root(SECRET, HOST_ID)
     with pytest.raises(ValueError, match="16 bytes"):
-        channel_keys(root, b"\x00" * size)
+        keys(root, salt=b"\x00" * size)
     with pytest.raises(ValueError, match="16 bytes"):
-        ChannelCrypto.for_host(SECRET, HOST_ID, b"\x00" * size)
+        keys(root, nonce=b"\x00" * size)
     with pytest.raises(ValueError, match="16 bytes"):
-        ChannelCrypto.for_teammate(SECRET, HOST_ID, b"\x00" * size)
+        ChannelCrypto.for_host(SECRET, HOST_ID, salt=b"\x00" * size, host_nonce=NONCE, name=NAME)
+    with pytest.raises(ValueError, match="16 bytes"):
+        ChannelCrypto.for_teammate(
+            SECRET, HOST_ID, salt=b"\x00" * size, host_nonce=NONCE, name=NAME
+        )
 
 
 @pytest.mark.parametrize("size", [0, 16, 31, 33])
@@ -289,9 +299,13 @@ def test_decryption_error_carries_close_code_4003_and_no_details() -> None:
 
 def test_a_viewer_cannot_drive_with_its_view_secret() -> None:
     secrets = ShareSecrets.generate()
-    viewer = ChannelCrypto.for_teammate(secrets.view, HOST_ID, SALT)
+    viewer = ChannelCrypto.for_teammate(
+        secrets.view, HOST_ID, salt=SALT, host_nonce=NONCE, name=NAME
+    )
     # The viewer claims "drive" in its open, so the host derives from the drive secret.
-    host = ChannelCrypto.for_host(secrets.secret_for("drive"), HOST_ID, SALT)
+    host = ChannelCrypto.for_host(
+        secrets.secret_for("drive"), HOST_ID, salt=SALT, host_nonce=NONCE, name=NAME
+    )
     with pytest.raises(DecryptionError):
         host.receive.decrypt(viewer.send.encrypt(msgpack.packb({"op": "prompt", "text": "x"})))
 
@@ -304,7 +318,7 @@ def test_each_role_secret_works_for_its_own_role() -> None:
 
 
 def test_message_for_another_host_id_fails() -> None:
-    k_up, _ = channel_keys(e2e_root(SECRET, HOST_ID), SALT)
+    k_up, _ = keys(e2e_root(SECRET, HOST_ID))
     sealed = ChannelCipher(k_up, HOST_ID).encrypt(b"x")
     with pytest.raises(DecryptionError):
         ChannelCipher(k_up, OTHER_HOST_ID).decrypt(sealed)
@@ -349,77 +363,28 @@ def test_decrypt_raises_only_decryption_error_on_junk(junk: list[bytes]) -> None
             host.receive.decrypt(item)
 
 
-# --- salt guard -----------------------------------------------------------------------------------
+# --- contributed randomness and the bound name ---------------------------------------------------
 
 
-def test_replayed_open_with_a_seen_salt_is_refused() -> None:
-    guard = SaltGuard()
-    ChannelCrypto.for_host(SECRET, HOST_ID, SALT, guard=guard)
-    with pytest.raises(SaltReuseError) as info:
-        ChannelCrypto.for_host(SECRET, HOST_ID, SALT, guard=guard)
-    assert info.value.code == CloseCode.DECRYPTION_FAILED
-    ChannelCrypto.for_host(SECRET, HOST_ID, b"\x02" * 16, guard=guard)
-    assert len(guard) == 2
+def test_a_replayed_channel_meets_a_new_host_nonce_and_does_not_decrypt() -> None:
+    # A relay records a teammate's channel (open with its salt, then ciphertexts) and plays it to
+    # the host again later: the host picks a fresh nonce, so the old ciphertexts cannot open.
+    teammate = ChannelCrypto.for_teammate(SECRET, HOST_ID, salt=SALT, host_nonce=NONCE, name=NAME)
+    recorded = teammate.send.encrypt(b"approve the deploy")
+    replayed_to = ChannelCrypto.for_host(
+        SECRET, HOST_ID, salt=SALT, host_nonce=b"\x09" * 16, name=NAME
+    )
+    with pytest.raises(DecryptionError):
+        replayed_to.receive.decrypt(recorded)
 
 
-def test_full_salt_guard_refuses_until_cleared() -> None:
-    guard = SaltGuard(max_salts=2)
-    guard.claim(b"\x00" * 16)
-    guard.claim(b"\x01" * 16)
-    with pytest.raises(SaltGuardFullError) as info:
-        guard.claim(b"\x02" * 16)
-    assert info.value.code == CloseCode.LIMIT_REACHED
-    guard.clear()
-    guard.claim(b"\x00" * 16)
-    assert len(guard) == 1
-
-
-def test_salt_guard_with_a_file_remembers_salts_across_restarts(tmp_path: Path) -> None:
-    path = tmp_path / "cfg" / "channel_salts"
-    before = SaltGuard(path=path)
-    before.claim(b"\x00" * 16)
-    before.claim(b"\x01" * 16)
-    assert path.stat().st_mode & 0o777 == 0o600
-    after = SaltGuard(path=path)
-    assert len(after) == 2
-    with pytest.raises(SaltReuseError):
-        after.claim(b"\x01" * 16)
-    after.claim(b"\x02" * 16)
-    assert len(SaltGuard(path=path)) == 3
-
-
-def test_salt_guard_file_is_emptied_by_clear(tmp_path: Path) -> None:
-    path = tmp_path / "channel_salts"
-    guard = SaltGuard(path=path)
-    guard.claim(b"\x00" * 16)
-    guard.clear()
-    assert path.read_bytes() == b""
-    SaltGuard(path=path).claim(b"\x00" * 16)
-
-
-def test_salt_guard_drops_a_torn_record_and_stays_aligned(tmp_path: Path) -> None:
-    path = tmp_path / "channel_salts"
-    path.write_bytes(b"\x00" * 16 + b"\x01" * 5)
-    path.chmod(0o600)
-    guard = SaltGuard(path=path)
-    assert len(guard) == 1
-    guard.claim(b"\x02" * 16)
-    assert path.read_bytes() == b"\x00" * 16 + b"\x02" * 16
-
-
-def test_world_writable_salt_file_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "channel_salts"
-    SaltGuard(path=path)
-    path.chmod(0o666)
-    with pytest.raises(KeyFileError, match="chmod 600"):
-        SaltGuard(path=path)
-
-
-def test_bad_salt_length_is_refused_before_it_is_remembered() -> None:
-    guard = SaltGuard()
-    with pytest.raises(ValueError, match="16 bytes"):
-        ChannelCrypto.for_host(SECRET, HOST_ID, b"\x00" * 15, guard=guard)
-    assert len(guard) == 0
+def test_a_name_rewritten_by_the_relay_breaks_the_channel() -> None:
+    teammate = ChannelCrypto.for_teammate(
+        SECRET, HOST_ID, salt=SALT, host_nonce=NONCE, name="alice"
+    )
+    host = ChannelCrypto.for_host(SECRET, HOST_ID, salt=SALT, host_nonce=NONCE, name="mallory")
+    with pytest.raises(DecryptionError):
+        host.receive.decrypt(teammate.send.encrypt(b"x"))
 
 
 # --- share links ----------------------------------------------------------------------------------

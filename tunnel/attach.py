@@ -18,6 +18,7 @@ from typing import Annotated, Any, TextIO
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tunnel.app_messages import BadRequest, Request, Subscribe, decode_host_message, encode_request
 from tunnel.client import TeammateError, connect_teammate
@@ -92,12 +93,16 @@ class Attachment:
                     await self._attach_once()
             except TeammateError as exc:
                 if exc.code in FINAL_CODES or not self._settings.reconnect:
-                    self._console.print(f"[bold red]{exc}[/bold red]")
+                    self._console.print(f"[bold red]{escape(str(exc))}[/bold red]")
                     return 2
-                self._console.print(f"[yellow]{exc}; retrying in {delay:.1f}s[/yellow]")
+                self._console.print(
+                    f"[yellow]{escape(str(exc))}; retrying in {delay:.1f}s[/yellow]"
+                )
             except OSError as exc:
                 if not self._settings.reconnect:
-                    self._console.print(f"[bold red]cannot reach the relay: {exc}[/bold red]")
+                    self._console.print(
+                        f"[bold red]cannot reach the relay: {escape(str(exc))}[/bold red]"
+                    )
                     return 2
                 self._console.print(f"[yellow]cannot reach the relay; retrying in {delay:.1f}s")
             else:
@@ -121,7 +126,7 @@ class Attachment:
             if isinstance(command, Quit):
                 raise _Quit
             if isinstance(command, Say):
-                self._console.print(f"[dim]{command.text}[/dim]")
+                self._console.print(f"[dim]{escape(command.text)}[/dim]")
                 continue
             request: Request = command
             await channel.send(encode_request(request))
@@ -137,7 +142,8 @@ class Attachment:
             agent = message.get("agent")
             self._terminal = isinstance(agent, Mapping) and agent.get("kind") == "terminal"
             self._console.print(
-                f"[bold]attached as {message.get('name')} ({message.get('role')})[/bold]"
+                f"[bold]attached as {escape(str(message.get('name')))}"
+                f" ({escape(str(message.get('role')))})[/bold]"
                 + (f" [dim]{HELP}[/dim]" if self._settings.link.role == "drive" else "")
             )
         elif op == "snapshot":
@@ -156,9 +162,9 @@ class Attachment:
             names = ", ".join(
                 f"{m.get('name')} ({m.get('role')})" for m in members if isinstance(m, Mapping)
             )
-            self._console.print(f"[dim]attached: {names}[/dim]")
+            self._console.print(f"[dim]attached: {escape(names)}[/dim]")
         elif op == "error":
-            self._console.print(f"[red]refused: {message.get('message')}[/red]")
+            self._console.print(f"[red]refused: {escape(str(message.get('message')))}[/red]")
 
     def _show_item(self, item: Any) -> None:
         if not isinstance(item, Mapping) or not self._view.accept(item):

@@ -17,7 +17,15 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidHandshake, InvalidURI
 
 from tunnel import PROTOCOL_VERSION
-from tunnel.crypto import TAG_SIZE, ChannelCrypto, DecryptionError, ShareLink, new_salt
+from tunnel.crypto import (
+    SALT_SIZE,
+    TAG_SIZE,
+    ChannelCrypto,
+    DecryptionError,
+    ShareLink,
+    new_salt,
+)
+from tunnel.host.channel import MAX_NAME_LENGTH
 from tunnel.link import (
     ChannelClosedError,
     ChannelMux,
@@ -105,13 +113,20 @@ def error_for(code: int, reason: str = "") -> TeammateError:
 
 
 class TeammateSession:
-    """One attached session: plaintext messages in and out over an encrypted channel."""
+    """One attached session: plaintext messages in and out over an encrypted channel.
+
+    The channel keys need the host's nonce, its first message on the channel (docs/security.md):
+    the first send or receive waits for it.
+    """
 
     def __init__(
-        self, channel: LinkChannel, crypto: ChannelCrypto, *, link: ShareLink, limits: Limits
+        self, channel: LinkChannel, *, link: ShareLink, salt: bytes, name: str, limits: Limits
     ) -> None:
         self._channel = channel
-        self._crypto = crypto
+        self._salt = salt
+        self._name = name
+        self._crypto: ChannelCrypto | None = None
+        self._keys_lock = anyio.Lock()
         self._send_lock = anyio.Lock()
         self.link = link
         """The share link this session was opened with."""
@@ -131,27 +146,52 @@ class TeammateSession:
         """The host this session is attached to."""
         return self.link.host_id
 
+    async def _keys(self) -> ChannelCrypto:
+        """The channel's keys, once the host's nonce has arrived. Raises TeammateError."""
+        async with self._keys_lock:
+            if self._crypto is None:
+                try:
+                    host_nonce = await self._channel.receive()
+                except ChannelClosedError as exc:
+                    raise error_for(exc.code, exc.reason) from None
+                if len(host_nonce) != SALT_SIZE:
+                    self._channel.close_soon(CloseCode.PROTOCOL_ERROR, "bad host nonce")
+                    raise TeammateError(CloseCode.PROTOCOL_ERROR, "the host sent a bad nonce")
+                self._crypto = ChannelCrypto.for_teammate(
+                    self.link.secret,
+                    self.link.host_id,
+                    salt=self._salt,
+                    host_nonce=host_nonce,
+                    name=self._name,
+                )
+            return self._crypto
+
     async def send(self, plaintext: bytes) -> None:
         """Encrypt and send one message, waiting for window. Raises TeammateError once closed."""
         if len(plaintext) > self.max_message_size:
             raise ValueError(f"message of {len(plaintext)} bytes; at most {self.max_message_size}")
+        crypto = await self._keys()
         async with self._send_lock:
-            # Seal and enqueue under one lock: the nonce is a counter, order must be kept.
+            # Sealed only once the window has room: the nonce is a counter, so a message sealed
+            # but never sent (a cancelled send) would break every later one.
             try:
                 if self._channel.closed is not None:
                     raise self._channel.closed
-                await self._channel.send(self._crypto.send.encrypt(plaintext))
+                await self._channel.send_sealed(
+                    len(plaintext) + TAG_SIZE, lambda: crypto.send.encrypt(plaintext)
+                )
             except ChannelClosedError as exc:
                 raise error_for(exc.code, exc.reason) from None
 
     async def receive(self) -> bytes:
         """Return the next decrypted message. Raises TeammateError once the session ended."""
+        crypto = await self._keys()
         try:
             ciphertext = await self._channel.receive()
         except ChannelClosedError as exc:
             raise error_for(exc.code, exc.reason) from None
         try:
-            return self._crypto.receive.decrypt(ciphertext)
+            return crypto.receive.decrypt(ciphertext)
         except DecryptionError:
             self._channel.close_soon(CloseCode.DECRYPTION_FAILED, "decryption failed")
             raise DecryptionFailedError(CloseCode.DECRYPTION_FAILED, "from the host") from None
@@ -186,6 +226,8 @@ async def connect_teammate(
     the first `receive()`.
     """
     share = ShareLink.parse(link) if isinstance(link, str) else link
+    if not 1 <= len(name) <= MAX_NAME_LENGTH:
+        raise ValueError(f"a display name is 1 to {MAX_NAME_LENGTH} characters")
     limits = limits if limits is not None else Limits()
     try:
         websocket = await connect(
@@ -224,8 +266,7 @@ async def connect_teammate(
             )
             salt = new_salt()
             channel = mux.open_channel(path, {"role": share.role, "salt": salt, "name": name})
-            crypto = ChannelCrypto.for_teammate(share.secret, share.host_id, salt)
-            session = TeammateSession(channel, crypto, link=share, limits=limits)
+            session = TeammateSession(channel, link=share, salt=salt, name=name, limits=limits)
         except LinkClosedError as exc:
             failure = error_for(exc.code, exc.reason)
         except TimeoutError:

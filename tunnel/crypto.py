@@ -84,15 +84,6 @@ class CounterExhaustedError(Exception):
     code: ClassVar[CloseCode] = CloseCode.LIMIT_REACHED
 
 
-class SaltReuseError(Exception):
-    """A channel was opened with a salt the host already accepted: a replayed `open`.
-
-    Serving it would repeat key and nonces of an earlier channel, so the host refuses it.
-    """
-
-    code: ClassVar[CloseCode] = CloseCode.DECRYPTION_FAILED
-
-
 # --- encodings -------------------------------------------------------------------------------
 
 
@@ -102,7 +93,10 @@ def new_secret() -> bytes:
 
 
 def new_salt() -> bytes:
-    """Return a fresh random channel salt (16 bytes), as a teammate puts in its `open` meta."""
+    """Return a fresh random channel salt (16 bytes), as a teammate puts in its `open` meta.
+
+    The host's nonce (its first message on a channel) is made the same way.
+    """
     return os.urandom(SALT_SIZE)
 
 
@@ -166,16 +160,33 @@ def e2e_root(secret: bytes, host_id: str) -> bytes:
     return _hkdf(secret, _host_id_bytes(host_id), E2E_INFO)
 
 
-def channel_keys(root: bytes, salt: bytes) -> tuple[bytes, bytes]:
+def channel_keys(
+    root: bytes, *, salt: bytes, host_nonce: bytes, name: str
+) -> tuple[bytes, bytes]:
     """Return (k_up, k_down) for one channel; "up" is teammate -> host, "down" host -> teammate.
 
-    Raises ValueError unless the salt is exactly SALT_SIZE bytes.
+    Both ends contribute fresh randomness: the teammate's `salt` (in the open) and the host's
+    `host_nonce` (its first message on the channel), so a recorded channel replayed later meets a
+    new host nonce and does not decrypt, and neither side ever reuses a key. The teammate's
+    display `name` is bound into the keys: a relay that rewrites it breaks the channel.
+
+        k_up   = HKDF(root, salt = salt || host_nonce, info = "up"   || 0x00 || utf8(name))
+        k_down = HKDF(root, salt = salt || host_nonce, info = "down" || 0x00 || utf8(name))
+
+    Raises ValueError unless salt and host_nonce are exactly SALT_SIZE bytes each.
     """
     if len(root) != KEY_SIZE:
         raise ValueError(f"a root key is {KEY_SIZE} bytes, got {len(root)}")
     if len(salt) != SALT_SIZE:
         raise ValueError(f"a channel salt is {SALT_SIZE} bytes, got {len(salt)}")
-    return _hkdf(root, salt, UP_INFO), _hkdf(root, salt, DOWN_INFO)
+    if len(host_nonce) != SALT_SIZE:
+        raise ValueError(f"a host nonce is {SALT_SIZE} bytes, got {len(host_nonce)}")
+    channel_salt = salt + host_nonce
+    bound_name = b"\x00" + name.encode("utf-8")
+    return (
+        _hkdf(root, channel_salt, UP_INFO + bound_name),
+        _hkdf(root, channel_salt, DOWN_INFO + bound_name),
+    )
 
 
 # --- share links -----------------------------------------------------------------------------
@@ -344,101 +355,24 @@ class ChannelCrypto:
     """Decrypts what this side receives."""
 
     @classmethod
-    def for_teammate(cls, secret: bytes, host_id: str, salt: bytes) -> ChannelCrypto:
+    def for_teammate(
+        cls, secret: bytes, host_id: str, *, salt: bytes, host_nonce: bytes, name: str
+    ) -> ChannelCrypto:
         """The teammate's view: it sends up and receives down."""
-        k_up, k_down = channel_keys(e2e_root(secret, host_id), salt)
+        k_up, k_down = channel_keys(
+            e2e_root(secret, host_id), salt=salt, host_nonce=host_nonce, name=name
+        )
         return cls(send=ChannelCipher(k_up, host_id), receive=ChannelCipher(k_down, host_id))
 
     @classmethod
     def for_host(
-        cls, secret: bytes, host_id: str, salt: bytes, *, guard: SaltGuard | None = None
+        cls, secret: bytes, host_id: str, *, salt: bytes, host_nonce: bytes, name: str
     ) -> ChannelCrypto:
-        """The host's view: it receives up and sends down.
-
-        With a `guard`, the salt is claimed first, so a replayed `open` raises SaltReuseError.
-        """
-        if len(salt) != SALT_SIZE:
-            raise ValueError(f"a channel salt is {SALT_SIZE} bytes, got {len(salt)}")
-        if guard is not None:
-            guard.claim(salt)
-        k_up, k_down = channel_keys(e2e_root(secret, host_id), salt)
+        """The host's view: it receives up and sends down."""
+        k_up, k_down = channel_keys(
+            e2e_root(secret, host_id), salt=salt, host_nonce=host_nonce, name=name
+        )
         return cls(send=ChannelCipher(k_down, host_id), receive=ChannelCipher(k_up, host_id))
-
-
-class SaltGuard:
-    """The channel salts a host has accepted under its current share secrets.
-
-    A relay could record a channel and replay its `open` and messages later: same salt, same keys,
-    so the recorded messages would decrypt again and the host would reuse its own nonces. Refusing
-    a salt seen before stops that. With a `path`, accepted salts are also appended to that file
-    (16 bytes each, mode 0600) and reloaded, so the protection survives host restarts.
-
-    Memory and file are bounded by `max_salts` (about 100 bytes of memory, 16 bytes of file each);
-    when full, new channels are refused with close 4006 until the secrets are rotated, which makes
-    every old salt harmless: call `clear()` right after saving the new secrets.
-    """
-
-    __slots__ = ("_max", "_path", "_seen")
-
-    def __init__(self, *, max_salts: int | None = 100_000, path: Path | None = None) -> None:
-        self._max = max_salts
-        self._path = None if path is None else Path(path)
-        self._seen: set[bytes] = set()
-        if self._path is not None:
-            self._load(self._path)
-
-    def __len__(self) -> int:
-        return len(self._seen)
-
-    def claim(self, salt: bytes) -> None:
-        """Accept `salt` once: SaltReuseError (4003) if seen before, SaltGuardFullError (4006)
-        when `max_salts` salts are held already. With a path, this appends 16 bytes to the file.
-        """
-        salt = bytes(salt)
-        if len(salt) != SALT_SIZE:
-            raise ValueError(f"a channel salt is {SALT_SIZE} bytes, got {len(salt)}")
-        if salt in self._seen:
-            raise SaltReuseError("this channel salt was used before: refusing a replayed open")
-        if self._max is not None and len(self._seen) >= self._max:
-            raise SaltGuardFullError("too many channels under these share links; rotate them")
-        self._seen.add(salt)
-        if self._path is not None:
-            self._append(self._path, salt)
-
-    def clear(self) -> None:
-        """Forget every salt (and empty the file); call it right after rotating the secrets."""
-        self._seen.clear()
-        if self._path is not None:
-            write_private_file(self._path, b"", overwrite=True)
-
-    def _load(self, path: Path) -> None:
-        if not path.exists():
-            write_private_file(path, b"", overwrite=False)
-            return
-        data = read_private_file(path)
-        whole = len(data) - len(data) % SALT_SIZE
-        self._seen = {data[i : i + SALT_SIZE] for i in range(0, whole, SALT_SIZE)}
-        if whole != len(data):
-            # A crash mid-append left a partial record; drop it so later appends stay aligned.
-            write_private_file(path, data[:whole], overwrite=True)
-
-    @staticmethod
-    def _append(path: Path, salt: bytes) -> None:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, salt)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            # The salt is still refused from memory; only a restart could forget it.
-            logger.warning("cannot record a channel salt in %s: %s", path, exc.strerror)
-
-
-class SaltGuardFullError(Exception):
-    """The host accepted `max_salts` channels under its current secrets; rotate to continue."""
-
-    code: ClassVar[CloseCode] = CloseCode.LIMIT_REACHED
 
 
 # --- the host's role secrets -----------------------------------------------------------------
@@ -449,11 +383,6 @@ _SECRETS_FORMAT: Final = "agent-tunnel share secrets v1"
 def default_secrets_path() -> Path:
     """Return where the share secrets live by default: next to the host key."""
     return default_key_path().with_name("share_secrets")
-
-
-def default_salts_path() -> Path:
-    """Return where the SaltGuard keeps accepted channel salts by default: next to the host key."""
-    return default_key_path().with_name("channel_salts")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -556,6 +485,8 @@ def reference_vectors() -> dict[str, str]:
     seed = bytes(range(0x20, 0x40))
     challenge = bytes(range(0x40, 0x60))
     salt = bytes(range(0x60, 0x70))
+    host_nonce = bytes(range(0x70, 0x80))
+    name = "alice"
     relay_url = "https://relay.example"
     role = "drive"
     identity = HostIdentity.from_seed(seed)
@@ -564,7 +495,7 @@ def reference_vectors() -> dict[str, str]:
     reply = msgpack.packb({"op": "error", "code": "forbidden", "message": "no"})
     token = relay_token(secret, host_id)
     root = e2e_root(secret, host_id)
-    k_up, k_down = channel_keys(root, salt)
+    k_up, k_down = channel_keys(root, salt=salt, host_nonce=host_nonce, name=name)
     up = ChannelCipher(k_up, host_id)
     down = ChannelCipher(k_down, host_id)
     link = ShareLink(relay_url=relay_url, host_id=host_id, role=role, secret=secret)
@@ -579,6 +510,8 @@ def reference_vectors() -> dict[str, str]:
         "challenge_hex": challenge.hex(),
         "hello_signature_hex": identity.sign_hello(challenge, relay_url).hex(),
         "salt_hex": salt.hex(),
+        "host_nonce_hex": host_nonce.hex(),
+        "name": name,
         "plaintext_hex": plaintext.hex(),
         "token_b64url": b64url_encode(token),
         "verifier_hex": token_verifier(token).hex(),

@@ -91,20 +91,23 @@ class SessionChannelHandler:
 
     async def run(self) -> None:
         member = Member(name=self._channel.name, role=self._channel.role)
+        await self._send(
+            ready_message(
+                conversation_id=self._session.conversation_id,
+                role=member.role,
+                name=member.name,
+                agent_name=self._session.info.name,
+                agent_kind=self._session.info.kind,
+            )
+        )
+        # Only a message that decrypted proves the keys, and with them the role and the name:
+        # until then the teammate is not shown to anyone.
+        first = await self._channel.receive()
         key = self._presence.join(member)
         try:
-            await self._send(
-                ready_message(
-                    conversation_id=self._session.conversation_id,
-                    role=member.role,
-                    name=member.name,
-                    agent_name=self._session.info.name,
-                    agent_kind=self._session.info.kind,
-                )
-            )
             async with unwrap_group(), anyio.create_task_group() as tg:
                 tg.start_soon(self._pump_presence)
-                await self._serve_requests(tg)
+                await self._serve_requests(tg, first)
                 tg.cancel_scope.cancel()
         finally:
             self._presence.leave(key)
@@ -113,21 +116,24 @@ class SessionChannelHandler:
         async with self._send_lock:
             await self._channel.send(plaintext)
 
-    async def _serve_requests(self, tg: anyio.abc.TaskGroup) -> None:
+    async def _serve_requests(self, tg: anyio.abc.TaskGroup, first: bytes) -> None:
+        plaintext = first
         while True:
+            await self._serve_one(tg, plaintext)
             plaintext = await self._channel.receive()
-            try:
-                request = decode_request(plaintext)
-            except BadRequest as exc:
-                logger.info("bad request from %s: %s", self._channel.name, exc)
-                await self._send(error_message(exc.code, str(exc)))
-                continue
-            if isinstance(request, Subscribe):
-                await self._restart_stream(tg, request.after)
-                continue
-            if isinstance(request, DRIVING_REQUESTS) and self._channel.role != "drive":
-                await self._send(error_message("forbidden", "this link can only view"))
-                continue
+
+    async def _serve_one(self, tg: anyio.abc.TaskGroup, plaintext: bytes) -> None:
+        try:
+            request = decode_request(plaintext)
+        except BadRequest as exc:
+            logger.info("bad request from %s: %s", self._channel.name, exc)
+            await self._send(error_message(exc.code, str(exc)))
+            return
+        if isinstance(request, Subscribe):
+            await self._restart_stream(tg, request.after)
+        elif isinstance(request, DRIVING_REQUESTS) and self._channel.role != "drive":
+            await self._send(error_message("forbidden", "this link can only view"))
+        else:
             try:
                 await self._drive(request)
             except SessionError as exc:
@@ -188,8 +194,13 @@ class SessionChannelHandler:
     async def _send_entry(self, entry: Item | Event) -> None:
         if isinstance(entry, Item):
             await self._send(item_message(_fit(entry.to_wire())))
-        else:
-            await self._send(event_message(entry.to_wire()))
+            return
+        message = event_message(entry.to_wire())
+        # An event is ephemeral and its content arrives again in the item that follows it: one
+        # too large for a message (a huge streamed chunk) is skipped, never allowed to end the
+        # channel.
+        if len(message) <= MAX_ITEM_BYTES:
+            await self._send(message)
 
     async def _pump_presence(self) -> None:
         seen = -1

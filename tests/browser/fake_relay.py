@@ -2,8 +2,10 @@
 
 It serves the web client like the relay does and answers `/v1/attach` itself: it checks the page's
 hello and token, then plays the host for the session channel with the Python crypto and the
-Python link protocol (`tunnel.proto.Connection`), so every frame and ciphertext the page sends
-is also checked by the reference implementation. A scenario picks what it does: serve a scripted
+Python link protocol (`tunnel.proto.Connection`), so every frame, window grant and ciphertext the
+page sends is also checked by the reference implementation. Like the real host it starts each
+channel with its 16-byte nonce in clear and derives the keys from the salt, that nonce and the
+name of the open. A scenario picks what it does: serve a scripted
 conversation, or end the attachment in one of the ways the page must explain.
 """
 
@@ -24,7 +26,13 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from relay.web import static_response
-from tunnel.crypto import ChannelCrypto, DecryptionError, relay_token, token_verifier
+from tunnel.crypto import (
+    ChannelCrypto,
+    DecryptionError,
+    new_salt,
+    relay_token,
+    token_verifier,
+)
 from tunnel.proto import (
     ChannelClosed,
     ChannelOpened,
@@ -38,6 +46,8 @@ from tunnel.proto import (
 HOST_ID = "et3o22wl7yiatqbq27ffm7btzj"
 SECRETS = {"view": bytes(range(32, 64)), "drive": bytes(range(64, 96))}
 CONVERSATION = "conv-1"
+WINDOW_WAIT = 5.0
+"""Seconds a send waits for the page to grant window before the fake calls it a page bug."""
 
 
 def link_fragment(role: str) -> str:
@@ -69,7 +79,9 @@ class Scenario:
 
     `end_with`: close the WebSocket with this code right after the page's hello.
     `close_channel_with`: close the session channel with this code right after the open.
-    `garbage`: send one data frame that is not a valid ciphertext right after the open.
+    `garbage`: send one data frame that is not a valid ciphertext right after the host nonce.
+    `first_data`: send these bytes as the channel's first frame instead of a 16-byte nonce.
+    `hold_nonce`: send the nonce only when the test calls `FakeRelay.release_nonce()`.
     Otherwise it plays a host: `ready`, then the items after the page's `after`, live items
     pushed with `FakeRelay.push`, and `error forbidden` for driving ops from a viewer.
     """
@@ -77,6 +89,8 @@ class Scenario:
     end_with: int | None = None
     close_channel_with: int | None = None
     garbage: bool = False
+    first_data: bytes | None = None
+    hold_nonce: bool = False
     agent: dict[str, str] = field(default_factory=lambda: {"name": "scripted", "kind": "chat"})
     items: list[dict[str, Any]] = field(default_factory=list)
     # How many items go in each snapshot page (the page must handle `more: true`).
@@ -91,6 +105,8 @@ class Attachment:
     connection: Connection
     channel: int
     crypto: ChannelCrypto
+    host_nonce: bytes
+    nonce_sent: bool = False
 
 
 class FakeRelay:
@@ -104,6 +120,9 @@ class FakeRelay:
         self.closes: list[tuple[int, str]] = []
         self.attachments: list[Attachment] = []
         self.errors: list[str] = []
+        # Data frames the page sent on a channel before that channel's nonce went out.
+        self.data_before_nonce = 0
+        self.held: list[Attachment] = []
         self._loop = asyncio.new_event_loop()
         self._server: Server | None = None
         self._ready = threading.Event()
@@ -128,6 +147,10 @@ class FakeRelay:
 
     def send_presence(self, members: list[dict[str, str]]) -> None:
         self._call(self._broadcast({"op": "presence", "members": members}))
+
+    def release_nonce(self) -> None:
+        """Send the held nonce (scenario `hold_nonce`) and carry on as a host."""
+        self._call(self._release_nonce())
 
     def drop_all(self) -> None:
         """Cut every attachment abruptly, as a relay restart does."""
@@ -240,35 +263,42 @@ class FakeRelay:
         if isinstance(event, ChannelOpened):
             self.opens.append({"path": event.path, "meta": event.meta})
             role = event.meta["role"]
-            crypto = ChannelCrypto.for_host(SECRETS[role], HOST_ID, event.meta["salt"])
+            name = event.meta["name"]
+            if not isinstance(name, str) or not 1 <= len(name) <= 64:
+                # What the real host does with a missing, empty or longer name.
+                self.errors.append(f"the page opened with a bad name {name!r}")
+                connection.close_channel(event.channel, 4000, "name must be 1 to 64 characters")
+                return attachment
+            host_nonce = new_salt()
+            crypto = ChannelCrypto.for_host(
+                SECRETS[role], HOST_ID, salt=event.meta["salt"], host_nonce=host_nonce, name=name
+            )
             attachment = Attachment(
                 role=role,
-                name=event.meta["name"],
+                name=name,
                 websocket=websocket,
                 connection=connection,
                 channel=event.channel,
                 crypto=crypto,
+                host_nonce=host_nonce,
             )
             if scenario.close_channel_with is not None:
                 connection.close_channel(event.channel, scenario.close_channel_with, "scripted")
                 return attachment
-            if scenario.garbage:
-                connection.send_data(event.channel, os.urandom(40))
+            if scenario.first_data is not None:
+                connection.send_data(event.channel, scenario.first_data)
                 return attachment
-            self.attachments.append(attachment)
-            await self._send(
-                attachment,
-                {
-                    "op": "ready",
-                    "conversation_id": CONVERSATION,
-                    "role": role,
-                    "name": attachment.name,
-                    "agent": scenario.agent,
-                },
-            )
+            if scenario.hold_nonce:
+                self.held.append(attachment)
+                return attachment
+            await self._start_channel(attachment)
             return attachment
         if isinstance(event, DataReceived) and attachment is not None:
             connection.acknowledge(event.channel, len(event.data))
+            if not attachment.nonce_sent:
+                # The page cannot have keys yet: whatever it sent breaks the protocol.
+                self.data_before_nonce += 1
+                return attachment
             request = msgpack.unpackb(attachment.crypto.receive.decrypt(event.data), raw=False)
             self.received.append({**request, "_role": attachment.role, "_name": attachment.name})
             await self._on_request(attachment, request)
@@ -277,6 +307,33 @@ class FakeRelay:
             self.closes.append((event.code, event.reason))
             return attachment
         return attachment
+
+    async def _start_channel(self, attachment: Attachment) -> None:
+        """Send the host nonce, then play the host: `ready` (or garbage, if scripted)."""
+        connection, channel = attachment.connection, attachment.channel
+        if not connection.send_data(channel, attachment.host_nonce):
+            raise RuntimeError("no window for the host nonce")
+        attachment.nonce_sent = True
+        if self.scenario.garbage:
+            connection.send_data(channel, os.urandom(40))
+            await self._flush(attachment.websocket, connection)
+            return
+        self.attachments.append(attachment)
+        await self._send(
+            attachment,
+            {
+                "op": "ready",
+                "conversation_id": CONVERSATION,
+                "role": attachment.role,
+                "name": attachment.name,
+                "agent": self.scenario.agent,
+            },
+        )
+
+    async def _release_nonce(self) -> None:
+        held, self.held = self.held, []
+        for attachment in held:
+            await self._start_channel(attachment)
 
     async def _on_request(self, attachment: Attachment, request: dict[str, Any]) -> None:
         op = request.get("op")
@@ -301,8 +358,14 @@ class FakeRelay:
     async def _send(self, attachment: Attachment, message: dict[str, Any]) -> None:
         plaintext = msgpack.packb(message, use_bin_type=True)
         ciphertext = attachment.crypto.send.encrypt(plaintext)
-        if not attachment.connection.send_data(attachment.channel, ciphertext):
-            raise RuntimeError("the page did not grant window")
+        # The page's grant may still be on its way (the reader loop handles it meanwhile); a
+        # page that never grants what it consumed fails here.
+        deadline = self._loop.time() + WINDOW_WAIT
+        while not attachment.connection.send_data(attachment.channel, ciphertext):
+            if self._loop.time() > deadline:
+                self.errors.append("the page did not grant window")
+                raise RuntimeError("the page did not grant window")
+            await asyncio.sleep(0.01)
         await self._flush(attachment.websocket, attachment.connection)
 
     async def _broadcast(self, message: dict[str, Any]) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page
 
+from tunnel.crypto import channel_keys
+
 from .conftest import BLANK_PATH, PageLog
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
@@ -21,17 +23,46 @@ async (v) => {
   const c = await import("/static/crypto.js");
   const f = await import("/static/frames.js");
   const secret = c.fromHex(v.secret_hex);
-  const salt = c.fromHex(v.salt_hex);
+  const channel = { salt: c.fromHex(v.salt_hex), hostNonce: c.fromHex(v.host_nonce_hex),
+    name: v.name };
   const token = await c.relayToken(secret, v.host_id);
   const root = await c.e2eRoot(secret, v.host_id);
-  const [up, down] = await c.channelKeys(root, salt);
+  const [up, down] = await c.channelKeys(root, channel);
   const send = await c.ChannelCipher.create(up, v.host_id);
   const ct0 = await send.encrypt(c.fromHex(v.plaintext_hex));
   const ct1 = await send.encrypt(c.fromHex(v.plaintext_hex));
   const receive = await c.ChannelCipher.create(down, v.host_id);
   const reply = await receive.decrypt(c.fromHex(v.ciphertext_down_0_hex));
-  const both = await c.teammateChannelCrypto(secret, v.host_id, salt);
+  const both = await c.teammateChannelCrypto(secret, v.host_id, channel);
   const viaPair = await both.send.encrypt(c.fromHex(v.plaintext_hex));
+  const pairReply = await both.receive.decrypt(c.fromHex(v.ciphertext_down_0_hex));
+  // Each input is bound into both keys: change any one and neither key stays the same.
+  const flip = (bytes) => { const out = bytes.slice(); out[0] ^= 1; return out; };
+  const variants = [
+    { ...channel, salt: flip(channel.salt) },
+    { ...channel, hostNonce: flip(channel.hostNonce) },
+    { ...channel, name: v.name + " " },
+    { ...channel, name: v.name.toUpperCase() },
+  ];
+  const variantKeys = [];
+  for (const variant of variants) {
+    variantKeys.push((await c.channelKeys(root, variant)).map(c.toHex));
+  }
+  const refused = [];
+  for (const bad of [
+    { ...channel, salt: channel.salt.slice(1) },
+    { ...channel, hostNonce: channel.hostNonce.slice(1) },
+    { ...channel, hostNonce: new Uint8Array(17) },
+    { ...channel, hostNonce: undefined },
+    { ...channel, name: undefined },
+  ]) {
+    try {
+      await c.channelKeys(root, bad);
+      refused.push("accepted");
+    } catch (error) {
+      refused.push(error.name);
+    }
+  }
   const url = new URL(v.share_link);
   const parsed = c.parseFragment(url.hash);
   return {
@@ -44,6 +75,9 @@ async (v) => {
     ciphertext_up_1_hex: c.toHex(ct1),
     reply_plaintext_hex: c.toHex(reply),
     pair_ciphertext_up_0_hex: c.toHex(viaPair),
+    pair_reply_plaintext_hex: c.toHex(pairReply),
+    variant_keys: variantKeys,
+    refused,
     plaintext_msgpack_hex: c.toHex(f.encodeMsgpack({ op: "prompt", text: "hello" })),
     reply_decoded: f.decodeMsgpack(reply),
     link_role: parsed.role,
@@ -58,7 +92,8 @@ FAILURES = """
 async (v) => {
   const c = await import("/static/crypto.js");
   const root = await c.e2eRoot(c.fromHex(v.secret_hex), v.host_id);
-  const [up] = await c.channelKeys(root, c.fromHex(v.salt_hex));
+  const [up] = await c.channelKeys(root, { salt: c.fromHex(v.salt_hex),
+    hostNonce: c.fromHex(v.host_nonce_hex), name: v.name });
   const outcome = async (steps) => {
     const cipher = await c.ChannelCipher.create(up, v.host_id);
     const results = [];
@@ -144,6 +179,13 @@ def test_webcrypto_matches_the_published_vectors(
     ):
         assert got[key] == vectors[key], key
     assert got["pair_ciphertext_up_0_hex"] == vectors["ciphertext_up_0_hex"]
+    assert got["pair_reply_plaintext_hex"] == vectors["reply_plaintext_hex"]
+    expected_keys = {vectors["k_up_hex"], vectors["k_down_hex"]}
+    assert len(got["variant_keys"]) == 4
+    for keys in got["variant_keys"]:
+        assert len(set(keys)) == 2
+        assert not set(keys) & expected_keys
+    assert got["refused"] == ["TypeError"] * 5
     assert got["plaintext_msgpack_hex"] == vectors["plaintext_hex"]
     assert got["reply_decoded"]["op"] == "error"
     assert got["link_role"] == vectors["role"]
@@ -173,3 +215,77 @@ def test_malformed_fragments_are_refused(page: Page, static_server: str) -> None
     assert good == "view"
     assert got, "no cases ran"
     assert {fragment: result for fragment, result in got.items() if result != "BadLinkError"} == {}
+
+
+# Runs in the page: channel keys for several names, from the vectors' root, salt and nonce.
+NAMED_KEYS = """
+async ([v, names]) => {
+  const c = await import("/static/crypto.js");
+  const root = c.fromHex(v.root_hex);
+  const out = [];
+  for (const name of names) {
+    const channel = { salt: c.fromHex(v.salt_hex), hostNonce: c.fromHex(v.host_nonce_hex), name };
+    out.push((await c.channelKeys(root, channel)).map(c.toHex));
+  }
+  return out;
+}
+"""
+
+# Runs in the page: the name a channel is opened with, for each input (plus a lone surrogate,
+# which cannot cross from Python).
+CHANNEL_NAMES = """
+async (inputs) => {
+  const l = await import("/static/link.js");
+  return [...inputs, "b" + String.fromCharCode(0xd800) + "c"].map(l.channelName);
+}
+"""
+
+
+def test_names_are_bound_into_the_keys_as_utf8(page: Page, static_server: str) -> None:
+    vectors = load_vectors()
+    open_blank(page, static_server)
+    names = ["alice", "Zoë", "張偉", "😀 party", "x\u0301", "a" * 64]
+    got = page.evaluate(NAMED_KEYS, [vectors, names])
+    root = bytes.fromhex(vectors["root_hex"])
+    salt = bytes.fromhex(vectors["salt_hex"])
+    host_nonce = bytes.fromhex(vectors["host_nonce_hex"])
+    expected = [
+        [k.hex() for k in channel_keys(root, salt=salt, host_nonce=host_nonce, name=name)]
+        for name in names
+    ]
+    assert got == expected
+    assert got[0] == [vectors["k_up_hex"], vectors["k_down_hex"]]
+    assert len({key for pair in got for key in pair}) == 2 * len(names)
+
+
+def test_channel_names_are_what_the_host_accepts(page: Page, static_server: str) -> None:
+    open_blank(page, static_server)
+    smiles = "\U0001f600" * 70
+    inputs = [
+        "  alice  ",
+        "",
+        "   ",
+        "\x00\x07\x7f",
+        "a" * 100,
+        smiles,
+        "ab" + "\U0001f600" * 63 + "z",
+        "x" * 63 + " y",
+        "tab\there",
+    ]
+    got = page.evaluate(CHANNEL_NAMES, inputs)
+    assert got == [
+        "alice",
+        "teammate",
+        "teammate",
+        "teammate",
+        "a" * 64,
+        "\U0001f600" * 64,
+        "ab" + "\U0001f600" * 62,
+        "x" * 63,
+        "tabhere",
+        "b\ufffdc",
+    ]
+    for name in got:
+        # The host's rule: 1 to 64 code points, and the name must have a UTF-8 form.
+        assert 1 <= len(name) <= 64
+        name.encode("utf-8")

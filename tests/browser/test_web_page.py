@@ -6,6 +6,7 @@ import re
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -335,6 +336,66 @@ def test_reconnect_resubscribes_after_the_last_seq_without_duplicates(
     assert page.evaluate("window.__tunnel.session.stats.duplicates") == 1
 
 
+def test_page_sends_nothing_on_the_channel_before_the_host_nonce(page: Page) -> None:
+    with fake_relay(Scenario(items=conversation_items(), hold_nonce=True)) as relay:
+        open_page(page, relay.page_url("drive"))
+        wait_for(lambda: relay.opens)
+        # Queued before the nonce: it must wait for the keys, then go first, as counter 0.
+        queued = page.evaluate("window.__tunnel.session.link.send({op: 'prompt', text: 'early'})")
+        assert queued is True
+        page.wait_for_timeout(500)
+        assert relay.data_before_nonce == 0
+        assert relay.received == []
+        expect(page.get_by_test_id("connection-status")).to_have_attribute(
+            "data-state", "connecting"
+        )
+        relay.release_nonce()
+        expect(page.get_by_test_id("connection-status")).to_have_attribute(
+            "data-state", "connected"
+        )
+        expect(page.get_by_test_id("conversation")).to_have_attribute("data-loaded", "true")
+        assert [m["op"] for m in relay.received] == ["prompt", "subscribe"]
+        assert relay.received[0]["text"] == "early"
+        assert relay.data_before_nonce == 0
+        assert relay.errors == []
+
+
+def test_a_large_message_after_a_small_one_gets_its_window(page: Page, page_log: PageLog) -> None:
+    # 100 KB leaves the host less window than the next 200 KB message needs: the page must
+    # grant what it consumed although that is less than half the window, and never more.
+    with fake_relay(Scenario()) as relay:
+        open_page(page, relay.page_url("view"))
+        expect(page.get_by_test_id("conversation")).to_have_attribute("data-loaded", "true")
+        relay.push(wire_item(0, "message", {"role": "agent", "text": "a" * 100_000}))
+        expect(page.locator("[data-seq='0']")).to_have_count(1)
+        relay.push(wire_item(1, "message", {"role": "agent", "text": "b" * 200_000}))
+        expect(page.locator("[data-seq='1']")).to_have_count(1)
+        for seq in range(2, 12):
+            relay.push(wire_item(seq, "message", {"role": "agent", "text": "c" * 60_000}))
+        expect(page.locator("[data-seq='11']")).to_have_count(1)
+        assert relay.errors == []
+        assert page_log.errors == []
+        expect(page.get_by_test_id("connection-status")).to_have_attribute(
+            "data-state", "connected"
+        )
+
+
+def test_a_long_name_is_cut_to_64_characters_and_bound_into_the_keys(page: Page) -> None:
+    name = "Zoë 😀" * 20
+    with fake_relay(Scenario(items=conversation_items())) as relay:
+        base, fragment = relay.page_url("drive").split("#", 1)
+        open_page(page, f"{base}?name={quote(name)}#{fragment}")
+        expect(page.get_by_test_id("conversation")).to_have_attribute("data-loaded", "true")
+        sent = relay.opens[0]["meta"]["name"]
+        assert sent == name[:64].strip()
+        assert relay.hellos[0]["name"] == sent
+        page.get_by_test_id("composer-input").fill("hi")
+        page.get_by_test_id("composer-input").press("Enter")
+        wait_for(lambda: relay.ops("prompt"))
+        assert relay.ops("prompt")[0]["_name"] == sent
+        assert relay.errors == []
+
+
 def test_presence_lists_who_is_here(page: Page, relay: FakeRelay) -> None:
     open_page(page, relay.page_url("view"))
     expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "connected")
@@ -438,6 +499,23 @@ def test_final_endings_show_their_screen(page: Page, scenario: Scenario, screen:
         if scenario.garbage:
             # The page tells the host why it closed the channel.
             wait_for(lambda: (4003, "decryption failed") in relay.closes)
+
+
+@pytest.mark.parametrize("first", [bytes(15), bytes(17), bytes(40)], ids=["15", "17", "40"])
+def test_a_first_frame_that_is_not_a_nonce_ends_with_the_protocol_error_screen(
+    page: Page, first: bytes
+) -> None:
+    with fake_relay(Scenario(first_data=first, items=conversation_items())) as relay:
+        open_page(page, relay.page_url("drive"))
+        expect(page.get_by_test_id("screen-protocol-error")).to_be_visible()
+        expect(page.get_by_test_id("screen-protocol-error")).to_contain_text("4000")
+        expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "closed")
+        # The page closed the channel with 4000 and said why; it sent nothing else on it.
+        wait_for(lambda: (4000, "bad host nonce") in relay.closes)
+        assert relay.received == []
+        assert relay.data_before_nonce == 0
+        page.wait_for_timeout(1500)
+        assert len(relay.hellos) == 1
 
 
 def test_host_offline_keeps_retrying_until_the_host_is_back(page: Page) -> None:

@@ -108,3 +108,29 @@ async def test_channels_per_link_beyond_the_limit_close_the_link_with_4006(tmp_p
                 assert await echo_roundtrip(session, b"fine") == b"fine"
     finally:
         relay.stop()
+
+
+async def test_one_teammate_cannot_take_all_the_host_channels(tmp_path: Path) -> None:
+    relay = RelayProcess(tmp_path, "--max-channels-per-teammate", "2").start()
+    try:
+        async with (
+            running_host(host_settings(relay.url, tmp_path)) as host,
+            raw_peer(relay.url) as greedy,
+        ):
+            await raw_teammate(greedy, host.view_link)
+            for channel in (1, 3, 5):
+                meta = {"role": "view", "salt": new_salt(), "name": "greedy"}
+                await greedy.send_frame(channel, "open", {"path": "session", "meta": meta})
+            # The third open is refused on its own; the link and its two channels stay.
+            with anyio.fail_after(10):
+                while True:
+                    frame = await greedy.receive_frame()
+                    if frame["k"] == "close" and frame["c"] == 5:
+                        break
+            assert frame["p"]["code"] == 4006
+            assert greedy.websocket.close_code is None
+            # Everybody else still gets channels.
+            async with connect_teammate(host.view_link) as session:
+                assert await echo_roundtrip(session, b"fine") == b"fine"
+    finally:
+        relay.stop()

@@ -10,7 +10,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from tunnel.host import HostChannel
-from tunnel.proto import Close, decode_frame
+from tunnel.proto import Close, Window, decode_frame
 
 from .support import (
     RelayProcess,
@@ -30,9 +30,9 @@ async def _replay(relay_url: str, recorded: list[bytes]) -> int | None:
     async with raw_peer(relay_url) as peer:
         await peer.receive_frame()  # the relay's hello (a new challenge; teammates sign nothing)
         for message in recorded:
-            # Replay the hello, the open and the data; the teammate's own close would only be
-            # answered by the relay.
-            if not isinstance(decode_frame(message), Close):
+            # Replay the hello, the open and the data. The teammate's window grants and its
+            # close concern the old channel: the relay itself would answer those.
+            if not isinstance(decode_frame(message), Close | Window):
                 await peer.websocket.send(message)
         with anyio.fail_after(10):
             while True:

@@ -130,11 +130,15 @@ def test_an_open_is_checked_before_any_key_is_derived() -> None:
     peer = {"name": "ann", "role": "drive"}
     good = {"role": "drive", "salt": new_salt(), "name": "x", "peer": peer}
     request = parse_open("session", good, paths=paths)
-    assert (request.role, request.name) == ("drive", "ann")  # the relay's name wins
+    # The teammate's own name, which its keys bind; the relay's "peer" name is only a hint.
+    assert (request.role, request.name) == ("drive", "x")
     cases = [
         ("other", good, CloseCode.REFUSED),
         ("session", {**good, "role": "admin"}, CloseCode.REFUSED),
         ("session", {**good, "salt": b"short"}, CloseCode.PROTOCOL_ERROR),
+        ("session", {**good, "name": ""}, CloseCode.PROTOCOL_ERROR),
+        ("session", {**good, "name": "n" * 65}, CloseCode.PROTOCOL_ERROR),
+        ("session", {key: v for key, v in good.items() if key != "name"}, CloseCode.PROTOCOL_ERROR),
         ("session", {**good, "peer": {"name": "ann", "role": "view"}}, CloseCode.UNAUTHORIZED),
     ]
     for path, meta, code in cases:

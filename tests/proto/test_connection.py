@@ -399,6 +399,19 @@ def test_a_window_grant_beyond_2_32_bytes_fails_the_link_with_4004() -> None:
     expect_remote(accepter, Window(channel=channel, n=2**32 - 1), FlowControlError, 4004)
 
 
+def test_granting_more_than_was_consumed_fails_the_link_with_4004() -> None:
+    # A peer that reads nothing but grants a huge window would make a relay queue for it without
+    # bound; an honest receiver only gives back what it consumed.
+    dialer, accepter = linked()
+    channel = dialer.open_channel("s", {})
+    deliver(dialer, accepter)
+    assert accepter.send_data(channel, b"x" * 1000)
+    accepter.data_to_send()
+    accepter.receive_data(encode_frame(Window(channel=channel, n=1000)))
+    assert accepter.send_window(channel) == 256 * 1024
+    expect_remote(accepter, Window(channel=channel, n=1), FlowControlError, 4004)
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     sizes=st.lists(st.integers(min_value=1, max_value=1000), min_size=1, max_size=60),

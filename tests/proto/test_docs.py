@@ -78,4 +78,5 @@ def test_the_worked_example_hex_is_what_the_encoder_produces() -> None:
 def test_the_doc_keeps_the_application_messages_section() -> None:
     text = DOC.read_text()
     assert "## Application messages" in text
-    assert "docs/security.md" in text
+    assert "(security.md)" in text
+    assert "(application.md)" in text

@@ -1,8 +1,10 @@
 """`HostChannel`: one teammate's channel as the host's handler sees it, decrypted and checked.
 
-The relay's `open` says which role the teammate claims and carries the channel salt; the host
-derives the channel keys from its own secret for that role (docs/security.md), so a teammate
-holding only the view secret fails at its first message, whatever it claims.
+The `open` says which role the teammate claims, its display name and its channel salt; the host
+answers with a fresh nonce of its own (its first message, in clear) and derives the channel keys
+from its secret for that role, the salt, the nonce and the name (docs/security.md). So a teammate
+holding only the view secret fails at its first message whatever it claims, a relay that rewrites
+the name breaks the channel, and a recorded channel replayed later never decrypts.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from tunnel.crypto import (
     TAG_SIZE,
     ChannelCrypto,
     DecryptionError,
-    SaltGuard,
-    SaltGuardFullError,
-    SaltReuseError,
+    new_salt,
 )
 from tunnel.link import ChannelClosedError, LinkChannel
 from tunnel.proto import Limits
 from tunnel.proto.codes import CloseCode
+
+MAX_NAME_LENGTH = 64
+"""Characters of a teammate's display name."""
 
 INTERNAL_ERROR = 1011
 """WebSocket code for "the server hit an unexpected condition": a handler crashed."""
@@ -55,7 +58,7 @@ class OpenRequest:
     """The role the teammate claims; its keys prove it at the first message."""
     salt: bytes
     name: str
-    """Display name: the relay's word for it if present, else the teammate's."""
+    """Display name the teammate chose; bound into the keys, so the relay cannot alter it."""
     meta: dict[str, Any]
 
 
@@ -71,16 +74,13 @@ def parse_open(path: str, meta: dict[str, Any], *, paths: frozenset[str]) -> Ope
     if not isinstance(salt, bytes) or len(salt) != SALT_SIZE:
         raise ChannelRefusedError(CloseCode.PROTOCOL_ERROR, "salt must be 16 bytes")
     peer = meta.get("peer")
+    # The relay matched the token to a role: a claim that contradicts it cannot succeed.
+    if isinstance(peer, dict) and peer.get("role") not in (None, role):
+        raise ChannelRefusedError(CloseCode.UNAUTHORIZED, "role does not match the token")
     name = meta.get("name")
-    if isinstance(peer, dict):
-        # The relay matched the token to a role: a claim that contradicts it cannot succeed.
-        if peer.get("role") not in (None, role):
-            raise ChannelRefusedError(CloseCode.UNAUTHORIZED, "role does not match the token")
-        if isinstance(peer.get("name"), str) and peer.get("name"):
-            name = peer["name"]
-    if not isinstance(name, str) or not name:
-        name = "anonymous"
-    return OpenRequest(path=path, role=role, salt=salt, name=name[:64], meta=meta)
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_LENGTH:
+        raise ChannelRefusedError(CloseCode.PROTOCOL_ERROR, "name must be 1 to 64 characters")
+    return OpenRequest(path=path, role=role, salt=salt, name=name, meta=meta)
 
 
 class HostChannel:
@@ -92,12 +92,15 @@ class HostChannel:
         request: OpenRequest,
         crypto: ChannelCrypto,
         *,
+        host_nonce: bytes,
         limits: Limits,
         on_close: Callable[[HostChannel], None] | None = None,
     ) -> None:
         self._channel = link_channel
         self._crypto = crypto
         self._request = request
+        self._host_nonce: bytes | None = host_nonce
+        """Sent (in clear) before anything else on the channel; None once sent."""
         self._send_lock = anyio.Lock()
         limit = limits.initial_window
         if limits.max_data_size is not None:
@@ -113,7 +116,8 @@ class HostChannel:
 
     @property
     def name(self) -> str:
-        """The teammate's display name (a hint for presence, never an identity)."""
+        """The teammate's display name, as it chose it (bound into the keys once a message has
+        decrypted); not an identity: anyone holding the link picks any name."""
         return self._request.name
 
     @property
@@ -131,12 +135,27 @@ class HostChannel:
         """Why the channel closed, or None while open."""
         return self._channel.closed
 
+    async def start(self) -> None:
+        """Send the host nonce if not sent yet; every send and receive does this first."""
+        async with self._send_lock:
+            await self._send_nonce()
+
+    async def _send_nonce(self) -> None:
+        nonce = self._host_nonce
+        if nonce is not None:
+            if self._channel.closed is not None:
+                raise self._channel.closed
+            await self._channel.send(nonce)
+            self._host_nonce = None
+
     async def receive(self) -> bytes:
         """Return the next plaintext message.
 
         Raises ChannelClosedError once the channel is closed, and DecryptionError (after closing
         the channel with 4003) if a message does not authenticate.
         """
+        if self._host_nonce is not None:
+            await self.start()  # the teammate cannot say anything before it has our nonce
         ciphertext = await self._channel.receive()
         try:
             return self._crypto.receive.decrypt(ciphertext)
@@ -150,12 +169,15 @@ class HostChannel:
             raise MessageTooLargeError(
                 f"message of {len(plaintext)} bytes; at most {self.max_message_size} fit"
             )
-        # Encrypt and enqueue under one lock: the nonce is a counter, so ciphertexts must leave
-        # in the order they were sealed.
+        # Sealed only once the window has room (send_sealed): the nonce is a counter, so a
+        # ciphertext sealed but never sent would break every later message.
         async with self._send_lock:
+            await self._send_nonce()
             if self._channel.closed is not None:
                 raise self._channel.closed
-            await self._channel.send(self._crypto.send.encrypt(plaintext))
+            await self._channel.send_sealed(
+                len(plaintext) + TAG_SIZE, lambda: self._crypto.send.encrypt(plaintext)
+            )
 
     def close_soon(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         """Close the channel without waiting."""
@@ -175,21 +197,22 @@ def open_host_channel(
     secret_of: Callable[[str], bytes],
     host_id: str,
     paths: frozenset[str],
-    guard: SaltGuard | None,
     limits: Limits,
     on_close: Callable[[HostChannel], None] | None = None,
 ) -> HostChannel:
     """Check an incoming channel and derive its keys; raise ChannelRefusedError if refused."""
     request = parse_open(link_channel.path, link_channel.meta, paths=paths)
-    try:
-        crypto = ChannelCrypto.for_host(
-            secret_of(request.role), host_id, request.salt, guard=guard
-        )
-    except SaltReuseError:
-        raise ChannelRefusedError(CloseCode.DECRYPTION_FAILED, "salt reused") from None
-    except SaltGuardFullError:
-        raise ChannelRefusedError(CloseCode.LIMIT_REACHED, "too many channels; rotate") from None
-    return HostChannel(link_channel, request, crypto, limits=limits, on_close=on_close)
+    host_nonce = new_salt()
+    crypto = ChannelCrypto.for_host(
+        secret_of(request.role),
+        host_id,
+        salt=request.salt,
+        host_nonce=host_nonce,
+        name=request.name,
+    )
+    return HostChannel(
+        link_channel, request, crypto, host_nonce=host_nonce, limits=limits, on_close=on_close
+    )
 
 
 def close_quietly(channel: HostChannel, code: int, reason: str) -> None:

@@ -20,7 +20,7 @@ from websockets.exceptions import InvalidHandshake, InvalidURI
 from websockets.protocol import State
 
 from tunnel import PROTOCOL_VERSION
-from tunnel.crypto import DecryptionError, SaltGuard, ShareLink, ShareSecrets
+from tunnel.crypto import DecryptionError, ShareLink, ShareSecrets
 from tunnel.host.backoff import Backoff
 from tunnel.host.channel import (
     INTERNAL_ERROR,
@@ -95,9 +95,6 @@ class Host:
         self._on_join = on_join if on_join is not None else _admit_all
         self.identity = identity or HostIdentity.load_or_create(settings.resolved_key_file)
         self._secrets = secrets or ShareSecrets.load_or_create(settings.resolved_secrets_file)
-        # Replayed opens would reuse keys and nonces; the salts seen are kept on disk so a relay
-        # cannot replay a recorded channel after a host restart either. Bounded by max_salts.
-        self._salts = SaltGuard(path=settings.resolved_salts_file)
         self._channels: set[HostChannel] = set()
         self._link: Link | None = None
         self._connected = anyio.Event()
@@ -144,7 +141,6 @@ class Host:
         """
         self._secrets = self._secrets.rotate()
         self._secrets.save(self.settings.resolved_secrets_file)
-        self._salts.clear()
         for channel in list(self._channels):
             close_quietly(channel, CloseCode.REVOKED, "share links revoked")
         self._channels.clear()
@@ -315,7 +311,6 @@ class Host:
                 secret_of=self._secrets.secret_for,
                 host_id=self.host_id,
                 paths=self.settings.paths,
-                guard=self._salts,
                 limits=self.settings.limits,
                 on_close=self._channels.discard,
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tunnel.crypto import default_salts_path, default_secrets_path
+from tunnel.crypto import default_secrets_path
 from tunnel.identity import default_key_path
 from tunnel.link.urls import http_base_url
 from tunnel.proto import Limits
@@ -77,11 +77,3 @@ class HostSettings:
         if self.key_file is None:
             return default_secrets_path()
         return self.key_file.with_name(self.key_file.name + ".secrets")
-
-    @property
-    def resolved_salts_file(self) -> Path:
-        """Where accepted channel salts are kept, so a replayed open is refused after a restart."""
-        if self.secrets_file is None and self.key_file is None:
-            return default_salts_path()
-        secrets = self.resolved_secrets_file
-        return secrets.with_name(secrets.name + ".salts")

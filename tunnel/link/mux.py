@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -19,6 +20,7 @@ from tunnel.proto import (
     ChannelClosed,
     ChannelNotOpenError,
     ChannelOpened,
+    ChannelState,
     DataReceived,
     Event,
     HelloReceived,
@@ -72,24 +74,38 @@ class LinkChannel:
 
     async def send(self, message: bytes) -> None:
         """Send one message, waiting for send window first. Raises ChannelClosedError."""
+        await self.send_sealed(len(message), lambda: message)
+
+    async def send_sealed(self, size: int, seal: Callable[[], bytes]) -> None:
+        """Send the message `seal()` returns (`size` bytes) once that much window is free.
+
+        `seal` runs only when the message is sure to be queued, with no await in between: a send
+        cancelled while it waits for window never consumes a nonce of the end-to-end encryption,
+        whose receiver counts messages. Raises ChannelClosedError.
+        """
         async with self._send_lock:
             while True:
                 if self._closed is not None:
                     raise self._closed
+                connection = self._mux.link.connection
                 try:
-                    sent = self._mux.link.connection.send_data(self.id, message)
+                    if connection.channel_state(self.id) is not ChannelState.OPEN:
+                        raise ChannelNotOpenError("the channel is closing")
+                    if connection.send_window(self.id) >= size:
+                        message = seal()
+                        if len(message) != size or not connection.send_data(self.id, message):
+                            raise RuntimeError("a sealed message must be exactly `size` bytes")
+                        self._mux.link.flush()
+                        return
                 except ChannelNotOpenError:
                     self._mark_closed(CloseCode.NORMAL, "closed", by_peer=True)
                     continue
                 except LocalProtocolError:
-                    failure = self._mux.link.connection.failure
+                    failure = connection.failure
                     if failure is None:
                         raise
                     self._mark_closed(failure.code, "link failed", by_peer=False)
                     continue
-                if sent:
-                    self._mux.link.flush()
-                    return
                 await self._writable.wait()
 
     async def receive(self) -> bytes:

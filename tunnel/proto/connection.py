@@ -45,7 +45,7 @@ from tunnel.proto.frames import (
     decode_frame,
     encode_frame,
 )
-from tunnel.proto.limits import DEFAULT_LIMITS, MAX_WINDOW, Limits
+from tunnel.proto.limits import DEFAULT_LIMITS, Limits
 from tunnel.proto.states import Action, ChannelState, Input, transition
 from tunnel.proto.values import check_map, check_str
 
@@ -227,8 +227,11 @@ class Connection:
         if outcome.action is not Action.PROCEED:
             return
         available = found.send_window + frame.n
-        if available > MAX_WINDOW:
-            raise FlowControlError("window grant beyond 2**32-1 bytes")
+        # A receiver only gives back what it consumed, so an honest window never grows past its
+        # initial size. A bigger grant would let a peer that reads nothing make us (a relay, say)
+        # queue without bound on its behalf: that is the peer breaking flow control.
+        if available > self._limits.initial_window:
+            raise FlowControlError("window grant beyond the initial window")
         found.send_window = available
         self._events.append(WindowUpdated(channel=frame.channel, available=available))
 

@@ -3,12 +3,12 @@
 // only derived keys and the relay token are ever used.
 
 import { BadLinkError, cryptoAvailable, hostIdFromPath, parseFragment } from "./crypto.js";
+import { cleanName } from "./link.js";
 import { Session } from "./session.js";
 import { TerminalView } from "./terminal.js";
 import { View } from "./view.js";
 
 const NAME_KEY = "agent-tunnel.name";
-const MAX_NAME = 64;
 const INPUT_CHUNK = 8 * 1024;
 
 function storedName() {
@@ -25,10 +25,6 @@ function storeName(name) {
   } catch {
     // Storage may be off (private mode); the name then lasts for this page only.
   }
-}
-
-function cleanName(name) {
-  return String(name ?? "").replace(/[\u0000-\u001f\u007f]/g, "").trim().slice(0, MAX_NAME);
 }
 
 function chooseName() {

@@ -1,7 +1,8 @@
 // End-to-end crypto of the browser client, byte for byte the scheme of docs/security.md:
 // token and root from the role secret (HKDF-SHA256, salt = host id), per-channel keys from the
-// root and the open's salt, AES-256-GCM with a 12-byte big-endian counter nonce per direction and
-// the host id as additional data. Only WebCrypto is used; it exists only in a secure context.
+// root, the open's salt, the host's nonce and the teammate's name, AES-256-GCM with a 12-byte
+// big-endian counter nonce per direction and the host id as additional data. Only WebCrypto is
+// used; it exists only in a secure context.
 
 const encoder = new TextEncoder();
 
@@ -9,6 +10,8 @@ export const TOKEN_INFO = "agent-tunnel/v1 relay-token";
 export const ROOT_INFO = "agent-tunnel/v1 e2e";
 export const SECRET_LENGTH = 32;
 export const SALT_LENGTH = 16;
+/** Bytes of the host's nonce, its first (clear) message on a channel. */
+export const HOST_NONCE_LENGTH = 16;
 export const ROLES = ["view", "drive"];
 
 /** The error a message that does not authenticate raises; the link closes with `code`. */
@@ -93,10 +96,22 @@ export function hostIdFromPath(pathname) {
   return match && HOST_ID.test(match[1]) ? match[1] : null;
 }
 
+function concat(...parts) {
+  const out = new Uint8Array(parts.reduce((total, part) => total + part.length, 0));
+  let offset = 0;
+  for (const part of parts) {
+    out.set(part, offset);
+    offset += part.length;
+  }
+  return out;
+}
+
+// `info` is a string (UTF-8 encoded here) or bytes.
 async function hkdf(keyBytes, salt, info) {
   const key = await crypto.subtle.importKey("raw", keyBytes, "HKDF", false, ["deriveBits"]);
+  const infoBytes = typeof info === "string" ? encoder.encode(info) : info;
   const bits = await crypto.subtle.deriveBits(
-    { name: "HKDF", hash: "SHA-256", salt, info: encoder.encode(info) },
+    { name: "HKDF", hash: "SHA-256", salt, info: infoBytes },
     key,
     256,
   );
@@ -118,9 +133,27 @@ export function e2eRoot(secret, hostId) {
   return hkdf(secret, encoder.encode(hostId), ROOT_INFO);
 }
 
-/** [k_up, k_down] of one channel; "up" is teammate to host. */
-export async function channelKeys(root, salt) {
-  return [await hkdf(root, salt, "up"), await hkdf(root, salt, "down")];
+/**
+ * [k_up, k_down] of one channel; "up" is teammate to host. Both ends add fresh randomness (the
+ * open's `salt`, the host's `hostNonce`) and the teammate's display `name` is bound in, so a
+ * relay that rewrites the name breaks the channel:
+ *   k = HKDF(root, salt = salt || hostNonce, info = "up" | "down" || 0x00 || utf8(name))
+ * `name` must be exactly the string sent in the open (see `channelName` in link.js).
+ */
+export async function channelKeys(root, { salt, hostNonce, name }) {
+  if (!(salt instanceof Uint8Array) || salt.length !== SALT_LENGTH) {
+    throw new TypeError(`a channel salt is ${SALT_LENGTH} bytes`);
+  }
+  if (!(hostNonce instanceof Uint8Array) || hostNonce.length !== HOST_NONCE_LENGTH) {
+    throw new TypeError(`a host nonce is ${HOST_NONCE_LENGTH} bytes`);
+  }
+  if (typeof name !== "string") throw new TypeError("a channel name is a string");
+  const channelSalt = concat(salt, hostNonce);
+  const bound = concat(Uint8Array.of(0), encoder.encode(name));
+  return [
+    await hkdf(root, channelSalt, concat(encoder.encode("up"), bound)),
+    await hkdf(root, channelSalt, concat(encoder.encode("down"), bound)),
+  ];
 }
 
 // 2**53 - 1: the largest counter a JS number holds exactly; far beyond any real channel.
@@ -176,10 +209,13 @@ export class ChannelCipher {
   }
 }
 
-/** Both directions of one channel, for the teammate: it sends up and receives down. */
-export async function teammateChannelCrypto(secret, hostId, salt) {
+/**
+ * Both directions of one channel, for the teammate: it sends up and receives down.
+ * `channel` is `{salt, hostNonce, name}` as for `channelKeys`.
+ */
+export async function teammateChannelCrypto(secret, hostId, channel) {
   const root = await e2eRoot(secret, hostId);
-  const [up, down] = await channelKeys(root, salt);
+  const [up, down] = await channelKeys(root, channel);
   return {
     send: await ChannelCipher.create(up, hostId),
     receive: await ChannelCipher.create(down, hostId),

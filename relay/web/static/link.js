@@ -2,8 +2,19 @@
 // It speaks the link protocol (hello, open, data, window, close; docs/protocol.md) and the
 // channel crypto (docs/security.md); the application messages above it are plain objects.
 // It never reconnects: the session decides whether and when to start a new one.
+//
+// The channel starts with the host's nonce: its first `data` frame is 16 random bytes in clear.
+// Only then can the keys be derived (docs/security.md), so until it has arrived the page sends
+// nothing on the channel: messages wait in the outbox, and the nonce's bytes are granted back like
+// any other data.
 
-import { teammateChannelCrypto, randomSalt, relayToken, DecryptionError } from "./crypto.js";
+import {
+  HOST_NONCE_LENGTH,
+  teammateChannelCrypto,
+  randomSalt,
+  relayToken,
+  DecryptionError,
+} from "./crypto.js";
 import { decodeFrame, encodeFrame, decodeMsgpack, encodeMsgpack, ProtocolError } from "./frames.js";
 
 export const PROTOCOL_VERSION = 1;
@@ -16,6 +27,28 @@ const MAX_INBOX = 20000;
 // Messages waiting for window or encryption: far more than a person can type while the host
 // has not granted window for a whole 256 KiB.
 const MAX_OUTBOX = 4096;
+
+export const MAX_NAME_LENGTH = 64;
+export const DEFAULT_NAME = "teammate";
+// Without the u flag these match UTF-16 code units: a surrogate with no partner, and C0/C1
+// controls.
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/g;
+
+/**
+ * `text` as a display name: lone surrogates replaced (they have no UTF-8 form), controls removed,
+ * trimmed and cut to 64 code points, which is what the host counts (it refuses a longer name);
+ * "" if nothing is left.
+ */
+export function cleanName(text) {
+  const cleaned = String(text ?? "").replace(LONE_SURROGATE, "\uFFFD").replace(CONTROL, "").trim();
+  return Array.from(cleaned).slice(0, MAX_NAME_LENGTH).join("").trim();
+}
+
+/** The name a channel is opened with (never empty); its UTF-8 bytes are bound into the keys. */
+export function channelName(text) {
+  return cleanName(text) || DEFAULT_NAME;
+}
 
 /** Close codes of docs/protocol.md that the page tells apart. */
 export const Code = Object.freeze({
@@ -45,7 +78,9 @@ export function attachUrl(location) {
  */
 export class SessionLink {
   constructor({ url, hostId, role, secret, name, onMessage, onEnd, onOpen = () => {} }) {
-    Object.assign(this, { url, hostId, role, secret, name, onMessage, onEnd, onOpen });
+    Object.assign(this, { url, hostId, role, secret, onMessage, onEnd, onOpen });
+    // Exactly this string goes in the hello, the open and the keys.
+    this.name = channelName(name);
     this.ws = null;
     this.ended = false;
     this.state = "connecting"; // -> hello-received -> open -> closing
@@ -53,20 +88,22 @@ export class SessionLink {
     this.draining = false;
     this.outbox = [];
     this.flushing = false;
+    this.initialWindow = INITIAL_WINDOW;
+    this.largestMessage = INITIAL_WINDOW;
     this.sendWindow = INITIAL_WINDOW;
     this.receiveWindow = INITIAL_WINDOW;
+    // Bytes received (all of them consumed: frames are handled whole, one at a time) and not yet
+    // granted back. Grants never exceed it, so the relay's send window never exceeds its initial
+    // size, which it treats as a flow-control error.
     this.unacknowledged = 0;
+    // Null until the host's nonce arrived and the keys are derived.
     this.channelCrypto = null;
     this.closeSent = false;
   }
 
   async start() {
-    const salt = randomSalt();
-    [this.token, this.channelCrypto] = await Promise.all([
-      relayToken(this.secret, this.hostId),
-      teammateChannelCrypto(this.secret, this.hostId, salt),
-    ]);
-    this.salt = salt;
+    this.salt = randomSalt();
+    this.token = await relayToken(this.secret, this.hostId);
     if (this.ended) return;
     const ws = new WebSocket(this.url);
     ws.binaryType = "arraybuffer";
@@ -109,11 +146,13 @@ export class SessionLink {
 
   fail(error) {
     const code = Number.isInteger(error.code) ? error.code : Code.PROTOCOL_ERROR;
-    if (this.state === "open" && !this.closeSent && code === Code.DECRYPTION_FAILED) {
-      this.rawSend({ c: CHANNEL, k: "close", p: { code, reason: "decryption failed" } });
+    // The host learns why its channel ended when the fault was in what it sent on it.
+    const reason = code === Code.DECRYPTION_FAILED ? "decryption failed" : error.channelReason;
+    if (this.state === "open" && !this.closeSent && reason) {
+      this.rawSend({ c: CHANNEL, k: "close", p: { code, reason } });
       this.closeSent = true;
     }
-    this.close(code, error instanceof ProtocolError ? "protocol error" : "");
+    this.close(code, reason ?? (error instanceof ProtocolError ? "protocol error" : ""));
   }
 
   rawSend(frame) {
@@ -191,6 +230,11 @@ export class SessionLink {
         await this.handleData(frame.p.d);
         return;
       case "window":
+        // A peer only grants back what it consumed, so an honest window never grows past its
+        // initial size (docs/protocol.md).
+        if (this.sendWindow + frame.p.n > this.initialWindow) {
+          throw new ProtocolError("window grant beyond the initial window", Code.FLOW_CONTROL);
+        }
         this.sendWindow += frame.p.n;
         this.flush();
         return;
@@ -205,19 +249,33 @@ export class SessionLink {
   }
 
   applyRelayLimits(limits) {
-    if (limits && Number.isInteger(limits.initial_window) && limits.initial_window > 0) {
-      this.sendWindow = limits.initial_window;
-      this.receiveWindow = limits.initial_window;
+    if (!limits) return;
+    const window = limits.initial_window;
+    if (Number.isInteger(window) && window > 0) {
+      this.initialWindow = window;
+      this.sendWindow = window;
+      this.receiveWindow = window;
     }
+    const maxData = limits.max_data_size;
+    this.largestMessage = Number.isInteger(maxData) && maxData > 0
+      ? Math.min(maxData, this.initialWindow)
+      : this.initialWindow;
   }
 
-  async handleData(ciphertext) {
+  async handleData(data) {
     if (this.closeSent) return;
-    if (ciphertext.byteLength > this.receiveWindow - this.unacknowledged) {
+    if (data.byteLength > this.receiveWindow - this.unacknowledged) {
       throw new ProtocolError("data beyond the window", Code.FLOW_CONTROL);
     }
-    this.unacknowledged += ciphertext.byteLength;
-    const plaintext = await this.channelCrypto.receive.decrypt(ciphertext);
+    this.unacknowledged += data.byteLength;
+    if (this.channelCrypto === null) {
+      await this.acceptHostNonce(data);
+      if (this.ended) return;
+      this.grantConsumed();
+      this.flush();
+      return;
+    }
+    const plaintext = await this.channelCrypto.receive.decrypt(data);
     let message;
     try {
       message = decodeMsgpack(plaintext, { maxExtLength: 0 });
@@ -229,9 +287,34 @@ export class SessionLink {
     }
     if (this.ended) return;
     this.onMessage(message);
-    // Consumed: grant the bytes back once half a window has been used (docs/protocol.md).
-    if (this.unacknowledged >= this.receiveWindow / 2) {
-      this.rawSend({ c: CHANNEL, k: "window", p: { n: this.unacknowledged } });
+    if (this.ended) return;
+    this.grantConsumed();
+  }
+
+  async acceptHostNonce(hostNonce) {
+    if (hostNonce.byteLength !== HOST_NONCE_LENGTH) {
+      // A host of another version (or a relay in the way) that starts with anything else.
+      const error = new ProtocolError("the host's first message is not a 16-byte nonce");
+      error.channelReason = "bad host nonce";
+      throw error;
+    }
+    this.channelCrypto = await teammateChannelCrypto(this.secret, this.hostId, {
+      salt: this.salt,
+      hostNonce: hostNonce.slice(),
+      name: this.name,
+    });
+  }
+
+  // Called once a data frame is consumed; every received byte is consumed by then, so the grant
+  // is exactly what was consumed. The rule of docs/protocol.md: grant once half the window has
+  // been consumed, or as soon as the peer's window is too small for the largest message it may
+  // send (else a host waiting to send one large message after a small one would wait forever).
+  grantConsumed() {
+    const n = this.unacknowledged;
+    if (n === 0) return;
+    const peerWindow = this.receiveWindow - n;
+    if (n >= Math.max(1, Math.floor(this.initialWindow / 2)) || peerWindow < this.largestMessage) {
+      this.rawSend({ c: CHANNEL, k: "window", p: { n } });
       this.unacknowledged = 0;
     }
   }
@@ -239,7 +322,8 @@ export class SessionLink {
   // Encrypts in queue order (the nonce is the message's position) and sends while the window
   // allows; a message waits whole for window, it is never split.
   async flush() {
-    if (this.flushing || this.state !== "open") return;
+    // Nothing goes on the channel before the host's nonce: there are no keys yet.
+    if (this.flushing || this.state !== "open" || this.channelCrypto === null) return;
     this.flushing = true;
     try {
       while (!this.ended && !this.closeSent && this.outbox.length > 0) {

@@ -13,6 +13,9 @@ const FINAL = new Map([
   [Code.DECRYPTION_FAILED, "decrypt-failed"],
   [Code.REVOKED, "revoked"],
   [Code.REFUSED, "refused"],
+  // The host (or the relay) speaks another version of the protocol, e.g. a host that does not
+  // start its channel with a nonce: reconnecting would meet the same.
+  [Code.PROTOCOL_ERROR, "protocol-error"],
 ]);
 
 export class Session {

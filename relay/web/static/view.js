@@ -56,6 +56,10 @@ const SCREENS = {
     title: "The host declined",
     body: "The host did not admit this session.",
   },
+  "protocol-error": {
+    title: "The host speaks another version",
+    body: "The host (or the relay) answered in a way this page does not understand, so the session was closed. They probably run a different version of agent-tunnel than this page: ask the host to update, then reload this page.",
+  },
   "needs-https": {
     title: "This page needs https",
     body: "End-to-end encryption uses the browser's WebCrypto, which only works on https (or on localhost). Ask whoever runs the relay to serve it over TLS, then open the link again with https://.",
