@@ -7,7 +7,6 @@ shows no gap and no duplicate.
 
 from __future__ import annotations
 
-import getpass
 import logging
 import sys
 from collections.abc import Mapping
@@ -199,7 +198,7 @@ def attach_command(
     ] = None,
     name: Annotated[
         str, typer.Option(envvar="TUNNEL_NAME", help="Your name, as the others see it.")
-    ] = getpass.getuser(),
+    ] = "teammate",
     reconnect: Annotated[
         bool, typer.Option(help="Reconnect by itself when the link drops.")
     ] = True,
