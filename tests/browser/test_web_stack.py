@@ -7,6 +7,7 @@ import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -107,6 +108,20 @@ def test_driver_prompt_is_answered_and_approval_is_logged_with_the_name(
     assert decisions[0][0] == "alice"
     assert request_id is not None
     assert request_id in decisions[0][2]
+
+
+def test_a_long_unicode_name_is_cut_like_the_host_counts_and_bound_into_the_keys(
+    page: Page, host: Host
+) -> None:
+    # 80 code points, 120 UTF-16 units, 180 UTF-8 bytes: only a cut at 64 code points is accepted,
+    # and only the same UTF-8 bytes on both ends give the same keys.
+    name = "Zoë\U0001f600" * 20
+    page.goto(named(host.drive_link, quote(name)))
+    connected(page)
+    prompt(page, "who am I?")
+    user = page.locator("[data-testid=message][data-role=user]", has_text="who am I?")
+    expect(user).to_contain_text(name[:64])
+    expect(user).not_to_contain_text(name[:65])
 
 
 def test_viewer_page_is_read_only_and_its_forged_prompt_is_refused(page: Page, host: Host) -> None:
