@@ -198,8 +198,12 @@ def ready_message(
     )
 
 
-def snapshot_message(items: Sequence[Mapping[str, Any]], *, last_seq: int, more: bool) -> bytes:
-    return pack({"op": "snapshot", "items": list(items), "last_seq": last_seq, "more": more})
+def snapshot_message(
+    items: Sequence[Mapping[str, Any]], *, last_seq: int, more: bool, reset: bool = False
+) -> bytes:
+    return pack(
+        {"op": "snapshot", "items": list(items), "last_seq": last_seq, "more": more, "reset": reset}
+    )
 
 
 def item_message(item: Mapping[str, Any]) -> bytes:

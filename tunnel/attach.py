@@ -146,6 +146,10 @@ class Attachment:
                 + (f" [dim]{HELP}[/dim]" if self._settings.link.role == "drive" else "")
             )
         elif op == "snapshot":
+            if message.get("reset") is True:
+                # The host's log is not the one we saw (a new log under the same conversation).
+                self._view = ConversationView()
+                self._console.print("[dim]the host's conversation log starts over[/dim]")
             for item in message.get("items", []):
                 self._show_item(item)
         elif op == "item":

@@ -34,7 +34,7 @@ from tunnel.app_messages import (
     snapshot_message,
 )
 from tunnel.groups import unwrap_group
-from tunnel.log import Event, Item, Log
+from tunnel.log import Event, Item, Log, Subscription
 from tunnel.presence import Member, Presence
 
 logger = logging.getLogger("tunnel.session")
@@ -164,32 +164,39 @@ class SessionChannelHandler:
 
     async def _stream(self, scope: anyio.CancelScope, after: int | None) -> None:
         with scope:
-            async with self._log.subscribe(self._session.conversation_id, after=after) as sub:
-                head = sub.head_seq
-                last = -1 if after is None else after
-                page: list[dict[str, Any]] = []
-                page_bytes = 0
-                # Snapshot: every stored item up to head, in pages that each fit one message.
-                while last < head:
-                    for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
-                        if isinstance(entry, Event):
-                            continue  # ephemeral; what it said is in the items that follow
-                        wire = _fit(entry.to_wire())
-                        size = len(pack(wire))
-                        if page and (
-                            page_bytes + size > SNAPSHOT_PAGE_BYTES
-                            or len(page) >= SNAPSHOT_PAGE_ITEMS
-                        ):
-                            await self._send(snapshot_message(page, last_seq=last, more=True))
-                            page, page_bytes = [], 0
-                        page.append(wire)
-                        page_bytes += size
-                        last = entry.seq
-                await self._send(snapshot_message(page, last_seq=max(last, head), more=False))
-                # Live tail.
-                while True:
+            conversation = self._session.conversation_id
+            info = await self._log.get_conversation(conversation)
+            head = -1 if info is None else info.last_seq
+            # A cursor past the end means the teammate saw a log this host does not have (a new
+            # log file under the same conversation id): tell it to start over, from the start.
+            reset = after is not None and after > head
+            async with self._log.subscribe(conversation, after=None if reset else after) as sub:
+                await self._send_snapshot(sub, -1 if reset or after is None else after, reset)
+                while True:  # the live tail
                     for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
                         await self._send_entry(entry)
+
+    async def _send_snapshot(self, sub: Subscription, last: int, reset: bool) -> None:
+        """Every stored item up to the subscription's head, in pages that each fit a message."""
+        head = sub.head_seq
+        page: list[dict[str, Any]] = []
+        page_bytes = 0
+        while last < head:
+            for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
+                if isinstance(entry, Event):
+                    continue  # ephemeral; what it said is in the items that follow
+                wire = _fit(entry.to_wire())
+                size = len(pack(wire))
+                if page and (
+                    page_bytes + size > SNAPSHOT_PAGE_BYTES or len(page) >= SNAPSHOT_PAGE_ITEMS
+                ):
+                    await self._send(snapshot_message(page, last_seq=last, more=True, reset=reset))
+                    reset = False  # said once, on the first page
+                    page, page_bytes = [], 0
+                page.append(wire)
+                page_bytes += size
+                last = entry.seq
+        await self._send(snapshot_message(page, last_seq=max(last, head), more=False, reset=reset))
 
     async def _send_entry(self, entry: Item | Event) -> None:
         if isinstance(entry, Item):

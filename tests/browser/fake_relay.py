@@ -339,15 +339,19 @@ class FakeRelay:
         op = request.get("op")
         if op == "subscribe":
             after = request.get("after")
+            head = max((i["seq"] for i in self.scenario.items), default=-1)
+            # Like the real host: a cursor past the log's end gets a reset and the whole log.
+            reset = after is not None and after > head
+            if reset:
+                after = None
             items = [i for i in self.scenario.items if after is None or i["seq"] > after]
             size = self.scenario.page_size
             pages = [items[i : i + size] for i in range(0, len(items), size)] or [[]]
             for index, page in enumerate(pages):
                 last = page[-1]["seq"] if page else (after if after is not None else -1)
                 more = index < len(pages) - 1
-                await self._send(
-                    attachment, {"op": "snapshot", "items": page, "last_seq": last, "more": more}
-                )
+                snapshot = {"op": "snapshot", "items": page, "last_seq": last, "more": more}
+                await self._send(attachment, {**snapshot, "reset": reset and index == 0})
             return
         if attachment.role != "drive":
             await self._send(

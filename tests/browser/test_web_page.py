@@ -336,6 +336,20 @@ def test_reconnect_resubscribes_after_the_last_seq_without_duplicates(
     assert page.evaluate("window.__tunnel.session.stats.duplicates") == 1
 
 
+def test_a_host_whose_log_starts_over_resets_the_view(page: Page, relay: FakeRelay) -> None:
+    open_page(page, relay.page_url("drive"))
+    expect(page.get_by_test_id("conversation")).to_have_attribute("data-loaded", "true")
+    before = seqs(page)
+    assert len(before) > 2
+    # The host comes back with a new, shorter log under the same conversation id.
+    relay.scenario.items = [wire_item(0, "message", {"role": "agent", "text": "a new log"})]
+    relay.drop_all()
+    wait_for(lambda: len(relay.ops("subscribe")) == 2, timeout=15)
+    assert relay.ops("subscribe")[1]["after"] == before[-1]
+    expect(page.locator("[data-seq='0']")).to_contain_text("a new log")
+    assert seqs(page) == [0]
+
+
 def test_page_sends_nothing_on_the_channel_before_the_host_nonce(page: Page) -> None:
     with fake_relay(Scenario(items=conversation_items(), hold_nonce=True)) as relay:
         open_page(page, relay.page_url("drive"))

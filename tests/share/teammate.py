@@ -24,6 +24,7 @@ class Teammate:
     presence: list[list[dict[str, str]]] = field(default_factory=list)
     ready: dict[str, Any] | None = None
     snapshot_done: bool = False
+    resets: int = 0
     changed: anyio.Event = field(default_factory=anyio.Event)
 
     async def send(self, request: Request) -> None:
@@ -36,6 +37,9 @@ class Teammate:
             if op == "ready":
                 self.ready = message
             elif op == "snapshot":
+                if message.get("reset"):
+                    self.resets += 1
+                    self.items.clear()
                 self.items.extend(message["items"])
                 self.snapshot_done = not message["more"]
             elif op == "item":

@@ -64,3 +64,20 @@ async def test_a_restarted_host_shows_the_earlier_conversation(
         await vera.wait_for(lambda t: t.snapshot_done)
         assert vera.items[: len(before)] == before
         assert vera.item_of("message", role="user", text="remember this") is not None
+
+
+async def test_a_cursor_past_the_logs_end_gets_a_reset_and_the_whole_log(
+    relay: RelayProcess, tmp_path: Path, workspace: Path
+) -> None:
+    async with (
+        sharing(relay.url, tmp_path, agent="demo", workspace=workspace) as shared,
+        attached(str(shared.host.drive_link), "alice") as alice,
+    ):
+        await alice.send(Prompt(text="first words"))
+        await alice.wait_for(lambda t: t.item_of("permission_request") is not None)
+        # A teammate that saw seq 999 of some other log under this conversation id.
+        async with attached(str(shared.host.view_link), "vera", after=999) as vera:
+            await vera.wait_for(lambda t: t.snapshot_done)
+            assert vera.resets == 1
+            assert vera.seqs()[:3] == [0, 1, 2]
+            assert vera.item_of("message", role="user", text="first words") is not None

@@ -85,6 +85,12 @@ export class Session {
         this.onReady(message);
         return;
       case "snapshot":
+        if (message.reset === true) {
+          // The host's log does not hold what this page saw (a new log under the same
+          // conversation id): start the view over from the snapshot that follows.
+          this.lastSeq = null;
+          this.view.resetConversation();
+        }
         for (const item of Array.isArray(message.items) ? message.items : []) this.acceptItem(item);
         if (!message.more) this.view.snapshotDone();
         return;
