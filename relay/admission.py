@@ -148,9 +148,7 @@ def parse_host_hello(
     if not verify_host_signature(public_key, challenge, public_url, signature):
         raise Refusal(CloseCode.UNAUTHORIZED, "bad host signature", metric="bad_signature")
     if authorized_keys is not None and public_key not in authorized_keys:
-        raise Refusal(
-            CloseCode.UNAUTHORIZED, "host key not authorized", metric="unauthorized_host"
-        )
+        raise Refusal(CloseCode.UNAUTHORIZED, "host key not authorized", metric="unauthorized_host")
     return HostHello(
         public_key=public_key,
         host_id=derive_host_id(public_key),
@@ -163,9 +161,7 @@ def parse_teammate_hello(payload: Mapping[str, Any]) -> TeammateHello:
     """Check a teammate hello's shape; its token is matched later against the host's verifiers."""
     _common(payload, "teammate")
     if not set(payload) <= {"role", "version", "host_id", "token", "name"}:
-        raise Refusal(
-            CloseCode.PROTOCOL_ERROR, "unknown teammate hello field", metric="bad_hello"
-        )
+        raise Refusal(CloseCode.PROTOCOL_ERROR, "unknown teammate hello field", metric="bad_hello")
     host_id = payload.get("host_id")
     if not isinstance(host_id, str) or not is_host_id(host_id):
         raise Refusal(CloseCode.PROTOCOL_ERROR, "malformed host id", metric="bad_hello")

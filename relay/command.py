@@ -56,9 +56,7 @@ async def serve_until_signal(settings: RelaySettings) -> None:
 async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
-            logging.getLogger("relay.server").info(
-                "%s: shutting down", signal.Signals(signum).name
-            )
+            logging.getLogger("relay.server").info("%s: shutting down", signal.Signals(signum).name)
             scope.cancel()
             return
 

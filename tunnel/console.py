@@ -139,9 +139,7 @@ class HostConsole:
                 case Prompt(text=text):
                     await self._session.prompt(text, by=self._host_name)
                 case PermissionAnswer(request_id=request_id, option_id=option_id):
-                    await self._session.answer_permission(
-                        request_id, option_id, by=self._host_name
-                    )
+                    await self._session.answer_permission(request_id, option_id, by=self._host_name)
                 case Cancel():
                     await self._session.cancel(by=self._host_name)
                 case _:

@@ -160,9 +160,7 @@ def e2e_root(secret: bytes, host_id: str) -> bytes:
     return _hkdf(secret, _host_id_bytes(host_id), E2E_INFO)
 
 
-def channel_keys(
-    root: bytes, *, salt: bytes, host_nonce: bytes, name: str
-) -> tuple[bytes, bytes]:
+def channel_keys(root: bytes, *, salt: bytes, host_nonce: bytes, name: str) -> tuple[bytes, bytes]:
     """Return (k_up, k_down) for one channel; "up" is teammate -> host, "down" host -> teammate.
 
     Both ends contribute fresh randomness: the teammate's `salt` (in the open) and the host's

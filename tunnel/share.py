@@ -107,9 +107,7 @@ async def run_share(
         )
 
         async def handler(channel: HostChannel) -> None:
-            await SessionChannelHandler(
-                channel, session=session, log=log, presence=presence
-            ).run()
+            await SessionChannelHandler(channel, session=session, log=log, presence=presence).run()
 
         async def approve(channel: HostChannel) -> bool:
             return await host_console.approve_join(channel.name, channel.role)

@@ -57,9 +57,11 @@ msgpack_values = st.recursive(
     | st.floats()
     | st.text(max_size=20)
     | st.binary(max_size=20),
-    lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(
-        st.text(max_size=10) | st.integers(-(2**63), 2**63 - 1), children, max_size=5
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(
+            st.text(max_size=10) | st.integers(-(2**63), 2**63 - 1), children, max_size=5
+        )
     ),
     max_leaves=20,
 )

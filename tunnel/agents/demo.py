@@ -194,9 +194,7 @@ class DemoSession(ChatSession):
             await recorder.tool_result(
                 tool_call_id, ok=False, output=f"not run: {decision.by} rejected it"
             )
-            await self._stream(
-                "message", f"{decision.by} said no, so I did not {tool.action}."
-            )
+            await self._stream("message", f"{decision.by} said no, so I did not {tool.action}.")
             await recorder.plan(_plan(3))
             return
         await recorder.tool_call_update(tool_call_id, {"status": "in_progress"})

@@ -165,9 +165,7 @@ class Host:
         # Raised outside the task group, so callers see it as is, not in an ExceptionGroup.
         raise refused
 
-    async def _dial_forever(
-        self, tg: TaskGroup, task_status: TaskStatus[Host]
-    ) -> HostRefusedError:
+    async def _dial_forever(self, tg: TaskGroup, task_status: TaskStatus[Host]) -> HostRefusedError:
         backoff = Backoff(initial=self.settings.backoff_initial, maximum=self.settings.backoff_max)
         started = False
         while True:
@@ -328,8 +326,11 @@ class Host:
             pass
         except DecryptionError:
             # Already closed with 4003 by HostChannel.receive; one line, no details.
-            logger.info("closed a %s channel: %d decryption failed", channel.role,
-                        CloseCode.DECRYPTION_FAILED)
+            logger.info(
+                "closed a %s channel: %d decryption failed",
+                channel.role,
+                CloseCode.DECRYPTION_FAILED,
+            )
         except Exception:
             logger.exception("channel handler failed")
             close_quietly(channel, INTERNAL_ERROR, "host error")

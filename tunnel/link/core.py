@@ -250,4 +250,3 @@ class Link:
                     by_peer=True,
                 )
         self._closed_event.set()
-

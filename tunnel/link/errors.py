@@ -20,8 +20,10 @@ class LinkClosedError(Exception):
     """The link (the whole WebSocket) is closed; nothing more can be sent or received on it."""
 
     def __init__(self, code: int, reason: str = "", *, by_peer: bool) -> None:
-        super().__init__(f"link closed {'by peer' if by_peer else 'locally'}: {code_name(code)}"
-                         + (f" ({reason})" if reason else ""))
+        super().__init__(
+            f"link closed {'by peer' if by_peer else 'locally'}: {code_name(code)}"
+            + (f" ({reason})" if reason else "")
+        )
         self.code = code
         """The WebSocket close code (ours if we closed, the peer's otherwise)."""
         self.reason = reason
@@ -34,8 +36,10 @@ class ChannelClosedError(Exception):
     """A channel is closed: by the peer, by us, or because its link closed."""
 
     def __init__(self, code: int, reason: str = "", *, by_peer: bool) -> None:
-        super().__init__(f"channel closed {'by peer' if by_peer else 'locally'}: {code_name(code)}"
-                         + (f" ({reason})" if reason else ""))
+        super().__init__(
+            f"channel closed {'by peer' if by_peer else 'locally'}: {code_name(code)}"
+            + (f" ({reason})" if reason else "")
+        )
         self.code = code
         """The close code: from the close frame, or the link's close code if the link ended."""
         self.reason = reason

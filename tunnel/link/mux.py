@@ -266,8 +266,10 @@ class ChannelMux:
             return await self._incoming.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             closed = self.link.closed
-            raise closed if closed is not None else LinkClosedError(
-                CloseCode.GOING_AWAY, "", by_peer=False
+            raise (
+                closed
+                if closed is not None
+                else LinkClosedError(CloseCode.GOING_AWAY, "", by_peer=False)
             ) from None
 
     def link_closed(self, closed: LinkClosedError) -> None:
