@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 import logging
 import signal
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +14,7 @@ import typer
 from relay.server import run
 from relay.settings import RelaySettings
 from tunnel.identity import KeyFileError
+from tunnel.logs import configure_logging
 from tunnel.proto import Limits
 
 
@@ -33,17 +33,6 @@ EXIT_CONFIG = 2
 
 def _limit(value: int) -> int | None:
     return None if value <= 0 else value
-
-
-def configure_logging(level: str) -> None:
-    """Log to stderr, one line per record; websockets' own chatter only when debugging."""
-    logging.basicConfig(
-        level=level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if level != "debug":
-        logging.getLogger("websockets").setLevel(logging.WARNING)
 
 
 async def serve_until_signal(settings: RelaySettings) -> None:

@@ -26,6 +26,7 @@ from tunnel.conversation_view import ConversationView
 from tunnel.crypto import ShareLink
 from tunnel.groups import unwrap_group
 from tunnel.lines import stdin_lines
+from tunnel.logs import configure_logging
 from tunnel.proto.codes import CloseCode
 from tunnel.render import render_event, render_item
 
@@ -208,7 +209,7 @@ def attach_command(
     ] = True,
 ) -> None:
     """Attach to a shared session from this terminal: watch, and drive with a drive link."""
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    configure_logging("warning")
     if link_file is not None:
         link = link_file.read_text().strip()
     if not link:

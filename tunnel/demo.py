@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +16,7 @@ from relay.server import run as run_relay
 from relay.settings import RelaySettings
 from tunnel.host.command import cancel_on_signal
 from tunnel.host.settings import HostSettings
+from tunnel.logs import configure_logging
 from tunnel.share import Shared, ShareSettings
 from tunnel.share_command import share_until_quit
 
@@ -61,11 +61,7 @@ def demo_command(
     ] = 0.03,
 ) -> None:
     """Run a local relay and a host with the demo agent, and print the links to open."""
-    logging.basicConfig(
-        level=logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging("warning")
     share = ShareSettings(
         host=HostSettings(relay_url=f"http://127.0.0.1:{port}", key_file=key_file),
         agent="demo",

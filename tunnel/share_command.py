@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +24,7 @@ from tunnel.host.echo import echo_handler
 from tunnel.host.runner import HostRefusedError
 from tunnel.host.settings import HostSettings
 from tunnel.identity import KeyFileError
+from tunnel.logs import configure_logging
 from tunnel.share import Shared, ShareSettings, run_share
 
 logger = logging.getLogger("tunnel.host")
@@ -132,13 +132,7 @@ def host_command(
     ] = LogLevel.warning,
 ) -> None:
     """Share an agent session through a relay and print the view and drive links."""
-    logging.basicConfig(
-        level=log_level.value.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if log_level is not LogLevel.debug:
-        logging.getLogger("websockets").setLevel(logging.WARNING)
+    configure_logging(log_level.value)
     try:
         host = HostSettings(
             relay_url=relay,
