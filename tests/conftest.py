@@ -7,8 +7,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.net.support import RelayProcess
+
+# Property tests check behaviour, not speed: on a busy 2-core machine a slow example is not a
+# failure (speed is measured in bench/).
+settings.register_profile(
+    "agent-tunnel", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("agent-tunnel")
 
 REQUIRED_MARKERS = ("browser",)
 _skipped: list[str] = []
