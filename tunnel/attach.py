@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from tunnel.app_messages import BadRequest, Request, Subscribe, decode_host_message, encode_request
 from tunnel.client import TeammateError, connect_teammate
-from tunnel.commands import HELP, Quit, Say, parse_line
+from tunnel.commands import HELP, Quit, Revoke, Say, parse_line
 from tunnel.conversation_view import ConversationView
 from tunnel.crypto import ShareLink
 from tunnel.groups import unwrap_group
@@ -127,6 +127,9 @@ class Attachment:
                 raise _Quit
             if isinstance(command, Say):
                 self._console.print(f"[dim]{escape(command.text)}[/dim]")
+                continue
+            if isinstance(command, Revoke):
+                self._console.print("[dim]only the host can revoke the links[/dim]")
                 continue
             request: Request = command
             await channel.send(encode_request(request))

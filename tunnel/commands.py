@@ -13,7 +13,8 @@ from tunnel.conversation_view import PendingPermission
 
 HELP = (
     "type a prompt and press Enter; /allow or /deny answers the latest permission request "
-    "(or /allow REQUEST_ID); /cancel stops the running turn; /quit leaves"
+    "(or /allow REQUEST_ID); /cancel stops the running turn; /revoke (host) replaces both links; "
+    "/quit leaves"
 )
 
 
@@ -23,13 +24,18 @@ class Quit:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Revoke:
+    """Invalidate both share links at once (host console only)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Say:
     """Nothing to send; show this text to the user instead."""
 
     text: str
 
 
-Command = Request | Quit | Say
+Command = Request | Quit | Revoke | Say
 
 
 def parse_line(line: str, pending: dict[str, PendingPermission]) -> Command | None:
@@ -43,6 +49,8 @@ def parse_line(line: str, pending: dict[str, PendingPermission]) -> Command | No
     rest = rest.strip()
     if word == "/quit":
         return Quit()
+    if word == "/revoke":
+        return Revoke()
     if word == "/cancel":
         return Cancel()
     if word == "/help":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -18,7 +19,7 @@ from rich.markup import escape
 
 from tunnel.agents import AgentSession, SessionError
 from tunnel.app_messages import Cancel, PermissionAnswer, Prompt
-from tunnel.commands import HELP, Quit, Say, parse_line
+from tunnel.commands import HELP, Quit, Revoke, Say, parse_line
 from tunnel.conversation_view import PendingPermission
 from tunnel.lines import stdin_lines
 from tunnel.log import Event, Log
@@ -63,6 +64,8 @@ class HostConsole:
         self._stdin = stdin
         self._questions: deque[_Question] = deque()
         self.quit_requested = anyio.Event()
+        self.revoke: Callable[[], Awaitable[list[str]]] | None = None
+        """Set by the share once the host exists: revokes both links, returns the new ones."""
 
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
@@ -134,6 +137,8 @@ class HostConsole:
             match command:
                 case Quit():
                     self.quit_requested.set()
+                case Revoke():
+                    await self._revoke()
                 case Say(text=text):
                     self._console.print(f"[dim]{escape(text)}[/dim]")
                 case Prompt(text=text):
@@ -146,6 +151,16 @@ class HostConsole:
                     self._console.print(f"[dim]{HELP}[/dim]")
         except SessionError as exc:
             self._console.print(f"[red]{escape(str(exc))}[/red]")
+
+    async def _revoke(self) -> None:
+        if self.revoke is None:
+            self._console.print("[dim]not connected to a relay yet[/dim]")
+            return
+        links = await self.revoke()
+        self._console.print("[bold]links revoked; everyone attached was disconnected.[/bold]")
+        # Plain prints, like the first links: scripts read these lines.
+        for line in links:
+            print(line, flush=True)
 
     def _pending(self) -> dict[str, PendingPermission]:
         pending: dict[str, PendingPermission] = {}

@@ -113,6 +113,12 @@ async def run_share(
             return await host_console.approve_join(channel.name, channel.role)
 
         host = Host(settings.host, handler, on_join=approve if settings.approve else None)
+
+        async def revoke() -> list[str]:
+            await host.revoke()
+            return [f"view link:  {host.view_link}", f"drive link: {host.drive_link}"]
+
+        host_console.revoke = revoke
         # The host user co-drives from the console: they are attached too.
         presence.join(Member(name=settings.host.name, role="host"))
         async with anyio.create_task_group() as tg:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tunnel.app_messages import Cancel, PermissionAnswer, Prompt
-from tunnel.commands import Quit, Say, parse_line
+from tunnel.commands import Quit, Revoke, Say, parse_line
 from tunnel.conversation_view import ConversationView
 
 
@@ -54,4 +54,5 @@ def test_duplicate_items_are_dropped_by_seq() -> None:
 def test_other_commands() -> None:
     assert parse_line("/cancel", {}) == Cancel()
     assert parse_line("/quit", {}) == Quit()
+    assert parse_line("/revoke", {}) == Revoke()
     assert isinstance(parse_line("/frobnicate", {}), Say)

@@ -14,10 +14,10 @@ import anyio
 import pytest
 
 from tests.net.support import RelayProcess, read_line
-from tunnel.client import RefusedError
+from tunnel.client import RefusedError, RevokedError, UnauthorizedError
 from tunnel.groups import unwrap_group
 
-from .conftest import acp_spec
+from .conftest import acp_spec, wait_online
 from .teammate import attached
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
@@ -148,4 +148,32 @@ async def test_tunnel_attach_prompts_from_the_keyboard_and_shows_the_reply(
     finally:
         if attach is not None:
             _stop(attach)
+        assert _stop(host) == 0
+
+
+async def test_revoke_at_the_host_console_cuts_everyone_off_and_prints_new_links(
+    relay: RelayProcess, tmp_path: Path, workspace: Path
+) -> None:
+    host = _start_host(relay, tmp_path, workspace)
+    try:
+        assert host.stdin is not None
+        old_link = (await _read_until(host, r"drive link: (\S+)")).group(1)
+        await wait_online(old_link)
+
+        async def cut_off() -> None:
+            async with unwrap_group(), attached(old_link, "alice") as alice:
+                await alice.wait_for(lambda t: t.snapshot_done)
+                host.stdin.write(b"/revoke\n")
+                host.stdin.flush()
+                await alice.wait_for(lambda t: False, within=20)
+
+        with pytest.raises(RevokedError):
+            await cut_off()
+        new_link = (await _read_until(host, r"drive link: (\S+)")).group(1)
+        assert new_link != old_link
+        await wait_online(new_link)
+        with pytest.raises(UnauthorizedError):
+            async with unwrap_group(), attached(old_link, "mallory") as mallory:
+                await mallory.wait_for(lambda t: t.ready is not None)
+    finally:
         assert _stop(host) == 0
