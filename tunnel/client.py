@@ -130,10 +130,7 @@ class TeammateSession:
         self._send_lock = anyio.Lock()
         self.link = link
         """The share link this session was opened with."""
-        window = limits.initial_window
-        if limits.max_data_size is not None:
-            window = min(window, limits.max_data_size)
-        self.max_message_size = window - TAG_SIZE
+        self.max_message_size = limits.largest_data - TAG_SIZE
         """Largest plaintext one message can carry."""
 
     @property

@@ -102,10 +102,7 @@ class HostChannel:
         self._host_nonce: bytes | None = host_nonce
         """Sent (in clear) before anything else on the channel; None once sent."""
         self._send_lock = anyio.Lock()
-        limit = limits.initial_window
-        if limits.max_data_size is not None:
-            limit = min(limit, limits.max_data_size)
-        self.max_message_size = limit - TAG_SIZE
+        self.max_message_size = limits.largest_data - TAG_SIZE
         """Largest plaintext `send` accepts: one `data` frame minus the AEAD tag."""
         self._on_close = on_close
 

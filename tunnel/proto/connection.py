@@ -96,8 +96,7 @@ class Connection:
         self._failure: ProtocolError | None = None
         self._events: list[Event] = []
         self._outgoing: list[bytes] = []
-        window = limits.initial_window
-        self._largest_message = min(limits.max_data_size or window, window)
+        self._largest_message = limits.largest_data
 
     # --- introspection --------------------------------------------------------------------
 

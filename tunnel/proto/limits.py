@@ -38,6 +38,11 @@ class Limits:
     initial_window: int = 256 * 1024
     """Send window of a new channel, per direction, in bytes of `d`."""
 
+    @property
+    def largest_data(self) -> int:
+        """The largest `d` a frame can ever carry: it must fit both max_data_size and a window."""
+        return min(self.max_data_size or self.initial_window, self.initial_window)
+
     def __post_init__(self) -> None:
         for name in (
             "max_message_size",
