@@ -163,17 +163,11 @@ class HostConsole:
             print(line, flush=True)
 
     def _pending(self) -> dict[str, PendingPermission]:
-        pending: dict[str, PendingPermission] = {}
-        for item in self._session.pending_permissions():
-            options = item.data.get("options")
-            request_id = str(item.data.get("request_id"))
-            pending[request_id] = PendingPermission(
-                request_id=request_id,
-                title=str(item.data.get("title", "")),
-                options=tuple(
-                    (str(o.get("option_id")), str(o.get("name")), str(o.get("kind", "")))
-                    for o in (options if isinstance(options, list) else [])
-                    if isinstance(o, dict)
-                ),
-            )
-        return pending
+        requests = (
+            (str(item.data.get("request_id")), item.data)
+            for item in self._session.pending_permissions()
+        )
+        return {
+            request_id: PendingPermission.from_data(request_id, data)
+            for request_id, data in requests
+        }

@@ -20,6 +20,20 @@ class PendingPermission:
     options: tuple[tuple[str, str, str], ...]
     """(option_id, name, kind) in the agent's order."""
 
+    @classmethod
+    def from_data(cls, request_id: str, data: Mapping[str, Any]) -> PendingPermission:
+        """The request described by a `permission_request` item's data."""
+        options = data.get("options")
+        return cls(
+            request_id=request_id,
+            title=str(data.get("title", "")),
+            options=tuple(
+                (str(o.get("option_id")), str(o.get("name")), str(o.get("kind", "")))
+                for o in (options if isinstance(options, list) else [])
+                if isinstance(o, Mapping)
+            ),
+        )
+
     def first_option(self, prefix: str) -> str | None:
         """The first option whose kind starts with `prefix` (`allow` or `reject`)."""
         for option_id, _name, kind in self.options:
@@ -47,16 +61,7 @@ class ConversationView:
         if not isinstance(request_id, str):
             return True
         if item.get("type") == "permission_request":
-            options = data.get("options")
-            self.pending[request_id] = PendingPermission(
-                request_id=request_id,
-                title=str(data.get("title", "")),
-                options=tuple(
-                    (str(o.get("option_id")), str(o.get("name")), str(o.get("kind", "")))
-                    for o in (options if isinstance(options, list) else [])
-                    if isinstance(o, Mapping)
-                ),
-            )
+            self.pending[request_id] = PendingPermission.from_data(request_id, data)
         elif item.get("type") == "permission_decision":
             self.pending.pop(request_id, None)
         return True
