@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tunnel.app_messages import BadRequest, Request, Subscribe, decode_host_message, encode_request
-from tunnel.client import TeammateError, connect_teammate
+from tunnel.client import TeammateError, TeammateSession, connect_teammate
 from tunnel.commands import HELP, Quit, Revoke, Say, parse_line
 from tunnel.conversation_view import ConversationView
 from tunnel.crypto import ShareLink
@@ -118,7 +118,7 @@ class Attachment:
                 while True:
                     self._show(await channel.receive())
 
-    async def _forward_lines(self, channel: Any) -> None:
+    async def _forward_lines(self, channel: TeammateSession) -> None:
         async for line in self._lines_receive:
             command = parse_line(line, self._view.pending)
             if command is None:

@@ -7,7 +7,6 @@ host user admits them.
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,8 +24,6 @@ from tunnel.lines import stdin_lines
 from tunnel.log import Event, Log
 from tunnel.presence import Presence
 from tunnel.render import render_event, render_item
-
-logger = logging.getLogger("tunnel.console")
 
 # How much earlier conversation the console shows when it starts.
 HISTORY_SHOWN = 20

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -19,8 +18,6 @@ from tunnel.host.settings import HostSettings
 from tunnel.logs import configure_logging
 from tunnel.share import Shared, ShareSettings
 from tunnel.share_command import share_until_quit
-
-logger = logging.getLogger("tunnel.demo")
 
 
 async def run_demo(

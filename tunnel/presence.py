@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import anyio
@@ -58,9 +57,6 @@ class Presence:
         while self._version == seen_version:
             await self._changed.wait()
         return self._version
-
-    def __iter__(self) -> Iterator[Member]:
-        return iter(self.members())
 
     def _bump(self) -> None:
         self._version += 1

@@ -7,7 +7,6 @@ the conversation log (SQLite), starts the agent session, registers with the rela
 
 from __future__ import annotations
 
-import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +25,6 @@ from tunnel.host.settings import HostSettings
 from tunnel.log import Log, SQLiteStore, default_db_path
 from tunnel.presence import Member, Presence
 from tunnel.session_channel import SessionChannelHandler
-
-logger = logging.getLogger("tunnel.share")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -26,8 +25,6 @@ from tunnel.host.settings import HostSettings
 from tunnel.identity import KeyFileError
 from tunnel.logs import configure_logging
 from tunnel.share import Shared, ShareSettings, run_share
-
-logger = logging.getLogger("tunnel.host")
 
 
 async def share_until_signal(settings: ShareSettings, console: Console) -> None:
