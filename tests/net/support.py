@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,8 +150,17 @@ async def attach_and_echo(link: ShareLink | str, message: bytes = b"ping") -> by
             return await echo_roundtrip(session, message)
 
 
-async def wait_online(link: ShareLink | str, attempts: int = 100) -> None:
-    """Wait until the relay routes `link` to its host: the host is registered, echo works.
+async def _echo_probe(session: TeammateSession) -> None:
+    assert await echo_roundtrip(session, b"probe") == b"probe"
+
+
+async def wait_online(
+    link: ShareLink | str,
+    attempts: int = 100,
+    probe: Callable[[TeammateSession], Awaitable[None]] = _echo_probe,
+) -> None:
+    """Wait until the relay routes `link` to its host: the host is registered, `probe` passes
+    (by default: echo works).
 
     The relay does not acknowledge a host's hello, so a teammate right after may still see 4005.
     """
@@ -159,7 +168,7 @@ async def wait_online(link: ShareLink | str, attempts: int = 100) -> None:
         try:
             with anyio.fail_after(5):
                 async with connect_teammate(link, name="probe") as session:
-                    assert await echo_roundtrip(session, b"probe") == b"probe"
+                    await probe(session)
                     return
         except (HostGoneError, OSError):
             await anyio.sleep(0.1)

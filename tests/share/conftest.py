@@ -13,8 +13,9 @@ import pytest
 from rich.console import Console
 
 from tests.net.support import host_settings
+from tests.net.support import wait_online as net_wait_online
 from tunnel.app_messages import decode_host_message
-from tunnel.client import HostGoneError, connect_teammate
+from tunnel.client import TeammateSession
 from tunnel.crypto import ShareLink
 from tunnel.share import Shared, ShareSettings, run_share
 
@@ -64,14 +65,10 @@ async def _share(settings: ShareSettings, *, task_status: anyio.abc.TaskStatus[S
         await run_share(settings, console=Console(file=sink), task_status=task_status)
 
 
-async def wait_online(link: str | ShareLink, attempts: int = 100) -> None:
-    """Wait until the relay routes `link` to its host (the host's hello is not acknowledged)."""
-    for _ in range(attempts):
-        try:
-            with anyio.fail_after(5):
-                async with connect_teammate(link, name="probe") as session:
-                    assert decode_host_message(await session.receive())["op"] == "ready"
-                    return
-        except (HostGoneError, OSError):
-            await anyio.sleep(0.1)
-    raise AssertionError("the host did not come online")
+async def _ready_probe(session: TeammateSession) -> None:
+    assert decode_host_message(await session.receive())["op"] == "ready"
+
+
+async def wait_online(link: str | ShareLink) -> None:
+    """Wait until the relay routes `link` to a sharing host: its first message is `ready`."""
+    await net_wait_online(link, probe=_ready_probe)
