@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import enum
-import logging
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -14,18 +11,9 @@ import typer
 from relay.server import run
 from relay.settings import RelaySettings
 from tunnel.identity import KeyFileError
-from tunnel.logs import configure_logging
+from tunnel.logs import LogLevel, configure_logging
 from tunnel.proto import Limits
-
-
-class LogLevel(enum.StrEnum):
-    """Log levels accepted by --log-level."""
-
-    debug = "debug"
-    info = "info"
-    warning = "warning"
-    error = "error"
-
+from tunnel.signals import cancel_on_signal
 
 EXIT_CONFIG = 2
 """Exit code for unusable options or files (typer uses 2 for usage errors too)."""
@@ -38,23 +26,8 @@ def _limit(value: int) -> int | None:
 async def serve_until_signal(settings: RelaySettings) -> None:
     """Run the relay until SIGINT or SIGTERM, then close every connection with 1001."""
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_on_signal, tg.cancel_scope)
-        await tg.start(partial_run, settings)
-
-
-async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            logging.getLogger("relay.server").info("%s: shutting down", signal.Signals(signum).name)
-            scope.cancel()
-            return
-
-
-async def partial_run(
-    settings: RelaySettings, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
-) -> None:
-    """`run` with the signature `TaskGroup.start` expects."""
-    await run(settings, task_status=task_status)
+        tg.start_soon(cancel_on_signal, tg.cancel_scope)
+        await tg.start(run, settings)
 
 
 def relay_command(

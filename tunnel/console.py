@@ -61,8 +61,8 @@ class HostConsole:
         self._stdin = stdin
         self._questions: deque[_Question] = deque()
         self.quit_requested = anyio.Event()
-        self.revoke: Callable[[], Awaitable[list[str]]] | None = None
-        """Set by the share once the host exists: revokes both links, returns the new ones."""
+        self.revoke: Callable[[], Awaitable[None]] | None = None
+        """Set by the share once the host exists: revokes both links and prints the new ones."""
 
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
@@ -153,11 +153,8 @@ class HostConsole:
         if self.revoke is None:
             self._console.print("[dim]not connected to a relay yet[/dim]")
             return
-        links = await self.revoke()
+        await self.revoke()
         self._console.print("[bold]links revoked; everyone attached was disconnected.[/bold]")
-        # Plain prints, like the first links: scripts read these lines.
-        for line in links:
-            print(line, flush=True)
 
     def _pending(self) -> dict[str, PendingPermission]:
         requests = (

@@ -13,11 +13,11 @@ from rich.markup import escape
 
 from relay.server import run as run_relay
 from relay.settings import RelaySettings
-from tunnel.host.command import cancel_on_signal
 from tunnel.host.settings import HostSettings
 from tunnel.logs import configure_logging
 from tunnel.share import Shared, ShareSettings
 from tunnel.share_command import share_until_quit
+from tunnel.signals import cancel_on_signal
 
 
 async def run_demo(

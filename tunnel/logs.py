@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import sys
 
@@ -15,3 +16,12 @@ def configure_logging(level: str) -> None:
     )
     if level.lower() != "debug":
         logging.getLogger("websockets").setLevel(logging.WARNING)
+
+
+class LogLevel(enum.StrEnum):
+    """Log levels accepted by every command's --log-level."""
+
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"

@@ -20,6 +20,7 @@ from tunnel.agents import AgentSession, create_session
 from tunnel.agents.demo import DEFAULT_DELAY
 from tunnel.console import HostConsole
 from tunnel.host.channel import HostChannel
+from tunnel.host.command import print_links
 from tunnel.host.runner import Host
 from tunnel.host.settings import HostSettings
 from tunnel.log import Log, SQLiteStore, default_db_path
@@ -111,9 +112,9 @@ async def run_share(
 
         host = Host(settings.host, handler, on_join=approve if settings.approve else None)
 
-        async def revoke() -> list[str]:
+        async def revoke() -> None:
             await host.revoke()
-            return [f"view link:  {host.view_link}", f"drive link: {host.drive_link}"]
+            print_links(host)
 
         host_console.revoke = revoke
         # The host user co-drives from the console: they are attached too.

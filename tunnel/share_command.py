@@ -12,19 +12,14 @@ from rich.markup import escape
 
 from tunnel.crypto import ShareSecrets
 from tunnel.groups import unwrap_group
-from tunnel.host.command import (
-    EXIT_CONFIG,
-    EXIT_REFUSED,
-    LogLevel,
-    cancel_on_signal,
-    run_host_command,
-)
+from tunnel.host.command import EXIT_CONFIG, EXIT_REFUSED, print_links, run_host_command
 from tunnel.host.echo import echo_handler
 from tunnel.host.runner import HostRefusedError
 from tunnel.host.settings import HostSettings
 from tunnel.identity import KeyFileError
-from tunnel.logs import configure_logging
+from tunnel.logs import LogLevel, configure_logging
 from tunnel.share import Shared, ShareSettings, run_share
+from tunnel.signals import cancel_on_signal
 
 
 async def share_until_signal(settings: ShareSettings, console: Console) -> None:
@@ -37,8 +32,7 @@ async def share_until_signal(settings: ShareSettings, console: Console) -> None:
         shared: Shared = await tg.start(share_until_quit, settings, console, tg.cancel_scope)
         # Plain prints: scripts read these lines; rich would wrap a long link.
         print(f"host id: {shared.host.host_id}", flush=True)
-        print(f"view link:  {shared.host.view_link}", flush=True)
-        print(f"drive link: {shared.host.drive_link}", flush=True)
+        print_links(shared.host)
         console.print(
             f"[dim]sharing {escape(settings.agent)} in {escape(str(settings.workspace))};"
             " type a prompt, /allow or /deny a request, /quit to stop[/dim]"

@@ -1,13 +1,11 @@
-"""Running a host from the command line: exit codes, signals, and the printed share links.
+"""Running a host from the command line: exit codes and the printed share links.
 
 `tunnel host` itself (tunnel/share_command.py) builds its settings and calls these.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
-import signal
 
 import anyio
 import typer
@@ -16,6 +14,7 @@ from tunnel.crypto import ShareSecrets
 from tunnel.host.runner import ChannelHandler, Host, HostRefusedError, JoinHook
 from tunnel.host.settings import HostSettings
 from tunnel.identity import KeyFileError
+from tunnel.signals import cancel_on_signal
 
 EXIT_CONFIG = 2
 """Unusable options or key files."""
@@ -24,15 +23,6 @@ EXIT_REFUSED = 3
 """The relay refused this host (signature or key not accepted)."""
 
 logger = logging.getLogger("tunnel.host")
-
-
-class LogLevel(enum.StrEnum):
-    """Log levels accepted by --log-level."""
-
-    debug = "debug"
-    info = "info"
-    warning = "warning"
-    error = "error"
 
 
 def print_links(host: Host) -> None:
@@ -50,15 +40,6 @@ async def serve_until_signal(host: Host) -> None:
         tg.start_soon(cancel_on_signal, tg.cancel_scope)
         await tg.start(_run, host)
         print_links(host)
-
-
-async def cancel_on_signal(scope: anyio.CancelScope) -> None:
-    """Cancel `scope` at the first SIGINT or SIGTERM."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            logger.info("%s: shutting down", signal.Signals(signum).name)
-            scope.cancel()
-            return
 
 
 async def _run(host: Host, *, task_status: anyio.abc.TaskStatus[Host]) -> None:
