@@ -15,8 +15,7 @@ from relay.server import run as run_relay
 from relay.settings import RelaySettings
 from tunnel.host.settings import HostSettings
 from tunnel.logs import configure_logging
-from tunnel.share import Shared, ShareSettings
-from tunnel.share_command import share_until_quit
+from tunnel.share import Shared, ShareSettings, share_until_quit
 from tunnel.signals import cancel_on_signal
 
 

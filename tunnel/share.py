@@ -128,3 +128,15 @@ async def run_share(
             )
             await host_console.quit_requested.wait()
             tg.cancel_scope.cancel()
+
+
+async def share_until_quit(
+    settings: ShareSettings,
+    console: Console,
+    scope: anyio.CancelScope,
+    *,
+    task_status: anyio.abc.TaskStatus[Shared],
+) -> None:
+    """Run the share; when the host user types /quit, cancel `scope` (the whole command)."""
+    await run_share(settings, console=console, task_status=task_status)
+    scope.cancel()

@@ -18,7 +18,7 @@ from tunnel.host.runner import HostRefusedError
 from tunnel.host.settings import HostSettings
 from tunnel.identity import KeyFileError
 from tunnel.logs import LogLevel, configure_logging
-from tunnel.share import Shared, ShareSettings, run_share
+from tunnel.share import Shared, ShareSettings, share_until_quit
 from tunnel.signals import cancel_on_signal
 
 
@@ -37,18 +37,6 @@ async def share_until_signal(settings: ShareSettings, console: Console) -> None:
             f"[dim]sharing {escape(settings.agent)} in {escape(str(settings.workspace))};"
             " type a prompt, /allow or /deny a request, /quit to stop[/dim]"
         )
-
-
-async def share_until_quit(
-    settings: ShareSettings,
-    console: Console,
-    scope: anyio.CancelScope,
-    *,
-    task_status: anyio.abc.TaskStatus[Shared],
-) -> None:
-    """Run the share; when the host user types /quit, cancel `scope` (the whole command)."""
-    await run_share(settings, console=console, task_status=task_status)
-    scope.cancel()
 
 
 def host_command(
