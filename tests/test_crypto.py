@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tunnel.crypto import (
+from tunnel.e2e.crypto import (
     MAX_MESSAGES,
     ROLES,
     SALT_SIZE,
@@ -35,7 +35,7 @@ from tunnel.crypto import (
     token_verifier,
     vectors_markdown,
 )
-from tunnel.identity import HostIdentity, KeyFileError
+from tunnel.e2e.identity import HostIdentity, KeyFileError
 from tunnel.proto.codes import CloseCode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +70,7 @@ def test_vector_file_is_what_the_code_computes() -> None:
 
 
 def test_vector_file_is_the_generator_output_byte_for_byte() -> None:
-    # So regenerating with `python -m tunnel.crypto --vectors` never produces a diff.
+    # So regenerating with `python -m tunnel.e2e.crypto --vectors` never produces a diff.
     assert VECTORS_PATH.read_text() == json.dumps(reference_vectors(), indent=2) + "\n"
 
 

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tunnel.identity import (
+from tunnel.e2e.identity import (
     HostIdentity,
     KeyFileError,
     default_key_path,

@@ -13,11 +13,11 @@ app = typer.Typer(
 
 # Sub-commands register themselves below; each lives in the module that owns its feature.
 
-from relay.command import relay_command  # noqa: E402
+from tunnel.relay.command import relay_command  # noqa: E402
 
 app.command("relay")(relay_command)
 
-from tunnel.share_command import host_command  # noqa: E402
+from tunnel.host.host_command import host_command  # noqa: E402
 
 app.command("host")(host_command)
 
@@ -29,7 +29,7 @@ from tunnel.demo import demo_command  # noqa: E402
 
 app.command("demo")(demo_command)
 
-from tunnel.attach import attach_command  # noqa: E402
+from tunnel.teammate.attach import attach_command  # noqa: E402
 
 app.command("attach")(attach_command)
 

@@ -11,12 +11,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from relay.server import run as run_relay
-from relay.settings import RelaySettings
 from tunnel.host.settings import HostSettings
-from tunnel.logs import configure_logging
-from tunnel.share import Shared, ShareSettings, share_until_quit
-from tunnel.signals import cancel_on_signal
+from tunnel.host.share import Shared, ShareSettings, share_until_quit
+from tunnel.process.logs import configure_logging
+from tunnel.process.signals import cancel_on_signal
+from tunnel.relay.server import run as run_relay
+from tunnel.relay.settings import RelaySettings
 
 
 async def run_demo(

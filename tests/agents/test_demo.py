@@ -10,7 +10,7 @@ import pytest
 
 from tunnel.agents import DemoSession, SessionError
 from tunnel.agents.chat import MAX_QUEUED_PROMPTS
-from tunnel.agents.demo import choose_tool, run_tool
+from tunnel.agents.demo_agent import choose_tool, run_tool
 from tunnel.agents.workspace import Workspace
 from tunnel.log import Log
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tunnel.app_messages import (
+from tunnel.app.messages import (
     BadRequest,
     Cancel,
     Input,

@@ -6,9 +6,9 @@ import io
 
 from rich.console import Console
 
-from tunnel.app_messages import error_message, pack, presence_message
-from tunnel.attach import Attachment, AttachSettings
-from tunnel.crypto import ShareLink, new_secret
+from tunnel.app.messages import error_message, pack, presence_message
+from tunnel.e2e.crypto import ShareLink, new_secret
+from tunnel.teammate.attach import Attachment, AttachSettings
 
 
 def _attachment() -> tuple[Attachment, io.StringIO]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tunnel.app_messages import Cancel, PermissionAnswer, Prompt
-from tunnel.commands import Quit, Revoke, Say, parse_line
-from tunnel.conversation_view import ConversationView
+from tunnel.app.messages import Cancel, PermissionAnswer, Prompt
+from tunnel.terminal.commands import Quit, Revoke, Say, parse_line
+from tunnel.terminal.view import ConversationView
 
 
 def _view_with_request() -> ConversationView:

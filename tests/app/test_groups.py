@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from tunnel.groups import unwrap_group
+from tunnel.process.groups import unwrap_group
 
 pytestmark = pytest.mark.anyio
 

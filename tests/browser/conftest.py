@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Playwright, sync_playwright
 
-from relay.web import content_security_policy, static_response
+from tunnel.relay.web import content_security_policy, static_response
 
 CHROMIUM = Path("/usr/bin/chromium")
 # A name that resolves to loopback but is not "localhost": pages served under it are not a

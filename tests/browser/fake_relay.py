@@ -25,8 +25,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from relay.web import static_response
-from tunnel.crypto import (
+from tunnel.e2e.crypto import (
     ChannelCrypto,
     DecryptionError,
     new_salt,
@@ -42,6 +41,7 @@ from tunnel.proto import (
     ProtocolError,
     Side,
 )
+from tunnel.relay.web import static_response
 
 HOST_ID = "et3o22wl7yiatqbq27ffm7btzj"
 SECRETS = {"view": bytes(range(32, 64)), "drive": bytes(range(64, 96))}
@@ -51,7 +51,7 @@ WINDOW_WAIT = 5.0
 
 
 def link_fragment(role: str) -> str:
-    from tunnel.crypto import b64url_encode
+    from tunnel.e2e.crypto import b64url_encode
 
     return f"#{role}.{b64url_encode(SECRETS[role])}"
 

@@ -1,4 +1,4 @@
-"""What relay.web serves: the page, its assets, its headers, and nothing else."""
+"""What tunnel.relay.web serves: the page, its assets, its headers, and nothing else."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from relay.web import build_id, content_security_policy, static_response
+from tunnel.relay.web import build_id, content_security_policy, static_response
 
 HOST_ID = "et3o22wl7yiatqbq27ffm7btzj"
-WEB = Path(__file__).resolve().parents[2] / "relay" / "web"
+WEB = Path(__file__).resolve().parents[2] / "tunnel" / "relay" / "web"
 
 
 def headers_of(path: str) -> dict[str, str]:
@@ -132,7 +132,7 @@ def test_build_id_is_stable_and_hex() -> None:
 
 
 def test_vendor_readme_records_the_locked_versions() -> None:
-    lock = json.loads((WEB.parents[1] / "scripts" / "web-lock" / "package-lock.json").read_text())
+    lock = json.loads((WEB.parents[2] / "scripts" / "web-lock" / "package-lock.json").read_text())
     readme = (WEB / "vendor" / "README.md").read_text()
     for name in ("marked", "dompurify", "@xterm/xterm", "@xterm/addon-fit", "@msgpack/msgpack"):
         version = lock["packages"][f"node_modules/{name}"]["version"]

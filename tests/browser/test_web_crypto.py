@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page
 
-from tunnel.crypto import channel_keys
+from tunnel.e2e.crypto import channel_keys
 
 from .conftest import BLANK_PATH, PageLog
 

@@ -16,11 +16,11 @@ import atheris
 with atheris.instrument_imports():
     import msgpack
 
-    from relay.admission import Refusal, parse_host_hello, parse_teammate_hello
-    from tunnel.app_messages import BadRequest, decode_host_message, decode_request
-    from tunnel.crypto import ShareLink
+    from tunnel.app.messages import BadRequest, decode_host_message, decode_request
+    from tunnel.e2e.crypto import ShareLink
     from tunnel.log import Item
     from tunnel.proto import Connection, ProtocolError, Side, decode_frame
+    from tunnel.relay.admission import Refusal, parse_host_hello, parse_teammate_hello
 
 
 def _msgpack_value(data: bytes) -> Any:

@@ -22,10 +22,10 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from tunnel import PROTOCOL_VERSION
-from tunnel.client import HostGoneError, TeammateSession, connect_teammate
-from tunnel.crypto import ShareLink
+from tunnel.e2e.crypto import ShareLink
 from tunnel.host import Host, HostSettings, echo_handler
 from tunnel.host.runner import ChannelHandler
+from tunnel.teammate.client import HostGoneError, TeammateSession, connect_teammate
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(r"relay listening on (http://127\.0\.0\.1:(\d+))")

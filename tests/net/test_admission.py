@@ -9,7 +9,10 @@ import anyio
 import pytest
 
 from tunnel import PROTOCOL_VERSION
-from tunnel.client import (
+from tunnel.e2e.crypto import ShareLink, ShareSecrets
+from tunnel.e2e.identity import HostIdentity
+from tunnel.host import Host, HostChannel, HostRefusedError, echo_handler
+from tunnel.teammate.client import (
     HostGoneError,
     RefusedError,
     RevokedError,
@@ -17,9 +20,6 @@ from tunnel.client import (
     UnauthorizedError,
     connect_teammate,
 )
-from tunnel.crypto import ShareLink, ShareSecrets
-from tunnel.host import Host, HostChannel, HostRefusedError, echo_handler
-from tunnel.identity import HostIdentity
 
 from .support import (
     RelayProcess,

@@ -11,9 +11,9 @@ import msgpack
 import pytest
 
 from tunnel import PROTOCOL_VERSION
-from tunnel.client import connect_teammate
-from tunnel.crypto import ShareLink, new_salt
-from tunnel.identity import HostIdentity
+from tunnel.e2e.crypto import ShareLink, new_salt
+from tunnel.e2e.identity import HostIdentity
+from tunnel.teammate.client import connect_teammate
 
 from .support import (
     RawPeer,

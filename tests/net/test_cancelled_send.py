@@ -12,8 +12,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tunnel.client import connect_teammate
 from tunnel.host import HostChannel
+from tunnel.teammate.client import connect_teammate
 
 from .support import RelayProcess, host_settings, running_host
 

@@ -11,9 +11,9 @@ from websockets.datastructures import Headers
 from websockets.exceptions import InvalidStatus
 from websockets.http11 import Request
 
-from relay.http import HttpRouter, OriginPolicy
-from relay.metrics import RelayMetrics
-from tunnel.identity import HostIdentity
+from tunnel.e2e.identity import HostIdentity
+from tunnel.relay.http import HttpRouter, OriginPolicy
+from tunnel.relay.metrics import RelayMetrics
 
 from .support import RelayProcess
 

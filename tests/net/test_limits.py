@@ -9,9 +9,9 @@ import anyio
 import pytest
 
 from tunnel import PROTOCOL_VERSION
-from tunnel.client import LimitReachedError, connect_teammate
-from tunnel.crypto import ShareSecrets, new_salt
-from tunnel.identity import HostIdentity
+from tunnel.e2e.crypto import ShareSecrets, new_salt
+from tunnel.e2e.identity import HostIdentity
+from tunnel.teammate.client import LimitReachedError, connect_teammate
 
 from .support import (
     RelayProcess,

@@ -8,15 +8,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tunnel.client import (
+from tunnel.e2e.crypto import ShareLink, new_secret
+from tunnel.e2e.identity import HostIdentity
+from tunnel.host import HostChannel
+from tunnel.teammate.client import (
     HostGoneError,
     TeammateError,
     UnauthorizedError,
     connect_teammate,
 )
-from tunnel.crypto import ShareLink, new_secret
-from tunnel.host import HostChannel
-from tunnel.identity import HostIdentity
 
 from .support import (
     RelayProcess,

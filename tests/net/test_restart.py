@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tunnel.client import TeammateError, connect_teammate
+from tunnel.teammate.client import TeammateError, connect_teammate
 
 from .support import (
     RelayProcess,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from relay.routing import Endpoint, RouteExistsError, RoutingTable
 from tunnel.proto.codes import CloseCode
+from tunnel.relay.routing import Endpoint, RouteExistsError, RoutingTable
 
 
 def make_table() -> RoutingTable[str]:

@@ -8,7 +8,7 @@ import anyio
 import psutil
 import pytest
 
-from tunnel.client import TeammateSession, connect_teammate
+from tunnel.teammate.client import TeammateSession, connect_teammate
 
 from .support import RelayProcess, host_settings, running_host
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tunnel.client import DecryptionFailedError, connect_teammate
 from tunnel.host import HostChannel
 from tunnel.proto import Data, decode_frame, encode_frame
+from tunnel.teammate.client import DecryptionFailedError, connect_teammate
 
 from .support import (
     RelayProcess,

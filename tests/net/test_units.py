@@ -7,14 +7,14 @@ import random
 
 import pytest
 
-from relay.admission import Refusal, match_role, parse_host_hello, parse_teammate_hello
 from tunnel import PROTOCOL_VERSION
-from tunnel.crypto import ShareSecrets, new_salt
+from tunnel.e2e.crypto import ShareSecrets, new_salt
+from tunnel.e2e.identity import HostIdentity
 from tunnel.host import Backoff, ChannelRefusedError
 from tunnel.host.channel import parse_open
-from tunnel.identity import HostIdentity
 from tunnel.link import http_base_url, websocket_url
 from tunnel.proto.codes import CloseCode
+from tunnel.relay.admission import Refusal, match_role, parse_host_hello, parse_teammate_hello
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,10 @@ from rich.console import Console
 
 from tests.net.support import host_settings
 from tests.net.support import wait_online as net_wait_online
-from tunnel.app_messages import decode_host_message
-from tunnel.client import TeammateSession
-from tunnel.crypto import ShareLink
-from tunnel.share import Shared, ShareSettings, run_share
+from tunnel.app.messages import decode_host_message
+from tunnel.e2e.crypto import ShareLink
+from tunnel.host.share import Shared, ShareSettings, run_share
+from tunnel.teammate.client import TeammateSession
 
 FAKE_ACP_AGENT = Path(__file__).resolve().parents[1] / "agents" / "fake_acp_agent.py"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import anyio
 
-from tunnel.app_messages import Request, Subscribe, decode_host_message, encode_request
-from tunnel.client import TeammateSession, connect_teammate
+from tunnel.app.messages import Request, Subscribe, decode_host_message, encode_request
+from tunnel.teammate.client import TeammateSession, connect_teammate
 
 
 @dataclass

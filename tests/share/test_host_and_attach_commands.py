@@ -14,8 +14,8 @@ import anyio
 import pytest
 
 from tests.net.support import RelayProcess, read_line
-from tunnel.client import RefusedError, RevokedError, UnauthorizedError
-from tunnel.groups import unwrap_group
+from tunnel.process.groups import unwrap_group
+from tunnel.teammate.client import RefusedError, RevokedError, UnauthorizedError
 
 from .conftest import acp_spec, wait_online
 from .teammate import attached

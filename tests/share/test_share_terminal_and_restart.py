@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.net.support import RelayProcess
-from tunnel.app_messages import Input, Prompt, Resize
+from tunnel.app.messages import Input, Prompt, Resize
 
 from .conftest import sharing
 from .teammate import Teammate, attached

@@ -17,7 +17,7 @@ from tunnel.log import Log
 
 from .acp_agent import AcpSession
 from .base import AgentInfo, AgentKind, AgentSession, ErrorCode, SessionError
-from .demo import DEFAULT_DELAY, DemoSession
+from .demo_agent import DEFAULT_DELAY, DemoSession
 from .pty_agent import PtySession
 from .recorder import Recorder
 

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-from tunnel.host.backoff import Backoff
 from tunnel.host.channel import ChannelRefusedError, HostChannel, MessageTooLargeError
 from tunnel.host.echo import echo_handler
 from tunnel.host.runner import (
@@ -17,6 +16,7 @@ from tunnel.host.runner import (
     run_host,
 )
 from tunnel.host.settings import HostSettings
+from tunnel.process.backoff import Backoff
 
 __all__ = [
     "Backoff",

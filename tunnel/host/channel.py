@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from tunnel.crypto import (
+from tunnel.e2e.crypto import (
     ROLES,
     SALT_SIZE,
     TAG_SIZE,

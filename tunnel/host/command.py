@@ -10,11 +10,11 @@ import logging
 import anyio
 import typer
 
-from tunnel.crypto import ShareSecrets
+from tunnel.e2e.crypto import ShareSecrets
+from tunnel.e2e.identity import KeyFileError
 from tunnel.host.runner import ChannelHandler, Host, HostRefusedError, JoinHook
 from tunnel.host.settings import HostSettings
-from tunnel.identity import KeyFileError
-from tunnel.signals import cancel_on_signal
+from tunnel.process.signals import cancel_on_signal
 
 EXIT_CONFIG = 2
 """Unusable options or key files."""

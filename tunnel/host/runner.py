@@ -20,8 +20,8 @@ from websockets.exceptions import InvalidHandshake, InvalidURI
 from websockets.protocol import State
 
 from tunnel import PROTOCOL_VERSION
-from tunnel.crypto import DecryptionError, ShareLink, ShareSecrets
-from tunnel.host.backoff import Backoff
+from tunnel.e2e.crypto import DecryptionError, ShareLink, ShareSecrets
+from tunnel.e2e.identity import CHALLENGE_SIZE, HostIdentity
 from tunnel.host.channel import (
     INTERNAL_ERROR,
     ChannelRefusedError,
@@ -30,7 +30,6 @@ from tunnel.host.channel import (
     open_host_channel,
 )
 from tunnel.host.settings import HostSettings
-from tunnel.identity import CHALLENGE_SIZE, HostIdentity
 from tunnel.link import (
     ChannelClosedError,
     ChannelMux,
@@ -40,6 +39,7 @@ from tunnel.link import (
     code_name,
     websocket_url,
 )
+from tunnel.process.backoff import Backoff
 from tunnel.proto import Connection, Side
 from tunnel.proto.codes import CloseCode
 

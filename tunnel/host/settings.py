@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tunnel.crypto import default_secrets_path
-from tunnel.identity import default_key_path
+from tunnel.e2e.crypto import default_secrets_path
+from tunnel.e2e.identity import default_key_path
 from tunnel.link.urls import http_base_url
 from tunnel.proto import Limits
 
@@ -23,7 +23,7 @@ class HostSettings:
     """The relay's base URL (https://relay.example or wss://...; normalized to http(s))."""
 
     key_file: Path | None = None
-    """The host's Ed25519 key; default `tunnel.identity.default_key_path()`. Created if missing."""
+    """The host's Ed25519 key; default `tunnel.e2e.identity.default_key_path()`, made if missing."""
 
     secrets_file: Path | None = None
     """The share secrets; default next to the key file. Created if missing."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from tunnel.crypto import normalize_relay_url
+from tunnel.e2e.crypto import normalize_relay_url
 
 _TO_HTTP = {"ws": "http", "wss": "https", "http": "http", "https": "https"}
 

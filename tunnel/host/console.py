@@ -17,13 +17,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from tunnel.agents import AgentSession, SessionError
-from tunnel.app_messages import Cancel, PermissionAnswer, Prompt
-from tunnel.commands import HELP, Quit, Revoke, Say, parse_line
-from tunnel.conversation_view import PendingPermission
-from tunnel.lines import stdin_lines
+from tunnel.app.messages import Cancel, PermissionAnswer, Prompt
+from tunnel.host.presence import Presence
 from tunnel.log import Event, Log
-from tunnel.presence import Presence
-from tunnel.render import render_event, render_item
+from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line
+from tunnel.terminal.lines import stdin_lines
+from tunnel.terminal.render import render_event, render_item
+from tunnel.terminal.view import PendingPermission
 
 # How much earlier conversation the console shows when it starts.
 HISTORY_SHOWN = 20

@@ -2,7 +2,7 @@
 
 `run(settings)` is the programmatic API and what `tunnel relay` calls. Each WebSocket connection
 gets a `Link` (the protocol object over the socket) and a `Peer` in the `Switch`; plain HTTP
-requests are answered by `relay.http`.
+requests are answered by `tunnel.relay.http`.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from anyio.abc import TaskStatus
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from relay.admission import relay_hello
-from relay.http import HOST_PATH, HttpRouter, OriginPolicy
-from relay.metrics import RelayMetrics
-from relay.settings import RelaySettings
-from relay.switch import Kind, Peer, Switch, SwitchLimits
-from tunnel.identity import CHALLENGE_SIZE, load_authorized_keys
+from tunnel.e2e.identity import CHALLENGE_SIZE, load_authorized_keys
 from tunnel.link import Link
 from tunnel.proto import Connection, Side
 from tunnel.proto.codes import CloseCode
+from tunnel.relay.admission import relay_hello
+from tunnel.relay.http import HOST_PATH, HttpRouter, OriginPolicy
+from tunnel.relay.metrics import RelayMetrics
+from tunnel.relay.settings import RelaySettings
+from tunnel.relay.switch import Kind, Peer, Switch, SwitchLimits
 
 logger = logging.getLogger("relay.server")
 

@@ -19,16 +19,16 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tunnel.app_messages import BadRequest, Request, Subscribe, decode_host_message, encode_request
-from tunnel.client import TeammateError, TeammateSession, connect_teammate
-from tunnel.commands import HELP, Quit, Revoke, Say, parse_line
-from tunnel.conversation_view import ConversationView
-from tunnel.crypto import ShareLink
-from tunnel.groups import unwrap_group
-from tunnel.lines import stdin_lines
-from tunnel.logs import configure_logging
+from tunnel.app.messages import BadRequest, Request, Subscribe, decode_host_message, encode_request
+from tunnel.e2e.crypto import ShareLink
+from tunnel.process.groups import unwrap_group
+from tunnel.process.logs import configure_logging
 from tunnel.proto.codes import CloseCode
-from tunnel.render import render_event, render_item
+from tunnel.teammate.client import TeammateError, TeammateSession, connect_teammate
+from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line
+from tunnel.terminal.lines import stdin_lines
+from tunnel.terminal.render import render_event, render_item
+from tunnel.terminal.view import ConversationView
 
 logger = logging.getLogger("tunnel.attach")
 

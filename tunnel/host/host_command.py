@@ -10,16 +10,16 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tunnel.crypto import ShareSecrets
-from tunnel.groups import unwrap_group
+from tunnel.e2e.crypto import ShareSecrets
+from tunnel.e2e.identity import KeyFileError
 from tunnel.host.command import EXIT_CONFIG, EXIT_REFUSED, print_links, run_host_command
 from tunnel.host.echo import echo_handler
 from tunnel.host.runner import HostRefusedError
 from tunnel.host.settings import HostSettings
-from tunnel.identity import KeyFileError
-from tunnel.logs import LogLevel, configure_logging
-from tunnel.share import Shared, ShareSettings, share_until_quit
-from tunnel.signals import cancel_on_signal
+from tunnel.host.share import Shared, ShareSettings, share_until_quit
+from tunnel.process.groups import unwrap_group
+from tunnel.process.logs import LogLevel, configure_logging
+from tunnel.process.signals import cancel_on_signal
 
 
 async def share_until_signal(settings: ShareSettings, console: Console) -> None:

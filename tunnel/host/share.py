@@ -17,15 +17,15 @@ from anyio.abc import TaskStatus
 from rich.console import Console
 
 from tunnel.agents import AgentSession, create_session
-from tunnel.agents.demo import DEFAULT_DELAY
-from tunnel.console import HostConsole
+from tunnel.agents.demo_agent import DEFAULT_DELAY
 from tunnel.host.channel import HostChannel
 from tunnel.host.command import print_links
+from tunnel.host.console import HostConsole
+from tunnel.host.presence import Member, Presence
 from tunnel.host.runner import Host
+from tunnel.host.session import SessionChannelHandler
 from tunnel.host.settings import HostSettings
 from tunnel.log import Log, SQLiteStore, default_db_path
-from tunnel.presence import Member, Presence
-from tunnel.session_channel import SessionChannelHandler
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

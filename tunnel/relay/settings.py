@@ -14,7 +14,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RelaySettings:
-    """Everything `relay.server.run` needs. Every limit is a named field; `None` turns it off."""
+    """Everything `tunnel.relay.server.run` needs. Every limit is a named field; `None` is off."""
 
     host: str = "127.0.0.1"
     """Interface to bind."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tunnel.app_messages import Cancel, PermissionAnswer, Prompt, Request
-from tunnel.conversation_view import PendingPermission
+from tunnel.app.messages import Cancel, PermissionAnswer, Prompt, Request
+from tunnel.terminal.view import PendingPermission
 
 HELP = (
     "type a prompt and press Enter; /allow or /deny answers the latest permission request "

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tunnel import PROTOCOL_VERSION
-from tunnel.identity import (
+from tunnel.e2e.identity import (
     CHALLENGE_SIZE,
     PUBLIC_KEY_SIZE,
     derive_host_id,

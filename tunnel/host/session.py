@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import anyio
 
 from tunnel.agents import AgentSession, SessionError
-from tunnel.app_messages import (
+from tunnel.app.messages import (
     DRIVING_REQUESTS,
     BadRequest,
     Cancel,
@@ -33,9 +33,9 @@ from tunnel.app_messages import (
     ready_message,
     snapshot_message,
 )
-from tunnel.groups import unwrap_group
+from tunnel.host.presence import Member, Presence
 from tunnel.log import Event, Item, Log, Subscription
-from tunnel.presence import Member, Presence
+from tunnel.process.groups import unwrap_group
 
 logger = logging.getLogger("tunnel.session")
 

@@ -2,7 +2,7 @@
 
 Implements docs/security.md: from a role secret S the relay sees only a token derived from S,
 while host and teammate derive per-channel AES-256-GCM keys the relay never learns. Run
-`python -m tunnel.crypto --vectors` to print the reference test vectors.
+`python -m tunnel.e2e.crypto --vectors` to print the reference test vectors.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from tunnel.identity import (
+from tunnel.e2e.identity import (
     KeyFileError,
     default_key_path,
     is_host_id,
@@ -477,7 +477,7 @@ def reference_vectors() -> dict[str, str]:
     """
     import msgpack
 
-    from tunnel.identity import HostIdentity
+    from tunnel.e2e.identity import HostIdentity
 
     secret = bytes(range(0x00, 0x20))
     seed = bytes(range(0x20, 0x40))
@@ -538,7 +538,7 @@ def _main(argv: list[str]) -> int:
     if argv == ["--vectors-markdown"]:
         sys.stdout.write(vectors_markdown(reference_vectors()))
         return 0
-    sys.stderr.write("usage: python -m tunnel.crypto --vectors | --vectors-markdown\n")
+    sys.stderr.write("usage: python -m tunnel.e2e.crypto --vectors | --vectors-markdown\n")
     return 2
 
 

@@ -18,15 +18,6 @@ import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from relay.admission import (
-    HostHello,
-    Refusal,
-    match_role,
-    parse_host_hello,
-    parse_teammate_hello,
-)
-from relay.metrics import RelayMetrics
-from relay.routing import Endpoint, RoutingTable
 from tunnel.link import Link
 from tunnel.proto import (
     ChannelClosed,
@@ -40,6 +31,15 @@ from tunnel.proto import (
     WindowUpdated,
 )
 from tunnel.proto.codes import CloseCode
+from tunnel.relay.admission import (
+    HostHello,
+    Refusal,
+    match_role,
+    parse_host_hello,
+    parse_teammate_hello,
+)
+from tunnel.relay.metrics import RelayMetrics
+from tunnel.relay.routing import Endpoint, RoutingTable
 
 logger = logging.getLogger("relay.switch")
 

@@ -8,12 +8,12 @@ from typing import Annotated
 import anyio
 import typer
 
-from relay.server import run
-from relay.settings import RelaySettings
-from tunnel.identity import KeyFileError
-from tunnel.logs import LogLevel, configure_logging
+from tunnel.e2e.identity import KeyFileError
+from tunnel.process.logs import LogLevel, configure_logging
+from tunnel.process.signals import cancel_on_signal
 from tunnel.proto import Limits
-from tunnel.signals import cancel_on_signal
+from tunnel.relay.server import run
+from tunnel.relay.settings import RelaySettings
 
 EXIT_CONFIG = 2
 """Exit code for unusable options or files (typer uses 2 for usage errors too)."""

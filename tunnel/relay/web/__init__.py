@@ -7,7 +7,7 @@ URLs:
   /h/<host_id>               the page (index.html), never cached
   /static/<build>/<file>     an asset of this exact build: cached for a year, immutable
   /static/<file>             the same asset without a build id: revalidated every time
-  /static/.../vendor/<file>  a vendored third-party asset (relay/web/vendor/)
+  /static/.../vendor/<file>  a vendored third-party asset (tunnel/relay/web/vendor/)
 
 `<build>` is a digest of every shipped asset, so a new release changes every asset URL and a
 long-lived cache can never serve a stale mix of old and new modules.

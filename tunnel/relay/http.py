@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from relay.metrics import CONTENT_TYPE_LATEST, RelayMetrics
-from relay.settings import url_origin
+from tunnel.relay.metrics import CONTENT_TYPE_LATEST, RelayMetrics
+from tunnel.relay.settings import url_origin
 
 logger = logging.getLogger("relay.http")
 
@@ -32,9 +32,9 @@ StaticHandler = Callable[[str], "tuple[int, list[tuple[str, str]], bytes] | None
 def _load_static_handler() -> StaticHandler | None:
     # The web client ships in the same wheel, but the relay must still route without it.
     try:
-        from relay.web import static_response
+        from tunnel.relay.web import static_response
     except ImportError:
-        logger.warning("relay.web is missing: the web client is not served")
+        logger.warning("tunnel.relay.web is missing: the web client is not served")
         return None
     return static_response
 

@@ -17,7 +17,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidHandshake, InvalidURI
 
 from tunnel import PROTOCOL_VERSION
-from tunnel.crypto import (
+from tunnel.e2e.crypto import (
     SALT_SIZE,
     TAG_SIZE,
     ChannelCrypto,

@@ -1,0 +1,1 @@
+"""The application messages inside a `session` channel: teammate requests and host messages."""

@@ -1,0 +1,1 @@
+"""End-to-end security: host identity, share links and secrets, channel keys, the sealed channel."""

@@ -1,0 +1,1 @@
+"""What every command's process shares: logging, signals, task-group errors, reconnect backoff."""
