@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.net.support import RelayProcess
+from tests.support import RelayProcess
 
 # Property tests check behaviour, not speed: on a busy 2-core machine a slow example is not a
 # failure (speed is measured in bench/).

@@ -15,7 +15,7 @@ from .conftest import BLANK_PATH, PageLog
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
 
-VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "crypto.json"
+VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "crypto.json"
 
 # Runs in the page: imports the page's own modules and computes every vector from the inputs.
 COMPUTE = """

@@ -27,7 +27,7 @@ from tunnel.e2e.identity import (
     write_private_file,
 )
 
-VECTORS = json.loads((Path(__file__).parent / "vectors" / "crypto.json").read_text())
+VECTORS = json.loads((Path(__file__).parents[1] / "vectors" / "crypto.json").read_text())
 CHALLENGE = bytes(range(32))
 RELAY = "https://relay.example"
 

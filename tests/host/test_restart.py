@@ -8,9 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tunnel.teammate.client import TeammateError, connect_teammate
-
-from .support import (
+from tests.support import (
     RelayProcess,
     echo_roundtrip,
     eventually,
@@ -18,6 +16,7 @@ from .support import (
     running_host,
     wait_online,
 )
+from tunnel.teammate.client import TeammateError, connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 

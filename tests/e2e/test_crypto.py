@@ -38,7 +38,7 @@ from tunnel.e2e.crypto import (
 from tunnel.e2e.identity import HostIdentity, KeyFileError
 from tunnel.proto.codes import CloseCode
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VECTORS_PATH = ROOT / "tests" / "vectors" / "crypto.json"
 SECURITY_DOC = ROOT / "docs" / "security.md"
 VECTORS = json.loads(VECTORS_PATH.read_text())

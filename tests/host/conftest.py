@@ -12,8 +12,8 @@ import anyio
 import pytest
 from rich.console import Console
 
-from tests.net.support import host_settings
-from tests.net.support import wait_online as net_wait_online
+from tests.support import host_settings
+from tests.support import wait_online as net_wait_online
 from tunnel.app.messages import decode_host_message
 from tunnel.e2e.crypto import ShareLink
 from tunnel.host.share import Shared, ShareSettings, run_share

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.net.support import read_line
+from tests.support import read_line
 from tunnel.app.messages import PermissionAnswer, Prompt
 
 from .conftest import wait_online

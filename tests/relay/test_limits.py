@@ -8,12 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tunnel import PROTOCOL_VERSION
-from tunnel.e2e.crypto import ShareSecrets, new_salt
-from tunnel.e2e.identity import HostIdentity
-from tunnel.teammate.client import LimitReachedError, connect_teammate
-
-from .support import (
+from tests.support import (
     RelayProcess,
     attach_and_echo,
     echo_roundtrip,
@@ -22,6 +17,10 @@ from .support import (
     raw_teammate,
     running_host,
 )
+from tunnel import PROTOCOL_VERSION
+from tunnel.e2e.crypto import ShareSecrets, new_salt
+from tunnel.e2e.identity import HostIdentity
+from tunnel.teammate.client import LimitReachedError, connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

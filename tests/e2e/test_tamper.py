@@ -7,11 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tunnel.host import HostChannel
-from tunnel.proto import Data, decode_frame, encode_frame
-from tunnel.teammate.client import DecryptionFailedError, connect_teammate
-
-from .support import (
+from tests.support import (
     RelayProcess,
     attach_and_echo,
     attach_proxy,
@@ -21,6 +17,9 @@ from .support import (
     running_host,
     via,
 )
+from tunnel.host import HostChannel
+from tunnel.proto import Data, decode_frame, encode_frame
+from tunnel.teammate.client import DecryptionFailedError, connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

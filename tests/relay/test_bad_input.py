@@ -10,12 +10,7 @@ import anyio
 import msgpack
 import pytest
 
-from tunnel import PROTOCOL_VERSION
-from tunnel.e2e.crypto import ShareLink, new_salt
-from tunnel.e2e.identity import HostIdentity
-from tunnel.teammate.client import connect_teammate
-
-from .support import (
+from tests.support import (
     RawPeer,
     RelayProcess,
     echo_roundtrip,
@@ -25,6 +20,10 @@ from .support import (
     raw_teammate,
     running_host,
 )
+from tunnel import PROTOCOL_VERSION
+from tunnel.e2e.crypto import ShareLink, new_salt
+from tunnel.e2e.identity import HostIdentity
+from tunnel.teammate.client import connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 

@@ -11,7 +11,7 @@ import pytest
 from tunnel.relay.web import build_id, content_security_policy, static_response
 
 HOST_ID = "et3o22wl7yiatqbq27ffm7btzj"
-WEB = Path(__file__).resolve().parents[2] / "tunnel" / "relay" / "web"
+WEB = Path(__file__).resolve().parents[3] / "tunnel" / "relay" / "web"
 
 
 def headers_of(path: str) -> dict[str, str]:

@@ -8,6 +8,15 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.support import (
+    RelayProcess,
+    echo_roundtrip,
+    host_settings,
+    read_line,
+    running_host,
+    start_host_process,
+    wait_online,
+)
 from tunnel.e2e.crypto import ShareLink, new_secret
 from tunnel.e2e.identity import HostIdentity
 from tunnel.host import HostChannel
@@ -16,16 +25,6 @@ from tunnel.teammate.client import (
     TeammateError,
     UnauthorizedError,
     connect_teammate,
-)
-
-from .support import (
-    RelayProcess,
-    echo_roundtrip,
-    host_settings,
-    read_line,
-    running_host,
-    start_host_process,
-    wait_online,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.net.support import RelayProcess, read_line
+from tests.support import RelayProcess, read_line
 from tunnel.process.groups import unwrap_group
 from tunnel.teammate.client import RefusedError, RevokedError, UnauthorizedError
 

@@ -11,11 +11,10 @@ from websockets.datastructures import Headers
 from websockets.exceptions import InvalidStatus
 from websockets.http11 import Request
 
+from tests.support import RelayProcess
 from tunnel.e2e.identity import HostIdentity
 from tunnel.relay.http import HttpRouter, OriginPolicy
 from tunnel.relay.metrics import RelayMetrics
-
-from .support import RelayProcess
 
 
 def router(static: object = False) -> HttpRouter:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LISTENING = re.compile(r"relay listening on (http://127\.0\.0\.1:(\d+))")
 LINK = re.compile(r"(view|drive) link:\s+(\S+)")
 CONVERSATION = re.compile(r"conversation(?: id)?:\s+(\S+)")

@@ -8,9 +8,8 @@ import anyio
 import psutil
 import pytest
 
+from tests.support import RelayProcess, host_settings, running_host
 from tunnel.teammate.client import TeammateSession, connect_teammate
-
-from .support import RelayProcess, host_settings, running_host
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 

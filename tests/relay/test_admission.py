@@ -8,6 +8,14 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.support import (
+    RelayProcess,
+    echo_roundtrip,
+    host_settings,
+    raw_peer,
+    running_host,
+    wait_online,
+)
 from tunnel import PROTOCOL_VERSION
 from tunnel.e2e.crypto import ShareLink, ShareSecrets
 from tunnel.e2e.identity import HostIdentity
@@ -19,15 +27,6 @@ from tunnel.teammate.client import (
     TeammateError,
     UnauthorizedError,
     connect_teammate,
-)
-
-from .support import (
-    RelayProcess,
-    echo_roundtrip,
-    host_settings,
-    raw_peer,
-    running_host,
-    wait_online,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.net.support import RelayProcess
+from tests.support import RelayProcess
 from tunnel.app.messages import PermissionAnswer, Prompt
 
 from .conftest import acp_spec, sharing

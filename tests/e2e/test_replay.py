@@ -9,10 +9,7 @@ import anyio
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from tunnel.host import HostChannel
-from tunnel.proto import Close, Window, decode_frame
-
-from .support import (
+from tests.support import (
     RelayProcess,
     attach_and_echo,
     attach_proxy,
@@ -21,6 +18,8 @@ from .support import (
     running_host,
     via,
 )
+from tunnel.host import HostChannel
+from tunnel.proto import Close, Window, decode_frame
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

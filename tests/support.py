@@ -27,7 +27,7 @@ from tunnel.host import Host, HostSettings, echo_handler
 from tunnel.host.runner import ChannelHandler
 from tunnel.teammate.client import HostGoneError, TeammateSession, connect_teammate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LISTENING = re.compile(r"relay listening on (http://127\.0\.0\.1:(\d+))")
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.net.support import RelayProcess
+from tests.support import RelayProcess
 from tunnel.app.messages import Input, Prompt, Resize
 
 from .conftest import sharing

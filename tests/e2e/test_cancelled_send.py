@@ -12,10 +12,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.support import RelayProcess, host_settings, running_host
 from tunnel.host import HostChannel
 from tunnel.teammate.client import connect_teammate
-
-from .support import RelayProcess, host_settings, running_host
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
