@@ -21,8 +21,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from tunnel import PROTOCOL_VERSION
 from tunnel.e2e.crypto import ShareLink
+from tunnel.handshake import PROTOCOL_VERSION
 from tunnel.host import Host, HostSettings, echo_handler
 from tunnel.host.runner import ChannelHandler
 from tunnel.teammate.client import HostGoneError, TeammateSession, connect_teammate

@@ -3,6 +3,3 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
-
-# Spoken in every hello (docs/protocol.md, "Hello"); bump on incompatible wire changes.
-PROTOCOL_VERSION = 1

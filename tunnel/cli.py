@@ -17,7 +17,7 @@ from tunnel.relay.command import relay_command  # noqa: E402
 
 app.command("relay")(relay_command)
 
-from tunnel.host.host_command import host_command  # noqa: E402
+from tunnel.host.command import host_command  # noqa: E402
 
 app.command("host")(host_command)
 

@@ -12,6 +12,7 @@ from tunnel.agents import DemoSession, SessionError
 from tunnel.agents.chat import MAX_QUEUED_PROMPTS
 from tunnel.agents.demo_agent import choose_tool, run_tool
 from tunnel.agents.workspace import Workspace
+from tunnel.app.messages import MAX_PROMPT_LENGTH
 from tunnel.log import Log
 
 from .conftest import running
@@ -246,6 +247,19 @@ async def test_chat_agents_refuse_terminal_input_and_bad_prompts(log: Log, works
         assert rec.items == []
     assert session.info.name == "demo"
     assert session.info.kind == "chat"
+
+
+async def test_a_prompt_longer_than_the_wire_allows_is_refused_from_the_host_too(
+    log: Log, workspace: Path
+) -> None:
+    session = demo(log, workspace)
+    async with running(session, log) as rec:
+        with pytest.raises(SessionError) as long:
+            await session.prompt("x" * (MAX_PROMPT_LENGTH + 1), by="host")
+        assert long.value.code == "bad_request"
+        assert str(MAX_PROMPT_LENGTH) in long.value.message
+        await anyio.sleep(0.05)
+        assert rec.items == []
 
 
 def test_the_tool_prefers_the_readme_then_the_biggest_python_file(tmp_path: Path) -> None:

@@ -18,9 +18,9 @@ with atheris.instrument_imports():
 
     from tunnel.app.messages import BadRequest, decode_host_message, decode_request
     from tunnel.e2e.crypto import ShareLink
+    from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
     from tunnel.log import Item
     from tunnel.proto import Connection, ProtocolError, Side, decode_frame
-    from tunnel.relay.admission import Refusal, parse_host_hello, parse_teammate_hello
 
 
 def _msgpack_value(data: bytes) -> Any:
@@ -70,9 +70,9 @@ def hello(data: bytes) -> None:
     value = _msgpack_value(data)
     if not isinstance(value, dict):
         return
-    with contextlib.suppress(Refusal):
+    with contextlib.suppress(HelloError):
         parse_teammate_hello(value)
-    with contextlib.suppress(Refusal):
+    with contextlib.suppress(HelloError):
         parse_host_hello(
             value, challenge=bytes(32), public_url="http://127.0.0.1:1", authorized_keys=None
         )

@@ -16,9 +16,9 @@ from tests.support import (
     running_host,
     wait_online,
 )
-from tunnel import PROTOCOL_VERSION
 from tunnel.e2e.crypto import ShareLink, ShareSecrets
 from tunnel.e2e.identity import HostIdentity
+from tunnel.handshake import PROTOCOL_VERSION
 from tunnel.host import Host, HostChannel, HostRefusedError, echo_handler
 from tunnel.teammate.client import (
     HostGoneError,

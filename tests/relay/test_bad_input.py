@@ -20,9 +20,9 @@ from tests.support import (
     raw_teammate,
     running_host,
 )
-from tunnel import PROTOCOL_VERSION
 from tunnel.e2e.crypto import ShareLink, new_salt
 from tunnel.e2e.identity import HostIdentity
+from tunnel.handshake import PROTOCOL_VERSION
 from tunnel.teammate.client import connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]

@@ -17,9 +17,9 @@ from tests.support import (
     raw_teammate,
     running_host,
 )
-from tunnel import PROTOCOL_VERSION
 from tunnel.e2e.crypto import ShareSecrets, new_salt
 from tunnel.e2e.identity import HostIdentity
+from tunnel.handshake import PROTOCOL_VERSION
 from tunnel.teammate.client import LimitReachedError, connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

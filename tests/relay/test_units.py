@@ -7,14 +7,14 @@ import random
 
 import pytest
 
-from tunnel import PROTOCOL_VERSION
 from tunnel.e2e.crypto import ShareSecrets, new_salt
 from tunnel.e2e.identity import HostIdentity
+from tunnel.handshake import PROTOCOL_VERSION, HelloError, parse_host_hello, parse_teammate_hello
 from tunnel.host import Backoff, ChannelRefusedError
 from tunnel.host.channel import parse_open
 from tunnel.link import http_base_url, websocket_url
 from tunnel.proto.codes import CloseCode
-from tunnel.relay.admission import Refusal, match_role, parse_host_hello, parse_teammate_hello
+from tunnel.relay.admission import match_role
 
 
 @pytest.mark.parametrize(
@@ -83,7 +83,7 @@ def test_a_host_hello_is_checked_against_challenge_url_and_authorized_keys() -> 
         ({"challenge": challenge, "public_url": "https://other", "authorized_keys": None}, 4002),
         ({"challenge": challenge, "public_url": url, "authorized_keys": frozenset()}, 4002),
     ]:
-        with pytest.raises(Refusal) as caught:
+        with pytest.raises(HelloError) as caught:
             parse_host_hello(host_hello(identity, challenge, url), **kwargs)  # type: ignore[arg-type]
         assert caught.value.code == code
 
@@ -103,7 +103,7 @@ def test_a_host_hello_is_checked_against_challenge_url_and_authorized_keys() -> 
 def test_a_malformed_host_hello_is_a_protocol_error(change: dict[str, object]) -> None:
     identity = HostIdentity.generate()
     payload = {**host_hello(identity, bytes(32), "https://r"), **change}
-    with pytest.raises(Refusal) as caught:
+    with pytest.raises(HelloError) as caught:
         parse_host_hello(payload, challenge=bytes(32), public_url="https://r", authorized_keys=None)
     assert caught.value.code == CloseCode.PROTOCOL_ERROR
 
@@ -119,7 +119,7 @@ def test_teammate_hellos_keep_only_a_hash_of_the_token_and_match_one_role() -> N
     assert match_role(hello.token_hash, verifiers) == "drive"
     assert match_role(hashlib.sha256(b"x").digest(), verifiers) is None
     for bad in ({"host_id": "NOT-AN-ID"}, {"name": "n" * 65}, {"token": "text"}, {"x": 1}):
-        with pytest.raises(Refusal):
+        with pytest.raises(HelloError):
             parse_teammate_hello(
                 {"role": "teammate", "version": 1, "host_id": host_id, "token": b"t", **bad}
             )

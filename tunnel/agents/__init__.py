@@ -16,8 +16,9 @@ from pathlib import Path
 from tunnel.log import Log
 
 from .acp_agent import AcpSession
-from .base import AgentInfo, AgentKind, AgentSession, ErrorCode, SessionError
+from .base import AgentInfo, AgentKind, AgentSession
 from .demo_agent import DEFAULT_DELAY, DemoSession
+from .errors import ErrorCode, SessionError
 from .pty_agent import PtySession
 from .recorder import Recorder
 

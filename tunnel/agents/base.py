@@ -1,40 +1,26 @@
 """The shared agent session: what every surface (browser, `tunnel attach`, host console) drives.
 
 One `AgentSession` exists per hosted conversation. Drivers and the host console call it; viewers
-only read the log it writes. Requests that are refused raise `SessionError` with one of the error
-codes of docs/application.md, and nothing is recorded for them.
+only read the log it writes. Requests that are refused raise `SessionError` (`.errors`) with one
+of the error codes of docs/application.md, and nothing is recorded for them.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import anyio
 import anyio.abc
 
-if TYPE_CHECKING:
-    from tunnel.log import Item
+from tunnel.log import Item
 
-    from .permissions import PermissionBroker
-    from .recorder import Recorder
+from .errors import SessionError, check_by
+from .permissions import PermissionBroker
+from .recorder import Recorder
 
 AgentKind = Literal["chat", "terminal"]
-ErrorCode = Literal[
-    "forbidden",
-    "bad_request",
-    "unknown_request",
-    "already_answered",
-    "not_supported",
-    "agent_unavailable",
-]
-
-MAX_PROMPT_CHARS = 100_000
-"""A prompt longer than this is refused as `bad_request`: it would bloat every subscriber."""
-
-MAX_NAME_CHARS = 256
-"""Longest `by` name accepted (the log's limit for `created_by`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,19 +31,6 @@ class AgentInfo:
     """Display name: `demo`, or the command's program name for acp/pty agents."""
     kind: AgentKind
     """`chat` (items are messages, tool calls, permissions) or `terminal` (raw terminal output)."""
-
-
-class SessionError(Exception):
-    """A request to the session was refused; nothing was recorded and nothing happened.
-
-    The fault is the caller's (a bad or late request) or the agent's (`agent_unavailable`);
-    `code` is sent back to the teammate as the `error` message's code.
-    """
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code: ErrorCode = code
-        self.message = message
 
 
 class AgentSession(abc.ABC):
@@ -118,22 +91,3 @@ class AgentSession(abc.ABC):
     def pending_permissions(self) -> list[Item]:
         """The `permission_request` items still waiting for an answer, oldest first."""
         return self._permissions.pending()
-
-
-def check_by(by: str) -> None:
-    """Refuse a request whose author could not be recorded (`bad_request`)."""
-    if not isinstance(by, str) or not by or len(by) > MAX_NAME_CHARS:
-        raise SessionError(
-            "bad_request", f"the sender's name must be 1 to {MAX_NAME_CHARS} characters"
-        )
-
-
-def check_prompt(text: str, by: str) -> None:
-    """Refuse a prompt no agent should receive (`bad_request`)."""
-    check_by(by)
-    if not text.strip():
-        raise SessionError("bad_request", "the prompt is empty")
-    if len(text) > MAX_PROMPT_CHARS:
-        raise SessionError(
-            "bad_request", f"the prompt is longer than {MAX_PROMPT_CHARS} characters"
-        )

@@ -16,7 +16,8 @@ import anyio.abc
 
 from tunnel.log import Log
 
-from .base import AgentInfo, AgentSession, SessionError, check_by, check_prompt
+from .base import AgentInfo, AgentSession
+from .errors import SessionError, check_by, check_prompt
 from .permissions import PermissionBroker
 from .recorder import Recorder
 

@@ -18,7 +18,7 @@ import anyio
 
 from tunnel.log import Item
 
-from .base import SessionError
+from .errors import SessionError
 from .recorder import Recorder, new_id
 
 logger = logging.getLogger("tunnel.agents.permissions")

@@ -26,9 +26,11 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from tunnel.app.messages import MAX_INPUT_SIZE, MAX_TERMINAL_SIDE
 from tunnel.log import Log
 
-from .base import AgentInfo, AgentSession, SessionError, check_by, check_prompt
+from .base import AgentInfo, AgentSession
+from .errors import SessionError, check_by, check_prompt
 from .permissions import PermissionBroker
 from .recorder import Recorder
 
@@ -44,16 +46,12 @@ MAX_ITEM_CHARS = 16 * 1024
 """Characters per `terminal` item; it bounds the output buffer too."""
 
 READ_SIZE = 64 * 1024
-MAX_INPUT_BYTES = 64 * 1024
-"""Bytes one `input` call may carry."""
 
 INPUT_TIMEOUT = 5.0
 """Seconds to wait for a program that does not read its input before refusing more."""
 
 START_TIMEOUT = 10.0
 STOP_GRACE = 1.0
-MAX_SIZE = 1000
-"""Largest accepted terminal width or height (in cells)."""
 
 # Exec'd in the child: make the pty its controlling terminal (after start_new_session's setsid)
 # so job control, Ctrl-C and SIGWINCH work, then become the real program.
@@ -162,16 +160,18 @@ class PtySession(AgentSession):
         check_by(by)
         if not isinstance(data, bytes | bytearray):
             raise SessionError("bad_request", "input must be bytes")
-        if len(data) > MAX_INPUT_BYTES:
-            raise SessionError("bad_request", f"input is limited to {MAX_INPUT_BYTES} bytes")
+        if len(data) > MAX_INPUT_SIZE:
+            raise SessionError("bad_request", f"input is limited to {MAX_INPUT_SIZE} bytes")
         await self._write(data)
 
     async def resize(self, cols: int, rows: int, *, by: str) -> None:
         check_by(by)
         if type(cols) is not int or type(rows) is not int:
             raise SessionError("bad_request", "cols and rows must be integers")
-        if not (1 <= cols <= MAX_SIZE and 1 <= rows <= MAX_SIZE):
-            raise SessionError("bad_request", f"cols and rows must be between 1 and {MAX_SIZE}")
+        if not (1 <= cols <= MAX_TERMINAL_SIDE and 1 <= rows <= MAX_TERMINAL_SIDE):
+            raise SessionError(
+                "bad_request", f"cols and rows must be between 1 and {MAX_TERMINAL_SIDE}"
+            )
         self._size = (cols, rows)
         program = self._program
         if program is not None and not program.closed:

@@ -84,15 +84,6 @@ class Recorder:
             "message", {"role": "user", "text": text}, by=by, status="completed"
         )
 
-    async def agent_message(self, text: str) -> Item:
-        """A complete agent message that was not streamed."""
-        return await self.append(
-            "message",
-            {"role": "agent", "text": text},
-            status="completed",
-            response_id=new_id("resp"),
-        )
-
     async def delta(self, channel: Channel, text: str, *, key: str | None = None) -> None:
         """One streamed chunk. `key` groups chunks (an agent's message id): a new key or channel
         ends the previous stream."""

@@ -17,9 +17,13 @@ import msgpack
 # driver from handing the agent megabytes at once.
 MAX_REQUEST_SIZE = 256 * 1024
 MAX_PROMPT_LENGTH = 64 * 1024
+"""Longest prompt, in characters. Agent sessions refuse a longer one too (tunnel.agents.errors),
+so a prompt typed at the host console meets the same limit as one sent by a teammate."""
 MAX_ID_LENGTH = 256
 MAX_INPUT_SIZE = 16 * 1024
+"""Bytes one `input` request may carry; terminal sessions refuse more (tunnel.agents.pty_agent)."""
 MAX_TERMINAL_SIDE = 1000
+"""Largest terminal width or height, in cells; terminal sessions refuse more as well."""
 
 
 class BadRequest(Exception):

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Final
+from typing import Final
 from urllib.parse import SplitResult, urlsplit
 
 from cryptography.exceptions import InvalidTag
@@ -33,6 +33,7 @@ from tunnel.e2e.identity import (
     read_private_file,
     write_private_file,
 )
+from tunnel.errors import TunnelError
 from tunnel.proto.codes import CloseCode
 
 ROLES: Final = ("view", "drive")
@@ -66,22 +67,28 @@ _B64URL_RE = re.compile(r"[A-Za-z0-9_-]*")
 logger = logging.getLogger("tunnel.crypto")
 
 
-class DecryptionError(Exception):
+class DecryptionError(TunnelError):
     """A channel message did not authenticate: tampered, replayed, reordered, dropped before it,
     or sealed with another key (e.g. a role secret the sender does not hold). Close the channel
     with `code`; the cipher that raised it refuses every later call.
     """
 
-    code: ClassVar[CloseCode] = CloseCode.DECRYPTION_FAILED
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            message, code=CloseCode.DECRYPTION_FAILED, reason="decryption failed", by_peer=True
+        )
 
 
-class CounterExhaustedError(Exception):
+class CounterExhaustedError(TunnelError):
     """A channel direction has sent MAX_MESSAGES messages; reusing a nonce would break AES-GCM.
 
     Open a new channel (new salt, new keys).
     """
 
-    code: ClassVar[CloseCode] = CloseCode.LIMIT_REACHED
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            message, code=CloseCode.LIMIT_REACHED, reason="channel used up", by_peer=False
+        )
 
 
 # --- encodings -------------------------------------------------------------------------------

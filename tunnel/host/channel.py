@@ -14,39 +14,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
-from tunnel.e2e.crypto import (
-    ROLES,
-    SALT_SIZE,
-    TAG_SIZE,
-    ChannelCrypto,
-    DecryptionError,
-    new_salt,
-)
+from tunnel.e2e.channel import SealedChannel
+from tunnel.e2e.crypto import ROLES, SALT_SIZE, ChannelCrypto, new_salt
+from tunnel.errors import TunnelError
+from tunnel.handshake import MAX_NAME_LENGTH
 from tunnel.link import ChannelClosedError, LinkChannel
-from tunnel.proto import Limits
 from tunnel.proto.codes import CloseCode
 
-MAX_NAME_LENGTH = 64
-"""Characters of a teammate's display name."""
 
-INTERNAL_ERROR = 1011
-"""WebSocket code for "the server hit an unexpected condition": a handler crashed."""
-
-
-class ChannelRefusedError(Exception):
+class ChannelRefusedError(TunnelError):
     """An `open` the host will not serve; close the channel with `code`."""
 
     def __init__(self, code: CloseCode, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-
-
-class MessageTooLargeError(ValueError):
-    """A plaintext that cannot fit one `data` frame once encrypted (the caller's mistake)."""
-
-    code = CloseCode.LIMIT_REACHED
+        # The teammate (or the relay) sent the open that failed the check.
+        super().__init__(reason, code=code, reason=reason, by_peer=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,12 +60,18 @@ def parse_open(path: str, meta: dict[str, Any], *, paths: frozenset[str]) -> Ope
         raise ChannelRefusedError(CloseCode.UNAUTHORIZED, "role does not match the token")
     name = meta.get("name")
     if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_LENGTH:
-        raise ChannelRefusedError(CloseCode.PROTOCOL_ERROR, "name must be 1 to 64 characters")
+        raise ChannelRefusedError(
+            CloseCode.PROTOCOL_ERROR, f"name must be 1 to {MAX_NAME_LENGTH} characters"
+        )
     return OpenRequest(path=path, role=role, salt=salt, name=name, meta=meta)
 
 
-class HostChannel:
-    """One teammate channel on the host: plaintext in and out, one message per `data` frame."""
+class HostChannel(SealedChannel):
+    """One teammate channel on the host: plaintext in and out, one message per `data` frame.
+
+    Its first message, before anything else, is the host nonce in clear (sent by the first
+    `send` or `receive`, or by `start`).
+    """
 
     def __init__(
         self,
@@ -93,17 +80,14 @@ class HostChannel:
         crypto: ChannelCrypto,
         *,
         host_nonce: bytes,
-        limits: Limits,
         on_close: Callable[[HostChannel], None] | None = None,
     ) -> None:
-        self._channel = link_channel
-        self._crypto = crypto
+        async def send_nonce() -> ChannelCrypto:
+            await link_channel.send(host_nonce)
+            return crypto
+
+        super().__init__(link_channel, send_nonce)
         self._request = request
-        self._host_nonce: bytes | None = host_nonce
-        """Sent (in clear) before anything else on the channel; None once sent."""
-        self._send_lock = anyio.Lock()
-        self.max_message_size = limits.largest_data - TAG_SIZE
-        """Largest plaintext `send` accepts: one `data` frame minus the AEAD tag."""
         self._on_close = on_close
 
     @property
@@ -127,65 +111,15 @@ class HostChannel:
         """The `open` meta as the relay forwarded it (including the relay's "peer")."""
         return self._request.meta
 
-    @property
-    def closed(self) -> ChannelClosedError | None:
-        """Why the channel closed, or None while open."""
-        return self._channel.closed
-
     async def start(self) -> None:
         """Send the host nonce if not sent yet; every send and receive does this first."""
-        async with self._send_lock:
-            await self._send_nonce()
-
-    async def _send_nonce(self) -> None:
-        nonce = self._host_nonce
-        if nonce is not None:
-            if self._channel.closed is not None:
-                raise self._channel.closed
-            await self._channel.send(nonce)
-            self._host_nonce = None
-
-    async def receive(self) -> bytes:
-        """Return the next plaintext message.
-
-        Raises ChannelClosedError once the channel is closed, and DecryptionError (after closing
-        the channel with 4003) if a message does not authenticate.
-        """
-        if self._host_nonce is not None:
-            await self.start()  # the teammate cannot say anything before it has our nonce
-        ciphertext = await self._channel.receive()
-        try:
-            return self._crypto.receive.decrypt(ciphertext)
-        except DecryptionError:
-            self.close_soon(CloseCode.DECRYPTION_FAILED, "decryption failed")
-            raise
-
-    async def send(self, plaintext: bytes) -> None:
-        """Encrypt and send one message, waiting for window. Raises ChannelClosedError."""
-        if len(plaintext) > self.max_message_size:
-            raise MessageTooLargeError(
-                f"message of {len(plaintext)} bytes; at most {self.max_message_size} fit"
-            )
-        # Sealed only once the window has room (send_sealed): the nonce is a counter, so a
-        # ciphertext sealed but never sent would break every later message.
-        async with self._send_lock:
-            await self._send_nonce()
-            if self._channel.closed is not None:
-                raise self._channel.closed
-            await self._channel.send_sealed(
-                len(plaintext) + TAG_SIZE, lambda: self._crypto.send.encrypt(plaintext)
-            )
+        await self.keys()
 
     def close_soon(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         """Close the channel without waiting."""
-        self._channel.close_soon(code, reason)
+        super().close_soon(code, reason)
         if self._on_close is not None:
             self._on_close(self)
-
-    async def aclose(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
-        """Close the channel."""
-        self.close_soon(code, reason)
-        await anyio.lowlevel.checkpoint()
 
 
 def open_host_channel(
@@ -194,7 +128,6 @@ def open_host_channel(
     secret_of: Callable[[str], bytes],
     host_id: str,
     paths: frozenset[str],
-    limits: Limits,
     on_close: Callable[[HostChannel], None] | None = None,
 ) -> HostChannel:
     """Check an incoming channel and derive its keys; raise ChannelRefusedError if refused."""
@@ -207,9 +140,7 @@ def open_host_channel(
         host_nonce=host_nonce,
         name=request.name,
     )
-    return HostChannel(
-        link_channel, request, crypto, host_nonce=host_nonce, limits=limits, on_close=on_close
-    )
+    return HostChannel(link_channel, request, crypto, host_nonce=host_nonce, on_close=on_close)
 
 
 def close_quietly(channel: HostChannel, code: int, reason: str) -> None:

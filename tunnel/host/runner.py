@@ -1,6 +1,6 @@
 """The host's dial-out loop: register with the relay, serve teammate channels, reconnect.
 
-`Host.run` (or `run_host`) dials `/v1/host`, answers the relay's challenge with its Ed25519
+`Host.run` dials `/v1/host` (`tunnel.link.dial`), answers the relay's challenge with its Ed25519
 signature and registers the verifiers of its share links (docs/relay.md, "Hello and admission").
 Each channel the relay opens becomes a `HostChannel` served by `handler` in the host's task group.
 When the link dies (keepalive timeout, relay restart) the host redials with capped exponential
@@ -15,15 +15,13 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
-from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidHandshake, InvalidURI
 from websockets.protocol import State
 
-from tunnel import PROTOCOL_VERSION
 from tunnel.e2e.crypto import DecryptionError, ShareLink, ShareSecrets
-from tunnel.e2e.identity import CHALLENGE_SIZE, HostIdentity
+from tunnel.e2e.identity import HostIdentity
+from tunnel.errors import TunnelError, describe_close
+from tunnel.handshake import HelloError, RelayHello, host_hello
 from tunnel.host.channel import (
-    INTERNAL_ERROR,
     ChannelRefusedError,
     HostChannel,
     close_quietly,
@@ -36,12 +34,10 @@ from tunnel.link import (
     Link,
     LinkChannel,
     LinkClosedError,
-    code_name,
-    websocket_url,
+    dial,
 )
 from tunnel.process.backoff import Backoff
-from tunnel.proto import Connection, Side
-from tunnel.proto.codes import CloseCode
+from tunnel.proto.codes import FINAL_CODES, CloseCode, code_name
 
 logger = logging.getLogger("tunnel.host")
 
@@ -51,27 +47,22 @@ ChannelHandler = Callable[[HostChannel], Awaitable[None]]
 JoinHook = Callable[[HostChannel], Awaitable[bool]]
 """Decides whether to serve a channel (e.g. asks the user); False closes it with 4001."""
 
-FATAL_CODES = frozenset({CloseCode.UNAUTHORIZED})
-"""Relay close codes that retrying cannot fix: the relay refuses this host's key or signature."""
-
 SHUTDOWN_GRACE = 2.0
 """Seconds to close the link cleanly (1001) when the host stops."""
 
 
-class HostRefusedError(Exception):
-    """The relay refused this host for good (bad signature, key not authorized). Not retried."""
+class HostRefusedError(TunnelError):
+    """The relay refused this host for good (bad signature, key not authorized, another protocol
+    version): a close code of FINAL_CODES. Not retried."""
 
     def __init__(self, code: int, reason: str) -> None:
         super().__init__(
             f"the relay refused this host: {code_name(code)} ({reason or 'no reason given'}). "
-            "Check that --relay is the relay's public URL and that the key is authorized."
+            "Check that --relay is the relay's public URL and that the key is authorized.",
+            code=code,
+            reason=reason,
+            by_peer=True,
         )
-        self.code = code
-        self.reason = reason
-
-
-class RelayHelloError(Exception):
-    """The relay's hello is not one this host understands."""
 
 
 async def _admit_all(channel: HostChannel) -> bool:
@@ -97,7 +88,6 @@ class Host:
         self._secrets = secrets or ShareSecrets.load_or_create(settings.resolved_secrets_file)
         self._channels: set[HostChannel] = set()
         self._link: Link | None = None
-        self._connected = anyio.Event()
         self._redial = anyio.Event()
         self._task_group: TaskGroup | None = None
 
@@ -122,16 +112,6 @@ class Host:
     def connected(self) -> bool:
         """Whether the host is registered with the relay right now (as far as it knows)."""
         return self._link is not None and self._link.closed is None
-
-    @property
-    def channels(self) -> int:
-        """Channels being served right now."""
-        return len(self._channels)
-
-    async def wait_connected(self) -> None:
-        """Wait until the host has (re)registered with the relay."""
-        while not self.connected:
-            await self._connected.wait()
 
     async def revoke(self) -> None:
         """Invalidate both share links at once: new secrets, new verifiers, channels closed 4008.
@@ -172,8 +152,8 @@ class Host:
             self._redial = anyio.Event()
             try:
                 link = await tg.start(self._serve_link)
-            except (OSError, InvalidHandshake, InvalidURI, LinkClosedError, RelayHelloError) as exc:
-                if isinstance(exc, LinkClosedError) and exc.code in FATAL_CODES:
+            except (OSError, LinkClosedError, HelloError) as exc:
+                if isinstance(exc, LinkClosedError) and exc.by_peer and exc.code in FINAL_CODES:
                     return HostRefusedError(exc.code, exc.reason)
                 delay = backoff.next_delay()
                 logger.warning(
@@ -187,7 +167,7 @@ class Host:
             closed = await self._wait_link(link, backoff)
             if closed is None:
                 continue  # redial requested: the new link replaces this one
-            if closed.code in FATAL_CODES:
+            if closed.by_peer and closed.code in FINAL_CODES:
                 return HostRefusedError(closed.code, closed.reason)
             delay = backoff.next_delay()
             logger.warning(
@@ -230,68 +210,27 @@ class Host:
 
     async def _serve_link(self, *, task_status: TaskStatus[Link]) -> None:
         """Dial, hello, then serve channels until the link closes. Started once registered."""
-        url = websocket_url(self.settings.relay_url, "/v1/host")
-        websocket = await connect(
-            url,
-            open_timeout=self.settings.open_timeout,
-            ping_interval=self.settings.ping_interval,
-            ping_timeout=self.settings.ping_timeout,
-            max_size=self.settings.limits.max_message_size,
-            compression=None,
-            close_timeout=SHUTDOWN_GRACE,
+        async with dial(
+            self.settings.relay_url, "/v1/host", self._hello, self.settings.dial, backlog=64
+        ) as mux:
+            previous, self._link = self._link, mux.link
+            logger.info("registered with %s as %s", self.settings.relay_url, self.host_id)
+            if previous is not None and previous.closed is None:
+                # The relay replaces the previous connection itself (so its teammates see the
+                # new verifiers, not "host gone"); drop it only if the relay does not.
+                assert self._task_group is not None
+                self._task_group.start_soon(_close_later, previous)
+            task_status.started(mux.link)
+            await self._accept_loop(mux)
+
+    def _hello(self, relay: RelayHello) -> dict[str, Any]:
+        return host_hello(
+            self.identity,
+            relay,
+            relay_url=self.settings.relay_url,
+            capabilities=self.settings.capabilities,
+            verifiers=self._secrets.verifiers(self.host_id),
         )
-        link = Link(websocket, Connection(Side.DIALER, limits=self.settings.limits), label="relay")
-        mux = ChannelMux(link, backlog=64)
-        previous = self._link
-        failed: LinkClosedError | RelayHelloError | None = None
-        async with anyio.create_task_group() as tg:
-
-            async def run_link() -> None:
-                closed = await link.run(mux.on_event)
-                mux.link_closed(closed)
-
-            tg.start_soon(run_link)
-            try:
-                with anyio.fail_after(self.settings.hello_timeout):
-                    relay_hello = await mux.wait_hello()
-                link.connection.send_hello(self._hello(relay_hello))
-            except TimeoutError:
-                failed = LinkClosedError(CloseCode.PROTOCOL_ERROR, "no relay hello", by_peer=False)
-            except (LinkClosedError, RelayHelloError) as exc:
-                failed = exc
-            if failed is not None:
-                # Errors leave through `failed`, outside the task group, so tg.start() sees them.
-                await link.aclose(CloseCode.PROTOCOL_ERROR, "hello failed")
-                tg.cancel_scope.cancel()
-            else:
-                link.flush()
-                self._link = link
-                self._connected.set()
-                self._connected = anyio.Event()
-                logger.info("registered with %s as %s", self.settings.relay_url, self.host_id)
-                if previous is not None and previous.closed is None:
-                    # The relay replaces the previous connection itself (so its teammates see
-                    # the new verifiers, not "host gone"); drop it only if the relay does not.
-                    tg.start_soon(_close_later, previous)
-                task_status.started(link)
-                await self._accept_loop(mux)
-        if failed is not None:
-            raise failed
-
-    def _hello(self, relay_hello: dict[str, Any]) -> dict[str, Any]:
-        challenge = relay_hello.get("challenge")
-        if relay_hello.get("role") != "relay" or relay_hello.get("version") != PROTOCOL_VERSION:
-            raise RelayHelloError("the relay speaks another protocol version")
-        if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_SIZE:
-            raise RelayHelloError("the relay's challenge is malformed")
-        return {
-            "role": "host",
-            "version": PROTOCOL_VERSION,
-            "pubkey": self.identity.public_key,
-            "sig": self.identity.sign_hello(challenge, self.settings.relay_url),
-            "capabilities": list(self.settings.capabilities),
-            "verifiers": self._secrets.verifiers(self.host_id),
-        }
 
     async def _accept_loop(self, mux: ChannelMux) -> None:
         assert self._task_group is not None
@@ -309,7 +248,6 @@ class Host:
                 secret_of=self._secrets.secret_for,
                 host_id=self.host_id,
                 paths=self.settings.paths,
-                limits=self.settings.limits,
                 on_close=self._channels.discard,
             )
         except ChannelRefusedError as refused:
@@ -333,7 +271,7 @@ class Host:
             )
         except Exception:
             logger.exception("channel handler failed")
-            close_quietly(channel, INTERNAL_ERROR, "host error")
+            close_quietly(channel, CloseCode.INTERNAL_ERROR, "host error")
         finally:
             self._channels.discard(channel)
             close_quietly(channel, CloseCode.NORMAL, "")
@@ -348,21 +286,5 @@ async def _close_later(link: Link) -> None:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, LinkClosedError):
-        return f"{code_name(exc.code)}{': ' + exc.reason if exc.reason else ''}"
+        return describe_close(exc.code, exc.reason)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-async def run_host(
-    settings: HostSettings,
-    handler: ChannelHandler,
-    *,
-    on_join: JoinHook | None = None,
-    task_status: TaskStatus[Host] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run a host until cancelled; `task_status.started(host)` once it is registered.
-
-    `handler(channel)` serves each teammate channel. The `Host` passed to task_status gives the
-    share links (`host.view_link`, `host.drive_link`) and `host.revoke()`.
-    """
-    host = Host(settings, handler, on_join=on_join)
-    await host.run(task_status=task_status)

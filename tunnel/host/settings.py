@@ -7,7 +7,8 @@ from pathlib import Path
 
 from tunnel.e2e.crypto import default_secrets_path
 from tunnel.e2e.identity import default_key_path
-from tunnel.link.urls import http_base_url
+from tunnel.link import DialSettings, http_base_url
+from tunnel.process.backoff import BACKOFF_INITIAL, HOST_MAX_BACKOFF
 from tunnel.proto import Limits
 
 DEFAULT_HOST_LIMITS = Limits(max_channels=1024)
@@ -17,7 +18,7 @@ than the relay's own default per-link limit, so the relay's limit is the one tha
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HostSettings:
-    """Everything `run_host` needs. Every limit is a named field; `None` turns it off."""
+    """Everything `Host` needs. Every limit is a named field; `None` turns it off."""
 
     relay_url: str
     """The relay's base URL (https://relay.example or wss://...; normalized to http(s))."""
@@ -49,10 +50,10 @@ class HostSettings:
     hello_timeout: float = 10.0
     """Seconds to wait for the relay's hello."""
 
-    backoff_initial: float = 0.5
+    backoff_initial: float = BACKOFF_INITIAL
     """Upper bound of the first reconnect delay, in seconds."""
 
-    backoff_max: float = 30.0
+    backoff_max: float = HOST_MAX_BACKOFF
     """Cap of the reconnect delay, in seconds."""
 
     stable_after: float = 10.0
@@ -63,6 +64,17 @@ class HostSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "relay_url", http_base_url(self.relay_url))
+
+    @property
+    def dial(self) -> DialSettings:
+        """How the host reaches its relay."""
+        return DialSettings(
+            open_timeout=self.open_timeout,
+            hello_timeout=self.hello_timeout,
+            ping_interval=self.ping_interval,
+            ping_timeout=self.ping_timeout,
+            limits=self.limits,
+        )
 
     @property
     def resolved_key_file(self) -> Path:

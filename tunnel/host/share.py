@@ -19,7 +19,6 @@ from rich.console import Console
 from tunnel.agents import AgentSession, create_session
 from tunnel.agents.demo_agent import DEFAULT_DELAY
 from tunnel.host.channel import HostChannel
-from tunnel.host.command import print_links
 from tunnel.host.console import HostConsole
 from tunnel.host.presence import Member, Presence
 from tunnel.host.runner import Host
@@ -57,6 +56,12 @@ class ShareSettings:
     @property
     def resolved_log_db(self) -> Path:
         return self.log_db if self.log_db is not None else default_db_path()
+
+
+def print_links(host: Host) -> None:
+    """Print the share links, one per line, on stdout (scripts read these lines)."""
+    print(f"view link:  {host.view_link}", flush=True)
+    print(f"drive link: {host.drive_link}", flush=True)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,7 +19,7 @@ from websockets.asyncio.connection import Connection as WebSocket
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
-from tunnel.link.errors import ABNORMAL_CLOSURE, LinkClosedError
+from tunnel.link.errors import LinkClosedError
 from tunnel.proto import Connection, Event, ProtocolError, RemoteProtocolError
 from tunnel.proto.codes import CloseCode
 
@@ -245,7 +245,7 @@ class Link:
                 self._closed = LinkClosedError(sent.code, sent.reason, by_peer=False)
             else:
                 self._closed = LinkClosedError(
-                    ABNORMAL_CLOSURE if rcvd is None else rcvd.code,
+                    CloseCode.ABNORMAL_CLOSURE if rcvd is None else rcvd.code,
                     "" if rcvd is None else rcvd.reason,
                     by_peer=True,
                 )

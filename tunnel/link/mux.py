@@ -24,6 +24,7 @@ from tunnel.proto import (
     DataReceived,
     Event,
     HelloReceived,
+    Limits,
     LocalProtocolError,
     WindowUpdated,
 )
@@ -71,6 +72,11 @@ class LinkChannel:
     def closed(self) -> ChannelClosedError | None:
         """Why the channel closed, or None while it is open."""
         return self._closed
+
+    @property
+    def limits(self) -> Limits:
+        """The limits of the link this channel runs on (as agreed in the hellos)."""
+        return self._mux.link.connection.limits
 
     async def send(self, message: bytes) -> None:
         """Send one message, waiting for send window first. Raises ChannelClosedError."""
@@ -123,22 +129,6 @@ class LinkChannel:
                 self._mux.link.connection.acknowledge(self.id, len(message))
             except LocalProtocolError:
                 pass  # the link failed meanwhile; the close reaches us through the mux
-            else:
-                self._mux.link.flush()
-        return message
-
-    def receive_nowait(self) -> bytes | None:
-        """Return the next message if one is buffered, else None (raises once closed, drained)."""
-        if not self._inbox:
-            if self._closed is not None:
-                raise self._closed
-            return None
-        message = self._inbox.popleft()
-        if self._closed is None:
-            try:
-                self._mux.link.connection.acknowledge(self.id, len(message))
-            except LocalProtocolError:
-                pass
             else:
                 self._mux.link.flush()
         return message
@@ -278,9 +268,3 @@ class ChannelMux:
             channel._mark_closed(closed.code, closed.reason, by_peer=closed.by_peer)
         self._channels.clear()
         self._incoming_send.close()
-
-    def link_failed(self) -> None:
-        """The protocol object failed while we used it: close the link with its code."""
-        failure = self.link.connection.failure
-        if failure is not None:
-            self.link.close_soon(failure.code, str(failure))

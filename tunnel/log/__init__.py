@@ -18,7 +18,7 @@ from tunnel.log.errors import (
     SeqConflictError,
     StoreError,
 )
-from tunnel.log.item import Event, Item, ItemStatus, ItemType, NewItem
+from tunnel.log.item import Event, Item, NewItem
 from tunnel.log.log import Log, LogStatistics
 from tunnel.log.memory import MemoryStore
 from tunnel.log.paths import default_db_path
@@ -30,8 +30,6 @@ __all__ = [
     "ConversationInfo",
     "Event",
     "Item",
-    "ItemStatus",
-    "ItemType",
     "Log",
     "LogClosedError",
     "LogError",

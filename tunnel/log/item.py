@@ -7,7 +7,6 @@ wants to append, so every store accepts and refuses exactly the same things.
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 from collections.abc import Mapping
@@ -17,10 +16,9 @@ from typing import Any, Final
 
 __all__ = [
     "MAX_DEPTH",
+    "MAX_ID_CHARS",
     "Event",
     "Item",
-    "ItemStatus",
-    "ItemType",
     "NewItem",
     "PreparedItem",
     "check_conversation_id",
@@ -31,38 +29,6 @@ __all__ = [
     "prepare",
     "time_to_micros",
 ]
-
-
-class ItemType(enum.StrEnum):
-    """The item types this package knows (docs/application.md, "Items").
-
-    The set is open: a store keeps any non-empty type string, and a reader shows an unknown type
-    as a generic entry.
-    """
-
-    MESSAGE = "message"
-    REASONING = "reasoning"
-    TOOL_CALL = "tool_call"
-    TOOL_CALL_UPDATE = "tool_call_update"
-    TOOL_RESULT = "tool_result"
-    PERMISSION_REQUEST = "permission_request"
-    PERMISSION_DECISION = "permission_decision"
-    PLAN = "plan"
-    ERROR = "error"
-    COMPACTION = "compaction"
-    RESOURCE_EVENT = "resource_event"
-    SLASH_COMMAND = "slash_command"
-    TERMINAL = "terminal"
-    TERMINAL_EXIT = "terminal_exit"
-    SESSION_EVENT = "session_event"
-
-
-class ItemStatus(enum.StrEnum):
-    """The usual values of `Item.status`; like types, other strings are kept as they are."""
-
-    COMPLETED = "completed"
-    IN_PROGRESS = "in_progress"
-    ACTION_REQUIRED = "action_required"
 
 
 MAX_DEPTH: Final = 64
@@ -105,9 +71,10 @@ class Item:
     seq: int
     """Position in the conversation: 0, 1, 2, ... with no gap, assigned by the store."""
     type: str
-    """What the item is: one of `ItemType`, or any other non-empty string."""
+    """What the item is: `message`, `tool_call`, ... (docs/application.md, "Items") or any other
+    non-empty string."""
     status: str | None
-    """`completed`, `in_progress`, `action_required` (see `ItemStatus`), another string, or None."""
+    """`completed`, `in_progress`, `action_required`, another string, or None."""
     response_id: str | None
     """Groups the items of one agent response (and the `delta` events streamed before them)."""
     created_at: datetime
@@ -184,7 +151,8 @@ class NewItem:
     """What a caller appends: the store assigns `seq`, and `created_at` when it is None."""
 
     type: str
-    """What the item is: one of `ItemType`, or any other non-empty string."""
+    """What the item is: `message`, `tool_call`, ... (docs/application.md, "Items") or any other
+    non-empty string."""
     data: Mapping[str, Any]
     """String keys, JSON-safe values (no bytes: text goes in `str`); copied when appended."""
     created_by: str

@@ -4,7 +4,8 @@ events, query, and subscribe (snapshot plus live tail, exactly once).
 The store numbers and persists items and calls back, in commit order, once they are durable;
 the `Log` then pushes them to the conversation's subscribers. Events skip the store and go to
 the subscribers directly, so an event published after an append returned reaches everyone after
-that append's items.
+that append's items. The log's `_Feed` keeps the subscribers of each conversation and is all a
+`Subscription` sees of the log (`tunnel.log.subscription.Feed`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,108 @@ class _Topic:
     loading: anyio.Event | None = None
 
 
+class _Feed:
+    """The subscribers of every watched conversation: the `Feed` of this log's subscriptions.
+
+    A conversation is watched while it has at least one subscriber; nothing about it is kept
+    once the last one leaves.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.topics: dict[str, _Topic] = {}
+        self.closed = False
+        self.overflows = 0
+
+    # -- the Feed protocol, used by Subscription -----------------------------------------------
+
+    async def attach(self, subscription: Subscription) -> int:
+        """Register `subscription` and return the conversation's head at that instant."""
+        if self.closed:
+            raise LogClosedError("the log is closed")
+        cid = subscription.conversation_id
+        topic = self.topics.get(cid)
+        if topic is None:
+            topic = self.topics[cid] = _Topic()
+        # Registered before the head is known, so no commit can fall between the two.
+        topic.subscribers[subscription] = None
+        try:
+            while topic.head is None:
+                if topic.loading is not None:
+                    await topic.loading.wait()
+                    continue
+                loading = topic.loading = anyio.Event()
+                try:
+                    info = await self._store.get_conversation(cid)
+                    stored = -1 if info is None else info.last_seq
+                    topic.head = max(stored, topic.seen)
+                finally:
+                    topic.loading = None
+                    loading.set()
+        except BaseException:
+            self.detach(subscription)
+            raise
+        return topic.head
+
+    def detach(self, subscription: Subscription) -> None:
+        cid = subscription.conversation_id
+        topic = self.topics.get(cid)
+        if topic is None:
+            return
+        topic.subscribers.pop(subscription, None)
+        if not topic.subscribers:
+            del self.topics[cid]
+
+    def head(self, conversation_id: str) -> int | None:
+        topic = self.topics.get(conversation_id)
+        return None if topic is None else topic.head
+
+    def overflowed(self) -> None:
+        self.overflows += 1
+
+    async def query(
+        self, conversation_id: str, *, after: int, before: int, limit: int
+    ) -> list[Item]:
+        return await self._store.query(conversation_id, after=after, before=before, limit=limit)
+
+    # -- used by Log -------------------------------------------------------------------------
+
+    def push_event(self, event: Event) -> None:
+        topic = self.topics.get(event.conversation_id)
+        if topic is not None:
+            for subscriber in topic.subscribers:
+                subscriber.push(event)
+
+    def push_committed(self, items: list[Item]) -> None:
+        """Push the items of one commit (the store's callback, in commit order)."""
+        topic = self.topics.get(items[0].conversation_id)
+        if topic is None:
+            return
+        if topic.head is None:
+            # The head is being read; subscribers get these anyway and drop what the store
+            # read turns out to include.
+            topic.seen = max(topic.seen, items[-1].seq)
+            for item in items:
+                for subscriber in topic.subscribers:
+                    subscriber.push(item)
+            return
+        for item in items:
+            # The head read may already have seen this commit: skip what is not new.
+            if item.seq <= topic.head:
+                continue
+            topic.head = item.seq
+            for subscriber in topic.subscribers:
+                subscriber.push(item)
+
+    def close(self) -> None:
+        """End every subscription; later `attach` calls raise `LogClosedError`."""
+        self.closed = True
+        topics, self.topics = self.topics, {}
+        for topic in topics.values():
+            for subscriber in list(topic.subscribers):
+                subscriber.end()
+
+
 class Log:
     """Append-only, typed conversation log over a `Store` (see the module docstring).
 
@@ -78,11 +181,10 @@ class Log:
         self._store = store
         self._buffer_size = buffer_size
         self._page_size = page_size
-        self._topics: dict[str, _Topic] = {}
+        self._feed = _Feed(store)
         self._closed = False
         self._items_appended = 0
         self._events_published = 0
-        self._overflows = 0
 
     @property
     def store(self) -> Store:
@@ -116,10 +218,7 @@ class Log:
             raise ValueError(f"publish takes an Event, not {type(event).__name__}")
         self._check_open()
         self._events_published += 1
-        topic = self._topics.get(event.conversation_id)
-        if topic is not None:
-            for subscriber in topic.subscribers:
-                subscriber._push(event)
+        self._feed.push_event(event)
         await anyio.lowlevel.checkpoint()
 
     async def query(
@@ -154,7 +253,7 @@ class Log:
         self._check_open()
         check_conversation_id(conversation_id)
         return Subscription(
-            self,
+            self._feed,
             conversation_id,
             after,
             buffer_size=self._buffer_size,
@@ -169,20 +268,17 @@ class Log:
         if self._closed:
             return
         self._closed = True
-        topics, self._topics = self._topics, {}
-        for topic in topics.values():
-            for subscriber in list(topic.subscribers):
-                subscriber._end()
+        self._feed.close()
         await self._store.aclose()
 
     def statistics(self) -> LogStatistics:
         """Counters and the number of live subscribers (see `LogStatistics`)."""
         return LogStatistics(
-            subscribers=sum(len(t.subscribers) for t in self._topics.values()),
-            conversations_watched=len(self._topics),
+            subscribers=sum(len(t.subscribers) for t in self._feed.topics.values()),
+            conversations_watched=len(self._feed.topics),
             items_appended=self._items_appended,
             events_published=self._events_published,
-            overflows=self._overflows,
+            overflows=self._feed.overflows,
         )
 
     def _check_open(self) -> None:
@@ -193,68 +289,4 @@ class Log:
 
     def _committed(self, items: list[Item]) -> None:
         self._items_appended += len(items)
-        topic = self._topics.get(items[0].conversation_id)
-        if topic is None:
-            return
-        if topic.head is None:
-            # The head is being read; subscribers get these anyway and drop what the store
-            # read turns out to include.
-            topic.seen = max(topic.seen, items[-1].seq)
-            for item in items:
-                for subscriber in topic.subscribers:
-                    subscriber._push(item)
-            return
-        for item in items:
-            # The head read may already have seen this commit: skip what is not new.
-            if item.seq <= topic.head:
-                continue
-            topic.head = item.seq
-            for subscriber in topic.subscribers:
-                subscriber._push(item)
-
-    # -- used by Subscription ------------------------------------------------------------------
-
-    async def _attach(self, subscriber: Subscription) -> int:
-        """Register `subscriber` and return the conversation's head at that instant."""
-        self._check_open()
-        cid = subscriber.conversation_id
-        topic = self._topics.get(cid)
-        if topic is None:
-            topic = self._topics[cid] = _Topic()
-        # Registered before the head is known, so no commit can fall between the two.
-        topic.subscribers[subscriber] = None
-        try:
-            while topic.head is None:
-                if topic.loading is not None:
-                    await topic.loading.wait()
-                    continue
-                loading = topic.loading = anyio.Event()
-                try:
-                    info = await self._store.get_conversation(cid)
-                    stored = -1 if info is None else info.last_seq
-                    topic.head = max(stored, topic.seen)
-                finally:
-                    topic.loading = None
-                    loading.set()
-        except BaseException:
-            self._detach(subscriber)
-            raise
-        return topic.head
-
-    def _detach(self, subscriber: Subscription) -> None:
-        cid = subscriber.conversation_id
-        topic = self._topics.get(cid)
-        if topic is None:
-            return
-        topic.subscribers.pop(subscriber, None)
-        if not topic.subscribers:
-            del self._topics[cid]
-
-    def _head_of(self, subscriber: Subscription) -> int:
-        topic = self._topics.get(subscriber.conversation_id)
-        if topic is None or topic.head is None:
-            return subscriber.head_seq
-        return topic.head
-
-    def _count_overflow(self) -> None:
-        self._overflows += 1
+        self._feed.push_committed(items)

@@ -10,6 +10,9 @@ Memory is bounded: the live buffer holds at most `buffer_size` entries and the s
 most one page. When the live buffer is full the subscription drops it and catches up from the
 store by cursor instead; ephemeral events published while it is that far behind are lost (they
 are ephemeral: the items that follow carry what they said).
+
+A subscription knows its log only as a `Feed` (the protocol below): the log depends on this
+module, never the other way round.
 """
 
 from __future__ import annotations
@@ -17,17 +20,46 @@ from __future__ import annotations
 import enum
 from collections import deque
 from types import TracebackType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import anyio
 
 from tunnel.log.errors import LogClosedError, StoreError
 from tunnel.log.item import Event, Item
 
-if TYPE_CHECKING:
-    from tunnel.log.log import Log
+__all__ = ["Feed", "Subscription", "SubscriptionStatistics"]
 
-__all__ = ["Subscription", "SubscriptionStatistics"]
+
+class Feed(Protocol):
+    """What a `Subscription` needs from the log that feeds it.
+
+    The feed pushes every new item of the conversation (in commit order) and every event to each
+    attached subscription with `Subscription.push()`, and calls `Subscription.end()` on them all
+    when the log closes.
+    """
+
+    async def attach(self, subscription: Subscription) -> int:
+        """Start pushing to `subscription` and return its conversation's last stored seq at that
+        instant (-1 if it has none). Raises `LogClosedError` once the log is closed."""
+        ...
+
+    def detach(self, subscription: Subscription) -> None:
+        """Stop pushing to `subscription`; nothing happens if it is not attached."""
+        ...
+
+    def head(self, conversation_id: str) -> int | None:
+        """The last seq pushed to the conversation's subscriptions; None if it is not known."""
+        ...
+
+    def overflowed(self) -> None:
+        """Count one overflow of a subscription's live buffer (for the log's statistics)."""
+        ...
+
+    async def query(
+        self, conversation_id: str, *, after: int, before: int, limit: int
+    ) -> list[Item]:
+        """At most `limit` stored items with `after < seq < before`, oldest first."""
+        ...
 
 
 class SubscriptionStatistics(NamedTuple):
@@ -65,7 +97,7 @@ class Subscription:
 
     def __init__(
         self,
-        log: Log,
+        feed: Feed,
         conversation_id: str,
         after: int | None,
         *,
@@ -83,7 +115,7 @@ class Subscription:
 
         Items with `after < seq <= head_seq` are the snapshot, later ones the live tail. Set by
         entering the `async with`."""
-        self._log = log
+        self._feed = feed
         self._buffer_size = buffer_size
         self._page_size = page_size
         self._state = _State.NEW
@@ -99,7 +131,7 @@ class Subscription:
     async def __aenter__(self) -> Subscription:
         if self._state is not _State.NEW:
             raise RuntimeError("a subscription can be entered only once")
-        self.head_seq = await self._log._attach(self)
+        self.head_seq = await self._feed.attach(self)
         self._store_until = self.head_seq
         if self._state is _State.NEW:  # not ended by the log closing meanwhile
             self._state = _State.OPEN
@@ -117,7 +149,7 @@ class Subscription:
         if self._state is _State.LEFT:
             return
         self._state = _State.LEFT
-        self._log._detach(self)
+        self._feed.detach(self)
         self._live.clear()
         self._backlog.clear()
         self._wake()
@@ -154,7 +186,7 @@ class Subscription:
                 out.append(self._backlog.popleft())
                 continue
             if self._catching_up:
-                self._store_until = max(self._store_until, self._log._head_of(self))
+                self._store_until = max(self._store_until, self._head())
                 if self._cursor >= self._store_until:
                     # Caught up: from this instant every new item is pushed live again.
                     self._catching_up = False
@@ -183,7 +215,7 @@ class Subscription:
 
     async def _read_page(self, limit: int) -> None:
         try:
-            page = await self._log.store.query(
+            page = await self._feed.query(
                 self.conversation_id,
                 after=self._cursor,
                 before=self._store_until + 1,
@@ -200,9 +232,14 @@ class Subscription:
             )
         self._cursor = page[-1].seq
         self._backlog.extend(page)
-        if self._catching_up and self._cursor >= self._log._head_of(self):
+        if self._catching_up and self._cursor >= self._head():
             # Caught up: new items (and events) are buffered live again, behind the backlog.
             self._catching_up = False
+
+    def _head(self) -> int:
+        """The conversation's last seq pushed live: stored items up to it are not pushed again."""
+        head = self._feed.head(self.conversation_id)
+        return self.head_seq if head is None else head
 
     async def _wait(self) -> None:
         self._wakeup = anyio.Event()
@@ -226,9 +263,10 @@ class Subscription:
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
-    # -- fed by the Log (synchronously, in the event loop) -------------------------------------
+    # -- called by the feed (synchronously, in the event loop) ----------------------------------
 
-    def _push(self, entry: Item | Event) -> None:
+    def push(self, entry: Item | Event) -> None:
+        """Take one new item or event from the feed; receivers never call this."""
         if self._catching_up or self._state is _State.LEFT:
             return  # what it would have been is read from the store (events are dropped)
         if isinstance(entry, Item) and entry.seq <= self._cursor:
@@ -238,12 +276,13 @@ class Subscription:
             self._live.clear()
             self._catching_up = True
             self._overflows += 1
-            self._log._count_overflow()
+            self._feed.overflowed()
         else:
             self._live.append(entry)
         self._wake()
 
-    def _end(self) -> None:
+    def end(self) -> None:
+        """The log closed: receiving raises `anyio.EndOfStream` from now on (feed only)."""
         if self._state is not _State.LEFT:
             self._state = _State.ENDED
         self._live.clear()

@@ -6,7 +6,7 @@ Imports no network or concurrency library: the relay, the host and the clients d
 
 from __future__ import annotations
 
-from tunnel.proto.codes import CloseCode
+from tunnel.proto.codes import FINAL_CODES, CloseCode, code_name
 from tunnel.proto.connection import Connection, Side
 from tunnel.proto.errors import (
     ChannelNotOpenError,
@@ -42,6 +42,7 @@ from tunnel.proto.states import ChannelState
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "FINAL_CODES",
     "KINDS",
     "MAX_CHANNEL_ID",
     "MAX_WINDOW",
@@ -69,6 +70,7 @@ __all__ = [
     "Side",
     "Window",
     "WindowUpdated",
+    "code_name",
     "decode_frame",
     "encode_frame",
 ]

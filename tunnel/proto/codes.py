@@ -8,7 +8,8 @@ import enum
 class CloseCode(enum.IntEnum):
     """Why a channel or a whole link was closed.
 
-    1000 and 1001 mean what they mean for WebSockets; 4000 and up are ours.
+    1000 to 1011 mean what they mean for WebSockets (RFC 6455, section 7.4.1); 4000 and up are
+    ours. Every close code the project sends, receives or reports is a member.
     """
 
     NORMAL = 1000
@@ -16,6 +17,15 @@ class CloseCode(enum.IntEnum):
 
     GOING_AWAY = 1001
     """The sender is shutting down (process exit, host stopped sharing)."""
+
+    ABNORMAL_CLOSURE = 1006
+    """The connection ended without a close frame (network failure); never sent, only reported."""
+
+    MESSAGE_TOO_BIG = 1009
+    """A WebSocket message was larger than `max_message_size` (sent by the WebSocket layer)."""
+
+    INTERNAL_ERROR = 1011
+    """The sender hit an unexpected condition: a handler crashed, or a keepalive timed out."""
 
     PROTOCOL_ERROR = 4000
     """The peer sent something that is not a valid frame or broke the channel state machine."""
@@ -43,3 +53,25 @@ class CloseCode(enum.IntEnum):
 
     REVOKED = 4008
     """The host revoked the share links this channel was opened with."""
+
+
+FINAL_CODES = frozenset(
+    {
+        CloseCode.PROTOCOL_ERROR,
+        CloseCode.REFUSED,
+        CloseCode.UNAUTHORIZED,
+        CloseCode.DECRYPTION_FAILED,
+        CloseCode.REVOKED,
+    }
+)
+"""Codes after which reconnecting the same way meets the same answer: the link, the key or the
+protocol version is wrong, or the links were revoked. Host, `tunnel attach` and the page stop on
+them (when the peer sent them) instead of retrying; every other code is worth another try."""
+
+
+def code_name(code: int) -> str:
+    """Return a readable name for a close code ("UNAUTHORIZED"), or the number."""
+    try:
+        return CloseCode(code).name
+    except ValueError:
+        return str(code)

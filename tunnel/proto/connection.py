@@ -110,6 +110,18 @@ class Connection:
         """The limits enforced on what the peer sends and on what we send."""
         return self._limits
 
+    def adopt_limits(self, limits: Limits) -> None:
+        """Enforce `limits` from now on; only before the first channel is opened.
+
+        Both ends must start channels with the same `initial_window` (docs/protocol.md,
+        "Limits"): an endpoint adopts the limits its relay advertised in its hello.
+        Raises LocalProtocolError once a channel exists.
+        """
+        if self._channels or self._next_id != self._first_id:
+            raise LocalProtocolError("limits can change only before the first channel")
+        self._limits = limits
+        self._largest_message = limits.largest_data
+
     @property
     def failure(self) -> ProtocolError | None:
         """The error that failed the link, or `None` while it is usable."""

@@ -9,25 +9,16 @@ import anyio
 import typer
 
 from tunnel.e2e.identity import KeyFileError
+from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
-from tunnel.process.signals import cancel_on_signal
+from tunnel.process.signals import run_until_signal
 from tunnel.proto import Limits
 from tunnel.relay.server import run
 from tunnel.relay.settings import RelaySettings
 
-EXIT_CONFIG = 2
-"""Exit code for unusable options or files (typer uses 2 for usage errors too)."""
-
 
 def _limit(value: int) -> int | None:
     return None if value <= 0 else value
-
-
-async def serve_until_signal(settings: RelaySettings) -> None:
-    """Run the relay until SIGINT or SIGTERM, then close every connection with 1001."""
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(cancel_on_signal, tg.cancel_scope)
-        await tg.start(run, settings)
 
 
 def relay_command(
@@ -142,21 +133,9 @@ def relay_command(
         raise typer.Exit(EXIT_CONFIG) from None
     configure_logging(settings.log_level)
     try:
-        anyio.run(serve_until_signal, settings)
-    except (KeyFileError, OSError, ValueError, BaseExceptionGroup) as exc:
-        error = startup_error(exc)
-        if error is None:
-            raise
-        typer.echo(f"tunnel relay: {error}", err=True)
+        # Runs until SIGINT or SIGTERM; the relay then closes every connection with 1001.
+        anyio.run(run_until_signal, lambda tg: tg.start(run, settings))
+    except (KeyFileError, OSError, ValueError) as exc:
+        # Unusable key list, certificate or port (in use, not allowed): one line, no traceback.
+        typer.echo(f"tunnel relay: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
-
-
-def startup_error(exc: BaseException) -> BaseException | None:
-    """Return the configuration error (bad file, port in use) inside `exc`, or None."""
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = startup_error(inner)
-            if found is not None:
-                return found
-        return None
-    return exc if isinstance(exc, KeyFileError | OSError | ValueError) else None

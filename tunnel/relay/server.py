@@ -18,10 +18,10 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from tunnel.e2e.identity import CHALLENGE_SIZE, load_authorized_keys
+from tunnel.handshake import relay_hello
 from tunnel.link import Link
 from tunnel.proto import Connection, Side
 from tunnel.proto.codes import CloseCode
-from tunnel.relay.admission import relay_hello
 from tunnel.relay.http import HOST_PATH, HttpRouter, OriginPolicy
 from tunnel.relay.metrics import RelayMetrics
 from tunnel.relay.settings import RelaySettings
@@ -29,8 +29,6 @@ from tunnel.relay.switch import Kind, Peer, Switch, SwitchLimits
 
 logger = logging.getLogger("relay.server")
 
-MESSAGE_TOO_BIG = 1009
-"""WebSocket close code websockets sends when a message exceeds max_size."""
 
 SHUTDOWN_GRACE = 5.0
 """Seconds to let connections close (1001) when the relay stops."""
@@ -109,7 +107,7 @@ class Relay:
         elif closed.code == CloseCode.SLOW_CONSUMER and not closed.by_peer:
             self.metrics.frames_rejected.labels(reason="slow_consumer").inc()
             logger.warning("closed %s: %d stopped reading", peer.describe(), closed.code)
-        elif not closed.by_peer and closed.code == MESSAGE_TOO_BIG:
+        elif not closed.by_peer and closed.code == CloseCode.MESSAGE_TOO_BIG:
             self.metrics.frames_rejected.labels(reason="message_too_big").inc()
             logger.warning("closed %s: 1009 message too big", peer.describe())
         else:

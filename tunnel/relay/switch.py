@@ -18,6 +18,7 @@ import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from tunnel.handshake import HelloError, HostHello, parse_host_hello, parse_teammate_hello
 from tunnel.link import Link
 from tunnel.proto import (
     ChannelClosed,
@@ -31,13 +32,7 @@ from tunnel.proto import (
     WindowUpdated,
 )
 from tunnel.proto.codes import CloseCode
-from tunnel.relay.admission import (
-    HostHello,
-    Refusal,
-    match_role,
-    parse_host_hello,
-    parse_teammate_hello,
-)
+from tunnel.relay.admission import match_role
 from tunnel.relay.metrics import RelayMetrics
 from tunnel.relay.routing import Endpoint, RoutingTable
 
@@ -186,7 +181,7 @@ class Switch:
                 self._admit_host(peer, hello)
             else:
                 self._admit_teammate(peer, event)
-        except Refusal as refusal:
+        except HelloError as refusal:
             self._metrics.frames_rejected.labels(reason=refusal.metric).inc()
             logger.info("refused %s: %d %s", peer.describe(), refusal.code, refusal)
             peer.link.close_soon(refusal.code, str(refusal))
@@ -195,7 +190,7 @@ class Switch:
         old = self.hosts.get(hello.host_id)
         limit = self._limits.max_hosts
         if old is None and limit is not None and len(self.hosts) >= limit:
-            raise Refusal(CloseCode.LIMIT_REACHED, "relay is full", metric="max_hosts")
+            raise HelloError(CloseCode.LIMIT_REACHED, "relay is full", metric="max_hosts")
         peer.host_id = hello.host_id
         peer.verifiers = dict(hello.verifiers)
         peer.admitted = True
@@ -220,14 +215,14 @@ class Switch:
         peer.host_id = hello.host_id
         host = self.hosts.get(hello.host_id)
         if host is None:
-            raise Refusal(CloseCode.HOST_GONE, "host is offline", metric="host_offline")
+            raise HelloError(CloseCode.HOST_GONE, "host is offline", metric="host_offline")
         role = match_role(hello.token_hash, host.verifiers)
         if role is None:
-            raise Refusal(CloseCode.UNAUTHORIZED, "token does not match", metric="bad_token")
+            raise HelloError(CloseCode.UNAUTHORIZED, "token does not match", metric="bad_token")
         attached = self.teammates.get(hello.host_id, set())
         limit = self._limits.max_teammates_per_host
         if limit is not None and len(attached) >= limit:
-            raise Refusal(
+            raise HelloError(
                 CloseCode.LIMIT_REACHED, "host has too many teammates", metric="max_teammates"
             )
         peer.name = hello.name

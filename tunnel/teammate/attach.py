@@ -21,9 +21,10 @@ from rich.markup import escape
 
 from tunnel.app.messages import BadRequest, Request, Subscribe, decode_host_message, encode_request
 from tunnel.e2e.crypto import ShareLink
+from tunnel.process.backoff import TEAMMATE_MAX_BACKOFF, Backoff
 from tunnel.process.groups import unwrap_group
 from tunnel.process.logs import configure_logging
-from tunnel.proto.codes import CloseCode
+from tunnel.proto.codes import FINAL_CODES
 from tunnel.teammate.client import TeammateError, TeammateSession, connect_teammate
 from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line
 from tunnel.terminal.lines import stdin_lines
@@ -31,11 +32,6 @@ from tunnel.terminal.render import render_event, render_item
 from tunnel.terminal.view import ConversationView
 
 logger = logging.getLogger("tunnel.attach")
-
-# Close codes after which trying again cannot help: the link itself is wrong or was revoked.
-FINAL_CODES = frozenset(
-    {CloseCode.UNAUTHORIZED, CloseCode.REVOKED, CloseCode.DECRYPTION_FAILED, CloseCode.REFUSED}
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,7 +41,7 @@ class AttachSettings:
     link: ShareLink
     name: str
     reconnect: bool = True
-    max_backoff: float = 10.0
+    max_backoff: float = TEAMMATE_MAX_BACKOFF
 
 
 class _Quit(Exception):
@@ -61,6 +57,7 @@ class Attachment:
         self._stdin = stdin
         self._view = ConversationView()
         self._terminal = False
+        self._backoff = Backoff(maximum=settings.max_backoff)
         # Lines typed while disconnected wait here; bounded so a paste storm cannot grow memory.
         self._lines_send, self._lines_receive = anyio.create_memory_object_stream[str](16)
 
@@ -85,20 +82,21 @@ class Attachment:
         await self._lines_send.send("/quit")  # end of input
 
     async def _attach_forever(self) -> int:
-        delay = 0.5
         while True:
             try:
                 # The client's task groups wrap what they raise: look through the wrapping.
                 async with unwrap_group():
                     await self._attach_once()
             except TeammateError as exc:
-                if exc.code in FINAL_CODES or not self._settings.reconnect:
+                delay = self._backoff.next_delay()
+                if (exc.by_peer and exc.code in FINAL_CODES) or not self._settings.reconnect:
                     self._console.print(f"[bold red]{escape(str(exc))}[/bold red]")
                     return 2
                 self._console.print(
                     f"[yellow]{escape(str(exc))}; retrying in {delay:.1f}s[/yellow]"
                 )
             except OSError as exc:
+                delay = self._backoff.next_delay()
                 if not self._settings.reconnect:
                     self._console.print(
                         f"[bold red]cannot reach the relay: {escape(str(exc))}[/bold red]"
@@ -108,7 +106,6 @@ class Attachment:
             else:
                 return 0
             await anyio.sleep(delay)
-            delay = min(delay * 2, self._settings.max_backoff)
 
     async def _attach_once(self) -> None:
         async with connect_teammate(self._settings.link, name=self._settings.name) as channel:
@@ -142,6 +139,8 @@ class Attachment:
             return
         op = message["op"]
         if op == "ready":
+            # The host answered: this attachment works, so the next outage starts over.
+            self._backoff.reset()
             agent = message.get("agent")
             self._terminal = isinstance(agent, Mapping) and agent.get("kind") == "terminal"
             self._console.print(

@@ -65,9 +65,3 @@ class ConversationView:
         elif item.get("type") == "permission_decision":
             self.pending.pop(request_id, None)
         return True
-
-    def latest_pending(self) -> PendingPermission | None:
-        """The most recent open permission request, the one /allow and /deny answer."""
-        if not self.pending:
-            return None
-        return list(self.pending.values())[-1]

@@ -1,0 +1,288 @@
+"""The hello payloads of relay, host and teammate: built and checked here, sans-I/O.
+
+Each end of a link says hello first (docs/protocol.md, "Hello"; docs/relay.md, "Hello and
+admission"). The relay speaks first with a challenge and the limits it enforces; a host answers
+with its key, its signature over the challenge and the verifiers of its share links; a teammate
+answers with the host id, its token and its display name. Every check that fails raises
+`HelloError` with the close code to send; its message is safe to log and to send as the close
+reason (never a token or a key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tunnel.e2e.crypto import ROLES
+from tunnel.e2e.identity import (
+    CHALLENGE_SIZE,
+    PUBLIC_KEY_SIZE,
+    HostIdentity,
+    derive_host_id,
+    is_host_id,
+    verify_host_signature,
+)
+from tunnel.errors import TunnelError
+from tunnel.proto import Limits
+from tunnel.proto.codes import CloseCode
+
+__all__ = [
+    "ADVERTISED_LIMITS",
+    "MAX_CAPABILITIES",
+    "MAX_NAME_LENGTH",
+    "PROTOCOL_VERSION",
+    "VERIFIER_SIZE",
+    "HelloError",
+    "HostHello",
+    "RelayHello",
+    "TeammateHello",
+    "agreed_limits",
+    "check_name",
+    "host_hello",
+    "parse_host_hello",
+    "parse_relay_hello",
+    "parse_teammate_hello",
+    "relay_hello",
+    "teammate_hello",
+]
+
+PROTOCOL_VERSION = 1
+"""Spoken in every hello; bumped on incompatible wire changes."""
+
+MAX_NAME_LENGTH = 64
+"""Characters of a teammate's display name (in its hello, its `open` and its channel keys)."""
+
+MAX_CAPABILITIES = 32
+"""Entries in a host's capability list."""
+
+VERIFIER_SIZE = 32
+"""A verifier is sha256(token)."""
+
+ADVERTISED_LIMITS = (
+    "max_message_size",
+    "max_data_size",
+    "max_string_length",
+    "max_channels",
+    "initial_window",
+)
+"""The `Limits` fields the relay states in its hello, so that both ends of a link agree."""
+
+
+class HelloError(TunnelError):
+    """A hello was refused: close the link with `code`; `str(self)` is the (safe) reason."""
+
+    def __init__(self, code: CloseCode, reason: str, *, metric: str = "bad_hello") -> None:
+        # Always the peer's doing: it sent the hello that failed the check.
+        super().__init__(reason, code=code, reason=reason, by_peer=True)
+        self.metric = metric
+        """Label for the relay's rejection counter (a fixed word, never peer data)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RelayHello:
+    """A relay hello that a host or teammate accepted."""
+
+    challenge: bytes
+    """What a host signs, with the relay's URL, to prove its key."""
+
+    limits: Mapping[str, int]
+    """The advertised limits (a subset of ADVERTISED_LIMITS, each a positive int)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostHello:
+    """A host hello that passed every check."""
+
+    public_key: bytes
+    """The host's raw Ed25519 public key."""
+
+    host_id: str
+    """Derived from the public key: nobody else can claim it."""
+
+    capabilities: tuple[str, ...]
+    """What the host says it supports (opaque to the relay)."""
+
+    verifiers: Mapping[str, bytes] = field(repr=False)
+    """{"view": sha256(view token), "drive": sha256(drive token)}."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TeammateHello:
+    """A teammate hello with the right shape (the token is not checked yet)."""
+
+    host_id: str
+    """The host it wants to attach to."""
+
+    token_hash: bytes = field(repr=False)
+    """sha256 of the token it presented; the token itself is not kept."""
+
+    name: str
+    """Its display name (unverified, shown to the host as a hint only)."""
+
+
+def check_name(name: str) -> str:
+    """Return `name` if it is a usable display name; raise ValueError (the caller's mistake)."""
+    if not 1 <= len(name) <= MAX_NAME_LENGTH:
+        raise ValueError(f"a display name is 1 to {MAX_NAME_LENGTH} characters")
+    return name
+
+
+# -- the relay's hello ------------------------------------------------------------------------
+
+
+def relay_hello(challenge: bytes, limits: Limits) -> dict[str, Any]:
+    """Return the relay's hello payload: role, version, challenge, and the limits it enforces."""
+    advertised = {key: getattr(limits, key) for key in ADVERTISED_LIMITS}
+    return {
+        "role": "relay",
+        "version": PROTOCOL_VERSION,
+        "challenge": challenge,
+        "limits": {key: value for key, value in advertised.items() if value is not None},
+    }
+
+
+def parse_relay_hello(payload: Mapping[str, Any]) -> RelayHello:
+    """Check the relay's hello as a host or teammate receives it."""
+    _common(payload, "relay")
+    challenge = payload.get("challenge")
+    if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_SIZE:
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "the relay's challenge is malformed")
+    raw = payload.get("limits", {})
+    if not isinstance(raw, Mapping):
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "the relay's limits are malformed")
+    limits: dict[str, int] = {}
+    for key in ADVERTISED_LIMITS:
+        value = raw.get(key)
+        if value is None:
+            continue
+        if type(value) is not int or value < 1:
+            raise HelloError(CloseCode.PROTOCOL_ERROR, "the relay's limits are malformed")
+        limits[key] = value
+    return RelayHello(challenge=challenge, limits=limits)
+
+
+def agreed_limits(ours: Limits, relay: RelayHello) -> Limits:
+    """The limits a host or teammate uses once the relay said which it enforces.
+
+    Both ends of a link must start channels with the same window (docs/protocol.md, "Limits"),
+    so the relay's `initial_window` wins; a `data` frame must fit what both accept.
+    """
+    window = relay.limits.get("initial_window", ours.initial_window)
+    theirs = relay.limits.get("max_data_size")
+    max_data = ours.max_data_size if theirs is None else min(theirs, ours.max_data_size or theirs)
+    return replace(ours, initial_window=window, max_data_size=max_data)
+
+
+# -- the host's hello -------------------------------------------------------------------------
+
+
+def host_hello(
+    identity: HostIdentity,
+    relay: RelayHello,
+    *,
+    relay_url: str,
+    capabilities: tuple[str, ...],
+    verifiers: Mapping[str, bytes],
+) -> dict[str, Any]:
+    """Return the host's hello: its key, its signature over the challenge, its verifiers."""
+    return {
+        "role": "host",
+        "version": PROTOCOL_VERSION,
+        "pubkey": identity.public_key,
+        "sig": identity.sign_hello(relay.challenge, relay_url),
+        "capabilities": list(capabilities),
+        "verifiers": dict(verifiers),
+    }
+
+
+def parse_host_hello(
+    payload: Mapping[str, Any],
+    *,
+    challenge: bytes,
+    public_url: str,
+    authorized_keys: frozenset[bytes] | None,
+) -> HostHello:
+    """Check a host hello: shape, signature over (challenge || public_url), authorized keys."""
+    _common(payload, "host")
+    expected = {"role", "version", "pubkey", "sig", "capabilities", "verifiers"}
+    if not set(payload) <= expected:
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "unknown host hello field")
+    assert len(challenge) == CHALLENGE_SIZE
+    public_key = _bytes_field(payload, "pubkey", PUBLIC_KEY_SIZE)
+    signature = _bytes_field(payload, "sig", None)
+    capabilities = payload.get("capabilities", [])
+    if (
+        not isinstance(capabilities, list)
+        or len(capabilities) > MAX_CAPABILITIES
+        or not all(isinstance(c, str) for c in capabilities)
+    ):
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed capabilities")
+    raw_verifiers = payload.get("verifiers")
+    if not isinstance(raw_verifiers, dict) or set(raw_verifiers) != set(ROLES):
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed verifiers")
+    verifiers = {role: _bytes_field(raw_verifiers, role, VERIFIER_SIZE) for role in ROLES}
+    if verifiers["view"] == verifiers["drive"]:
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "view and drive verifiers are equal")
+    if not verify_host_signature(public_key, challenge, public_url, signature):
+        raise HelloError(CloseCode.UNAUTHORIZED, "bad host signature", metric="bad_signature")
+    if authorized_keys is not None and public_key not in authorized_keys:
+        raise HelloError(
+            CloseCode.UNAUTHORIZED, "host key not authorized", metric="unauthorized_host"
+        )
+    return HostHello(
+        public_key=public_key,
+        host_id=derive_host_id(public_key),
+        capabilities=tuple(capabilities),
+        verifiers=verifiers,
+    )
+
+
+# -- a teammate's hello -----------------------------------------------------------------------
+
+
+def teammate_hello(*, host_id: str, token: bytes, name: str) -> dict[str, Any]:
+    """Return a teammate's hello: which host, the link's token, and its display name."""
+    return {
+        "role": "teammate",
+        "version": PROTOCOL_VERSION,
+        "host_id": host_id,
+        "token": token,
+        "name": name,
+    }
+
+
+def parse_teammate_hello(payload: Mapping[str, Any]) -> TeammateHello:
+    """Check a teammate hello's shape; its token is matched later against the host's verifiers."""
+    _common(payload, "teammate")
+    if not set(payload) <= {"role", "version", "host_id", "token", "name"}:
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "unknown teammate hello field")
+    host_id = payload.get("host_id")
+    if not isinstance(host_id, str) or not is_host_id(host_id):
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed host id")
+    token = _bytes_field(payload, "token", None)
+    name = payload.get("name", "")
+    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH:
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed name")
+    return TeammateHello(host_id=host_id, token_hash=hashlib.sha256(token).digest(), name=name)
+
+
+# -- shared checks ----------------------------------------------------------------------------
+
+
+def _common(payload: Mapping[str, Any], role: str) -> None:
+    if payload.get("role") != role:
+        raise HelloError(CloseCode.PROTOCOL_ERROR, f"expected a {role} hello")
+    version = payload.get("version")
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        raise HelloError(
+            CloseCode.PROTOCOL_ERROR, "unsupported protocol version", metric="bad_version"
+        )
+
+
+def _bytes_field(payload: Mapping[str, Any], key: str, size: int | None) -> bytes:
+    value = payload.get(key)
+    if not isinstance(value, bytes) or (size is not None and len(value) != size):
+        raise HelloError(CloseCode.PROTOCOL_ERROR, f"hello field {key!r} is malformed")
+    return value
