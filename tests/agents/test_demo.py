@@ -12,7 +12,7 @@ from tunnel.agents import DemoSession, SessionError
 from tunnel.agents.chat import MAX_QUEUED_PROMPTS
 from tunnel.agents.demo_agent import choose_tool, run_tool
 from tunnel.agents.workspace import Workspace
-from tunnel.app.messages import MAX_PROMPT_LENGTH
+from tunnel.app.requests import MAX_PROMPT_LENGTH
 from tunnel.log import Log
 
 from .conftest import running

@@ -16,7 +16,9 @@ import atheris
 with atheris.instrument_imports():
     import msgpack
 
-    from tunnel.app.messages import BadRequest, decode_host_message, decode_request
+    from tunnel.app.errors import BadRequest
+    from tunnel.app.host_messages import parse as parse_host_message
+    from tunnel.app.requests import decode_request
     from tunnel.e2e.crypto import ShareLink
     from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
     from tunnel.log import Item
@@ -57,7 +59,7 @@ def request(data: bytes) -> None:
 
 def host_message(data: bytes) -> None:
     with contextlib.suppress(BadRequest):
-        decode_host_message(data)
+        parse_host_message(data)
 
 
 def item(data: bytes) -> None:

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from tests.support import host_settings
 from tests.support import wait_online as net_wait_online
-from tunnel.app.messages import decode_host_message
+from tunnel.app.host_messages import decode_host_message
 from tunnel.e2e.crypto import ShareLink
 from tunnel.host.share import Shared, ShareSettings, run_share
 from tunnel.teammate.client import TeammateSession

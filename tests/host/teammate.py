@@ -9,7 +9,8 @@ from typing import Any
 
 import anyio
 
-from tunnel.app.messages import Request, Subscribe, decode_host_message, encode_request
+from tunnel.app.host_messages import decode_host_message
+from tunnel.app.requests import Request, Subscribe, encode_request
 from tunnel.teammate.client import TeammateSession, connect_teammate
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import read_line
-from tunnel.app.messages import PermissionAnswer, Prompt
+from tunnel.app.requests import PermissionAnswer, Prompt
 
 from .conftest import wait_online
 from .teammate import attached

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import RelayProcess
-from tunnel.app.messages import PermissionAnswer, Prompt
+from tunnel.app.requests import PermissionAnswer, Prompt
 
 from .conftest import acp_spec, sharing
 from .teammate import Teammate, attached

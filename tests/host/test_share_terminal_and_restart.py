@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import RelayProcess
-from tunnel.app.messages import Input, Prompt, Resize
+from tunnel.app.requests import Input, Prompt, Resize
 
 from .conftest import sharing
 from .teammate import Teammate, attached

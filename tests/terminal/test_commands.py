@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tunnel.app.messages import Cancel, PermissionAnswer, Prompt
+from tunnel.app.requests import Cancel, PermissionAnswer, Prompt
 from tunnel.terminal.commands import Quit, Revoke, Say, parse_line
 from tunnel.terminal.view import ConversationView
 

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from tunnel.app.messages import error_message, pack, presence_message
+from tunnel.app.host_messages import Error, Member, PresenceMessage, Ready, encode
 from tunnel.e2e.crypto import ShareLink, new_secret
 from tunnel.teammate.attach import Attachment, AttachSettings
 
@@ -26,10 +26,20 @@ def _attachment() -> tuple[Attachment, io.StringIO]:
 
 def test_markup_in_names_and_messages_is_shown_literally() -> None:
     attachment, out = _attachment()
-    attachment._show(presence_message([{"name": "[/x] alice [laptop]", "role": "view"}]))
-    attachment._show(error_message("forbidden", "[bold]no[/bold]"))
     attachment._show(
-        pack({"op": "ready", "name": "[/oops]", "role": "view", "agent": {"kind": "chat"}})
+        encode(PresenceMessage(members=[Member(name="[/x] alice [laptop]", role="view")]))
+    )
+    attachment._show(encode(Error(code="forbidden", message="[bold]no[/bold]")))
+    attachment._show(
+        encode(
+            Ready(
+                conversation_id="c",
+                name="[/oops]",
+                role="view",
+                agent_name="demo",
+                agent_kind="chat",
+            )
+        )
     )
     text = out.getvalue()
     assert "[/x] alice [laptop] (view)" in text

@@ -30,6 +30,7 @@ from acp.interfaces import Client
 
 from tunnel import __version__
 from tunnel.log import Log
+from tunnel.process.groups import unwrapped
 
 from .acp_updates import apply_update
 from .base import AgentInfo
@@ -394,8 +395,7 @@ def _exit_text(code: int) -> str:
 
 
 def _describe(exc: BaseException, start_timeout: float) -> str:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = unwrapped(exc)
     if isinstance(exc, FileNotFoundError):
         return "program not found"
     if isinstance(exc, PermissionError):

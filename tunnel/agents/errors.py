@@ -7,35 +7,19 @@ the agents can all raise the same error without importing one another.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from tunnel.app.messages import MAX_PROMPT_LENGTH
+from tunnel.app.errors import AppError, ErrorCode
+from tunnel.app.requests import MAX_PROMPT_LENGTH
 from tunnel.log.item import MAX_ID_CHARS
 
 __all__ = ["ErrorCode", "SessionError", "check_by", "check_prompt"]
 
-ErrorCode = Literal[
-    "forbidden",
-    "bad_request",
-    "unknown_request",
-    "already_answered",
-    "not_supported",
-    "agent_unavailable",
-]
-"""The error codes of docs/application.md, sent back to the teammate in the `error` message."""
 
-
-class SessionError(Exception):
+class SessionError(AppError):
     """A request to the session was refused; nothing was recorded and nothing happened.
 
     The fault is the caller's (a bad or late request) or the agent's (`agent_unavailable`);
     `code` is sent back to the teammate as the `error` message's code.
     """
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code: ErrorCode = code
-        self.message = message
 
 
 def check_by(by: str) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from tunnel.app.messages import MAX_INPUT_SIZE, MAX_TERMINAL_SIDE
+from tunnel.app.requests import MAX_INPUT_SIZE, MAX_TERMINAL_SIDE
 from tunnel.log import Log
 
 from .base import AgentInfo, AgentSession

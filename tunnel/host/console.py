@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tunnel.agents import AgentSession, SessionError
-from tunnel.app.messages import Cancel, PermissionAnswer, Prompt
+from tunnel.app.requests import Cancel, PermissionAnswer, Prompt
 from tunnel.host.presence import Presence
 from tunnel.log import Event, Log
 from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line

@@ -8,15 +8,15 @@ driver go to the shared agent session, requests from a viewer are refused and ch
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 import anyio
 
-from tunnel.agents import AgentSession, SessionError
-from tunnel.app.messages import (
+from tunnel.agents import AgentSession
+from tunnel.app import host_messages as out
+from tunnel.app.errors import AppError, BadRequest
+from tunnel.app.requests import (
     DRIVING_REQUESTS,
-    BadRequest,
     Cancel,
     Input,
     PermissionAnswer,
@@ -25,13 +25,6 @@ from tunnel.app.messages import (
     Resize,
     Subscribe,
     decode_request,
-    error_message,
-    event_message,
-    item_message,
-    pack,
-    presence_message,
-    ready_message,
-    snapshot_message,
 )
 from tunnel.host.presence import Member, Presence
 from tunnel.log import Event, Item, Log, Subscription
@@ -64,7 +57,7 @@ class SessionChannel(Protocol):
 
 def _fit(wire: dict[str, Any]) -> dict[str, Any]:
     """The item's wire map, with its data replaced by a note if it could never fit a message."""
-    if len(pack(wire)) <= MAX_ITEM_BYTES:
+    if len(out.pack(wire)) <= MAX_ITEM_BYTES:
         return wire
     return {**wire, "data": {"truncated": True, "note": "item too large to send"}}
 
@@ -92,7 +85,7 @@ class SessionChannelHandler:
     async def run(self) -> None:
         member = Member(name=self._channel.name, role=self._channel.role)
         await self._send(
-            ready_message(
+            out.Ready(
                 conversation_id=self._session.conversation_id,
                 role=member.role,
                 name=member.name,
@@ -112,7 +105,10 @@ class SessionChannelHandler:
         finally:
             self._presence.leave(key)
 
-    async def _send(self, plaintext: bytes) -> None:
+    async def _send(self, message: out.HostMessage) -> None:
+        await self._send_plaintext(out.encode(message))
+
+    async def _send_plaintext(self, plaintext: bytes) -> None:
         async with self._send_lock:
             await self._channel.send(plaintext)
 
@@ -127,17 +123,17 @@ class SessionChannelHandler:
             request = decode_request(plaintext)
         except BadRequest as exc:
             logger.info("bad request from %s: %s", self._channel.name, exc)
-            await self._send(error_message(exc.code, str(exc)))
+            await self._send(out.Error(code=exc.code, message=exc.message))
             return
         if isinstance(request, Subscribe):
             await self._restart_stream(tg, request.after)
         elif isinstance(request, DRIVING_REQUESTS) and self._channel.role != "drive":
-            await self._send(error_message("forbidden", "this link can only view"))
+            await self._send(out.Error(code="forbidden", message="this link can only view"))
         else:
             try:
                 await self._drive(request)
-            except SessionError as exc:
-                await self._send(error_message(exc.code, str(exc)))
+            except AppError as exc:
+                await self._send(out.Error(code=exc.code, message=exc.message))
 
     async def _drive(self, request: Request) -> None:
         by = self._channel.name
@@ -186,36 +182,38 @@ class SessionChannelHandler:
                 if isinstance(entry, Event):
                     continue  # ephemeral; what it said is in the items that follow
                 wire = _fit(entry.to_wire())
-                size = len(pack(wire))
+                size = len(out.pack(wire))
                 if page and (
                     page_bytes + size > SNAPSHOT_PAGE_BYTES or len(page) >= SNAPSHOT_PAGE_ITEMS
                 ):
-                    await self._send(snapshot_message(page, last_seq=last, more=True, reset=reset))
+                    await self._send(
+                        out.Snapshot(items=page, last_seq=last, more=True, reset=reset)
+                    )
                     reset = False  # said once, on the first page
                     page, page_bytes = [], 0
                 page.append(wire)
                 page_bytes += size
                 last = entry.seq
-        await self._send(snapshot_message(page, last_seq=max(last, head), more=False, reset=reset))
+        await self._send(
+            out.Snapshot(items=page, last_seq=max(last, head), more=False, reset=reset)
+        )
 
     async def _send_entry(self, entry: Item | Event) -> None:
         if isinstance(entry, Item):
-            await self._send(item_message(_fit(entry.to_wire())))
+            await self._send(out.ItemMessage(item=_fit(entry.to_wire())))
             return
-        message = event_message(entry.to_wire())
+        plaintext = out.encode(out.EventMessage(event=entry.to_wire()))
         # An event is ephemeral and its content arrives again in the item that follows it: one
         # too large for a message (a huge streamed chunk) is skipped, never allowed to end the
         # channel.
-        if len(message) <= MAX_ITEM_BYTES:
-            await self._send(message)
+        if len(plaintext) <= MAX_ITEM_BYTES:
+            await self._send_plaintext(plaintext)
 
     async def _pump_presence(self) -> None:
         seen = -1
         while True:
             if seen != self._presence.version:
                 seen = self._presence.version
-                members: list[Mapping[str, str]] = [
-                    {"name": m.name, "role": m.role} for m in self._presence.members()
-                ]
-                await self._send(presence_message(members))
+                members = [out.Member(name=m.name, role=m.role) for m in self._presence.members()]
+                await self._send(out.PresenceMessage(members=members))
             await self._presence.wait_changed(seen)

@@ -19,7 +19,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tunnel.app.messages import BadRequest, Request, Subscribe, decode_host_message, encode_request
+from tunnel.app import host_messages as incoming
+from tunnel.app.errors import BadRequest
+from tunnel.app.requests import Request, Subscribe, encode_request
 from tunnel.e2e.crypto import ShareLink
 from tunnel.process.backoff import TEAMMATE_MAX_BACKOFF, Backoff
 from tunnel.process.groups import unwrap_group
@@ -133,44 +135,38 @@ class Attachment:
 
     def _show(self, plaintext: bytes) -> None:
         try:
-            message = decode_host_message(plaintext)
+            message = incoming.parse(plaintext)
         except BadRequest:
             logger.warning("dropped a malformed message from the host")
             return
-        op = message["op"]
-        if op == "ready":
-            # The host answered: this attachment works, so the next outage starts over.
-            self._backoff.reset()
-            agent = message.get("agent")
-            self._terminal = isinstance(agent, Mapping) and agent.get("kind") == "terminal"
-            self._console.print(
-                f"[bold]attached as {escape(str(message.get('name')))}"
-                f" ({escape(str(message.get('role')))})[/bold]"
-                + (f" [dim]{HELP}[/dim]" if self._settings.link.role == "drive" else "")
-            )
-        elif op == "snapshot":
-            if message.get("reset") is True:
-                # The host's log is not the one we saw (a new log under the same conversation).
-                self._view = ConversationView()
-                self._console.print("[dim]the host's conversation log starts over[/dim]")
-            for item in message.get("items", []):
-                self._show_item(item)
-        elif op == "item":
-            self._show_item(message.get("item"))
-        elif op == "event":
-            event = message.get("event")
-            if isinstance(event, Mapping):
-                line = render_event(event)
+        match message:
+            case incoming.Ready():
+                # The host answered: this attachment works, so the next outage starts over.
+                self._backoff.reset()
+                self._terminal = message.agent_kind == "terminal"
+                self._console.print(
+                    f"[bold]attached as {escape(message.name)} ({escape(message.role)})[/bold]"
+                    + (f" [dim]{HELP}[/dim]" if self._settings.link.role == "drive" else "")
+                )
+            case incoming.Snapshot():
+                if message.reset:
+                    # The host's log is not the one we saw (a new log under the same
+                    # conversation).
+                    self._view = ConversationView()
+                    self._console.print("[dim]the host's conversation log starts over[/dim]")
+                for item in message.items:
+                    self._show_item(item)
+            case incoming.ItemMessage():
+                self._show_item(message.item)
+            case incoming.EventMessage():
+                line = render_event(message.event)
                 if line is not None:
                     self._console.print(line)
-        elif op == "presence":
-            members = message.get("members") or []
-            names = ", ".join(
-                f"{m.get('name')} ({m.get('role')})" for m in members if isinstance(m, Mapping)
-            )
-            self._console.print(f"[dim]attached: {escape(names)}[/dim]")
-        elif op == "error":
-            self._console.print(f"[red]refused: {escape(str(message.get('message')))}[/red]")
+            case incoming.PresenceMessage():
+                names = ", ".join(f"{m.name} ({m.role})" for m in message.members)
+                self._console.print(f"[dim]attached: {escape(names)}[/dim]")
+            case incoming.Error():
+                self._console.print(f"[red]refused: {escape(message.message)}[/red]")
 
     def _show_item(self, item: Any) -> None:
         if not isinstance(item, Mapping) or not self._view.accept(item):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tunnel.app.messages import Cancel, PermissionAnswer, Prompt, Request
+from tunnel.app.requests import Cancel, PermissionAnswer, Prompt, Request
 from tunnel.terminal.view import PendingPermission
 
 HELP = (

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tunnel.app.messages import (
-    BadRequest,
+from tunnel.app.errors import BadRequest
+from tunnel.app.host_messages import pack
+from tunnel.app.requests import (
     Cancel,
     Input,
     PermissionAnswer,
@@ -20,11 +21,8 @@ from tunnel.app.messages import (
     Request,
     Resize,
     Subscribe,
-    decode_host_message,
     decode_request,
     encode_request,
-    error_message,
-    pack,
 )
 
 requests: st.SearchStrategy[Request] = st.one_of(
@@ -131,13 +129,3 @@ def test_malformed_requests_name_the_problem(message: dict[str, Any], why: str) 
 def test_nasty_bytes_are_bad_requests(data: bytes) -> None:
     with pytest.raises(BadRequest):
         decode_request(data)
-
-
-def test_host_messages_decode_on_the_client_side() -> None:
-    assert decode_host_message(error_message("forbidden", "viewers cannot prompt")) == {
-        "op": "error",
-        "code": "forbidden",
-        "message": "viewers cannot prompt",
-    }
-    with pytest.raises(BadRequest):
-        decode_host_message(msgpack.packb([1]))

@@ -1,4 +1,4 @@
-"""Application messages inside a session channel (docs/application.md): decode and encode.
+"""Teammate -> host requests (docs/application.md, "Teammate to host"): typed, decoded, encoded.
 
 Requests from teammates are untrusted plaintext (they decrypted fine, but a driver's link may be
 in anyone's hands), so `decode_request` accepts only the whitelisted ops with exact field types
@@ -7,11 +7,14 @@ and raises nothing but `BadRequest`, whatever the bytes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
+
+from tunnel.app.errors import BadRequest
+from tunnel.app.host_messages import pack
 
 # One request fits one `d` (256 KiB); prompts are text, so this is generous and keeps a hostile
 # driver from handing the agent megabytes at once.
@@ -24,12 +27,6 @@ MAX_INPUT_SIZE = 16 * 1024
 """Bytes one `input` request may carry; terminal sessions refuse more (tunnel.agents.pty_agent)."""
 MAX_TERMINAL_SIDE = 1000
 """Largest terminal width or height, in cells; terminal sessions refuse more as well."""
-
-
-class BadRequest(Exception):
-    """A teammate sent a request that is not a valid application message."""
-
-    code = "bad_request"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,62 +173,3 @@ def encode_request(request: Request) -> bytes:
         case Resize(cols=cols, rows=rows):
             message = {"op": "resize", "cols": cols, "rows": rows}
     return pack(message)
-
-
-def pack(message: Mapping[str, Any]) -> bytes:
-    """Encode one application message map."""
-    packed: bytes = msgpack.packb(message, use_bin_type=True)
-    return packed
-
-
-# Host -> teammate messages are built as plain maps; these helpers keep the field names in one
-# place (docs/application.md, "Host to teammate").
-
-
-def ready_message(
-    *, conversation_id: str, role: str, name: str, agent_name: str, agent_kind: str
-) -> bytes:
-    return pack(
-        {
-            "op": "ready",
-            "conversation_id": conversation_id,
-            "role": role,
-            "name": name,
-            "agent": {"name": agent_name, "kind": agent_kind},
-        }
-    )
-
-
-def snapshot_message(
-    items: Sequence[Mapping[str, Any]], *, last_seq: int, more: bool, reset: bool = False
-) -> bytes:
-    return pack(
-        {"op": "snapshot", "items": list(items), "last_seq": last_seq, "more": more, "reset": reset}
-    )
-
-
-def item_message(item: Mapping[str, Any]) -> bytes:
-    return pack({"op": "item", "item": item})
-
-
-def event_message(event: Mapping[str, Any]) -> bytes:
-    return pack({"op": "event", "event": event})
-
-
-def presence_message(members: Sequence[Mapping[str, str]]) -> bytes:
-    return pack({"op": "presence", "members": list(members)})
-
-
-def error_message(code: str, message: str) -> bytes:
-    return pack({"op": "error", "code": code, "message": message})
-
-
-def decode_host_message(plaintext: bytes) -> dict[str, Any]:
-    """Decode a host -> teammate message on the client side; `BadRequest` if it is not a map."""
-    try:
-        message = msgpack.unpackb(plaintext, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises many types
-        raise BadRequest("not a msgpack map") from exc
-    if not isinstance(message, dict) or not isinstance(message.get("op"), str):
-        raise BadRequest("not an application message")
-    return message
