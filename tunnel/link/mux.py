@@ -87,8 +87,16 @@ class LinkChannel:
 
         `seal` runs only when the message is sure to be queued, with no await in between: a send
         cancelled while it waits for window never consumes a nonce of the end-to-end encryption,
-        whose receiver counts messages. Raises ChannelClosedError.
+        whose receiver counts messages. Raises ChannelClosedError, and LocalProtocolError (before
+        sealing) for a size no `data` frame of this link can carry.
         """
+        largest = self.limits.largest_data
+        if not 1 <= size <= largest:
+            # Checked before waiting: no window ever opens that wide, and sealing a message that
+            # can never be sent would use up a nonce.
+            raise LocalProtocolError(
+                f"a data frame carries 1 to {largest} bytes", code=CloseCode.LIMIT_REACHED
+            )
         async with self._send_lock:
             while True:
                 if self._closed is not None:

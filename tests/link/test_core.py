@@ -1,0 +1,228 @@
+"""Link: events in order, queued frames flushed, and why `run` says the link closed."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from websockets.exceptions import ConnectionClosed
+
+from tests.link.memory_websocket import Endpoint, linked, running, websocket_pair
+from tunnel.link import core
+from tunnel.proto import (
+    ChannelClosed,
+    ChannelOpened,
+    CloseCode,
+    DataReceived,
+    Hello,
+    HelloReceived,
+    Open,
+    RemoteProtocolError,
+    Side,
+    encode_frame,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_events_reach_on_event_in_the_order_the_peer_queued_them() -> None:
+    with anyio.fail_after(10):
+        async with linked() as (dialer, accepter):
+            connection = dialer.link.connection
+            channels = [connection.open_channel(f"path{i}", {"i": i}) for i in range(3)]
+            for round_ in range(5):
+                for channel in channels:
+                    assert connection.send_data(channel, f"{channel}:{round_}".encode())
+            connection.close_channel(channels[0], CloseCode.REFUSED, "enough")
+            dialer.link.flush()
+
+            await accepter.log.wait_for(lambda events: isinstance(events[-1], ChannelClosed))
+            assert accepter.log.events == [
+                HelloReceived(payload={"role": "dialer"}),
+                *(
+                    ChannelOpened(channel=channel, path=f"path{i}", meta={"i": i})
+                    for i, channel in enumerate(channels)
+                ),
+                *(
+                    DataReceived(channel=channel, data=f"{channel}:{round_}".encode())
+                    for round_ in range(5)
+                    for channel in channels
+                ),
+                ChannelClosed(channel=channels[0], code=CloseCode.REFUSED, reason="enough"),
+            ]
+
+
+async def test_close_soon_sends_what_was_queued_before_closing() -> None:
+    with anyio.fail_after(10):
+        async with linked() as (dialer, accepter):
+            connection = dialer.link.connection
+            channel = connection.open_channel("s", {})
+            assert connection.send_data(channel, b"last words")
+            # No flush() in between: the close itself must send what is queued first.
+            dialer.link.close_soon(CloseCode.GOING_AWAY, "bye")
+
+            closed = await accepter.wait_stopped()
+            assert (closed.code, closed.reason, closed.by_peer) == (
+                CloseCode.GOING_AWAY,
+                "bye",
+                True,
+            )
+            assert accepter.log.events[-1] == DataReceived(channel=channel, data=b"last words")
+
+
+@pytest.mark.parametrize("closer", ["dialer", "accepter"])
+async def test_a_close_is_local_on_the_closing_side_and_by_peer_on_the_other(closer: str) -> None:
+    with anyio.fail_after(10):
+        async with linked() as (dialer, accepter):
+            closing, other = (dialer, accepter) if closer == "dialer" else (accepter, dialer)
+            closed = await closing.link.aclose(CloseCode.REVOKED, "links revoked")
+
+            assert (closed.code, closed.reason, closed.by_peer) == (
+                CloseCode.REVOKED,
+                "links revoked",
+                False,
+            )
+            assert await closing.wait_stopped() is closed
+            seen = await other.wait_stopped()
+            assert (seen.code, seen.reason, seen.by_peer) == (
+                CloseCode.REVOKED,
+                "links revoked",
+                True,
+            )
+            assert other.link.closed is seen
+            assert dialer.link.failure is None
+            assert accepter.link.failure is None
+
+
+async def test_the_first_close_request_wins() -> None:
+    with anyio.fail_after(10):
+        async with linked() as (dialer, accepter):
+            dialer.link.close_soon(CloseCode.REFUSED, "first")
+            dialer.link.close_soon(CloseCode.REVOKED, "second")
+
+            assert dialer.link.closing
+            closed = await dialer.wait_stopped()
+            assert (closed.code, closed.reason, closed.by_peer) == (
+                CloseCode.REFUSED,
+                "first",
+                False,
+            )
+            seen = await accepter.wait_stopped()
+            assert (seen.code, seen.reason) == (CloseCode.REFUSED, "first")
+
+
+async def test_a_long_close_reason_is_clipped_on_a_character_boundary() -> None:
+    with anyio.fail_after(10):
+        async with linked() as (dialer, accepter):
+            closed = await dialer.link.aclose(CloseCode.NORMAL, "é" * 100)
+
+            # 200 bytes of UTF-8 do not fit a close frame: 61 characters (122 bytes) do.
+            assert closed.reason == "é" * 61
+            assert (await accepter.wait_stopped()).reason == "é" * 61
+
+
+@pytest.mark.parametrize(
+    "message",
+    [b"\xc1", "a text message", encode_frame(Open(channel=2, path="s", meta={}))],
+    ids=["not-msgpack", "text", "frame-before-hello"],
+)
+async def test_a_message_that_breaks_the_protocol_closes_the_link_with_4000(
+    message: bytes | str,
+) -> None:
+    with anyio.fail_after(10):
+        client, server = websocket_pair()
+        endpoint = Endpoint(client, Side.DIALER)
+        async with running(endpoint):
+            await server.send(message)
+            # Whatever follows the violation is ignored, even a valid hello.
+            await server.send(encode_frame(Hello(payload={})))
+
+            closed = await endpoint.wait_stopped()
+            assert (closed.code, closed.by_peer) == (CloseCode.PROTOCOL_ERROR, False)
+            failure = endpoint.link.failure
+            assert isinstance(failure, RemoteProtocolError)
+            assert failure.code == CloseCode.PROTOCOL_ERROR
+            assert closed.reason == str(failure)
+            assert endpoint.log.events == []
+            with pytest.raises(ConnectionClosed) as info:
+                await server.recv()
+            assert info.value.rcvd is not None
+            assert info.value.rcvd.code == CloseCode.PROTOCOL_ERROR
+
+
+async def test_a_message_over_max_size_is_reported_as_our_1009_not_a_protocol_failure() -> None:
+    with anyio.fail_after(10):
+        client, server = websocket_pair(max_size=1024)
+        endpoint = Endpoint(client, Side.DIALER)
+        async with running(endpoint):
+            await server.send(b"x" * 2048)
+
+            closed = await endpoint.wait_stopped()
+            assert (closed.code, closed.by_peer) == (CloseCode.MESSAGE_TOO_BIG, False)
+            assert endpoint.link.failure is None
+
+
+async def test_a_peer_that_vanishes_without_a_close_frame_is_an_abnormal_closure() -> None:
+    with anyio.fail_after(10):
+        async with linked() as (dialer, accepter):
+            accepter.link.websocket.transport.abort()
+
+            closed = await dialer.wait_stopped()
+            assert (closed.code, closed.reason, closed.by_peer) == (
+                CloseCode.ABNORMAL_CLOSURE,
+                "",
+                True,
+            )
+
+
+async def test_cancelling_run_tells_the_peer_we_are_going_away() -> None:
+    with anyio.fail_after(10):
+        client, server = websocket_pair()
+        dialer = Endpoint(client, Side.DIALER)
+        accepter = Endpoint(server, Side.ACCEPTER)
+        async with running(accepter):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(dialer.run)
+                dialer.send_hello({})
+                await accepter.mux.wait_hello()
+                tg.cancel_scope.cancel()
+
+            seen = await accepter.wait_stopped()
+            assert (seen.code, seen.by_peer) == (CloseCode.GOING_AWAY, True)
+            assert dialer.link.closed is not None
+            assert (dialer.link.closed.code, dialer.link.closed.by_peer) == (
+                CloseCode.GOING_AWAY,
+                False,
+            )
+
+
+async def test_a_peer_that_stops_reading_is_cut_off_as_a_slow_consumer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The close frame cannot get through either: keep the wait before dropping the socket short.
+    monkeypatch.setattr(core, "CLOSE_GRACE", 0.2)
+    with anyio.fail_after(10):
+        # max_queue=1: the peer's WebSocket stops reading its socket after one unread message.
+        client, server = websocket_pair(max_queue=1)
+        endpoint = Endpoint(server, Side.ACCEPTER, send_timeout=0.2)
+        async with running(endpoint):
+            await client.send(encode_frame(Hello(payload={})))
+            endpoint.send_hello({})
+            await endpoint.mux.wait_hello()
+            channel = endpoint.mux.open_channel("s", {})
+            # Sixteen 16 KiB messages fit the window but not the peer's socket buffers.
+            for _ in range(16):
+                await channel.send(b"x" * 16 * 1024)
+
+            closed = await endpoint.wait_stopped()
+            assert (closed.code, closed.by_peer) == (CloseCode.SLOW_CONSUMER, False)
+            assert endpoint.link.failure is None
+
+
+async def test_aclose_on_a_closed_link_returns_how_it_closed() -> None:
+    with anyio.fail_after(10):
+        async with linked() as (dialer, accepter):
+            closed = await accepter.link.aclose(CloseCode.HOST_GONE, "gone")
+            seen = await dialer.wait_stopped()
+
+            assert await dialer.link.aclose(CloseCode.NORMAL) is seen
+            assert await accepter.link.aclose(CloseCode.NORMAL) is closed
