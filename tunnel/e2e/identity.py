@@ -34,7 +34,10 @@ CHALLENGE_SIZE = 32
 HOST_ID_LENGTH = 26
 """Characters of base32 kept from sha256(public key): 130 bits."""
 
-_HOST_ID_RE = re.compile(rf"[a-z2-7]{{{HOST_ID_LENGTH}}}")
+HOST_ID_PATTERN = rf"[a-z2-7]{{{HOST_ID_LENGTH}}}"
+"""What a host id looks like: lowercase base32, HOST_ID_LENGTH characters (the page uses it too)."""
+
+_HOST_ID_RE = re.compile(HOST_ID_PATTERN)
 _AUTHORIZED_KEY_RE = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
 
 # POSIX permission bits mean nothing on Windows; there the user profile ACLs protect the files.

@@ -24,6 +24,7 @@ from tunnel.app.errors import BadRequest
 from tunnel.app.requests import Request, Subscribe, encode_request
 from tunnel.e2e.crypto import ShareLink
 from tunnel.process.backoff import TEAMMATE_MAX_BACKOFF, Backoff
+from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.groups import unwrap_group
 from tunnel.process.logs import configure_logging
 from tunnel.proto.codes import FINAL_CODES
@@ -93,7 +94,7 @@ class Attachment:
                 delay = self._backoff.next_delay()
                 if (exc.by_peer and exc.code in FINAL_CODES) or not self._settings.reconnect:
                     self._console.print(f"[bold red]{escape(str(exc))}[/bold red]")
-                    return 2
+                    return EXIT_CONFIG
                 self._console.print(
                     f"[yellow]{escape(str(exc))}; retrying in {delay:.1f}s[/yellow]"
                 )
@@ -103,7 +104,7 @@ class Attachment:
                     self._console.print(
                         f"[bold red]cannot reach the relay: {escape(str(exc))}[/bold red]"
                     )
-                    return 2
+                    return EXIT_CONFIG
                 self._console.print(f"[yellow]cannot reach the relay; retrying in {delay:.1f}s")
             else:
                 return 0
@@ -214,11 +215,11 @@ def attach_command(
         typer.echo(
             "tunnel attach: give a share link (argument, TUNNEL_LINK or --link-file)", err=True
         )
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_CONFIG)
     try:
         parsed = ShareLink.parse(link)
     except ValueError as exc:
         typer.echo(f"tunnel attach: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_CONFIG) from None
     settings = AttachSettings(link=parsed, name=name, reconnect=reconnect)
     raise typer.Exit(anyio.run(run_attach, settings))

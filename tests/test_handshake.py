@@ -1,0 +1,153 @@
+"""Hello payloads of relay, host and teammate: built and checked without any I/O."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from tunnel.e2e.crypto import ShareSecrets
+from tunnel.e2e.identity import HostIdentity
+from tunnel.handshake import (
+    PROTOCOL_VERSION,
+    HelloError,
+    RelayHello,
+    agreed_limits,
+    host_hello,
+    parse_host_hello,
+    parse_relay_hello,
+    parse_teammate_hello,
+    relay_hello,
+    teammate_hello,
+)
+from tunnel.proto import Limits
+from tunnel.proto.codes import CloseCode
+from tunnel.relay.admission import match_role
+
+
+def signed_hello(identity: HostIdentity, challenge: bytes, url: str) -> dict[str, object]:
+    relay = RelayHello(challenge=challenge, limits={})
+    verifiers = ShareSecrets.generate().verifiers(identity.host_id)
+    return host_hello(identity, relay, relay_url=url, capabilities=("chat",), verifiers=verifiers)
+
+
+def test_a_host_hello_is_checked_against_challenge_url_and_authorized_keys() -> None:
+    identity = HostIdentity.generate()
+    challenge = bytes(32)
+    url = "https://relay.example"
+    hello = parse_host_hello(
+        signed_hello(identity, challenge, url),
+        challenge=challenge,
+        public_url=url,
+        authorized_keys=None,
+    )
+    assert hello.host_id == identity.host_id
+    assert hello.capabilities == ("chat",)
+    for kwargs, code in [
+        ({"challenge": bytes([1]) * 32, "public_url": url, "authorized_keys": None}, 4002),
+        ({"challenge": challenge, "public_url": "https://other", "authorized_keys": None}, 4002),
+        ({"challenge": challenge, "public_url": url, "authorized_keys": frozenset()}, 4002),
+    ]:
+        with pytest.raises(HelloError) as caught:
+            parse_host_hello(signed_hello(identity, challenge, url), **kwargs)  # type: ignore[arg-type]
+        assert caught.value.code == code
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"role": "teammate"},
+        {"version": 2},
+        {"version": True},
+        {"pubkey": b"short"},
+        {"verifiers": {"view": bytes(32)}},
+        {"capabilities": "chat"},
+        {"extra": 1},
+    ],
+)
+def test_a_malformed_host_hello_is_a_protocol_error(change: dict[str, object]) -> None:
+    identity = HostIdentity.generate()
+    payload = {**signed_hello(identity, bytes(32), "https://r"), **change}
+    with pytest.raises(HelloError) as caught:
+        parse_host_hello(payload, challenge=bytes(32), public_url="https://r", authorized_keys=None)
+    assert caught.value.code == CloseCode.PROTOCOL_ERROR
+
+
+def test_teammate_hellos_keep_only_a_hash_of_the_token_and_match_one_role() -> None:
+    host_id = HostIdentity.generate().host_id
+    hello = parse_teammate_hello(
+        {"role": "teammate", "version": 1, "host_id": host_id, "token": b"t" * 32, "name": "ann"}
+    )
+    assert hello.token_hash == hashlib.sha256(b"t" * 32).digest()
+    assert "t" * 32 not in repr(hello)
+    verifiers = {"view": hashlib.sha256(b"v").digest(), "drive": hello.token_hash}
+    assert match_role(hello.token_hash, verifiers) == "drive"
+    assert match_role(hashlib.sha256(b"x").digest(), verifiers) is None
+    for bad in ({"host_id": "NOT-AN-ID"}, {"name": "n" * 65}, {"token": "text"}, {"x": 1}):
+        with pytest.raises(HelloError):
+            parse_teammate_hello(
+                {"role": "teammate", "version": 1, "host_id": host_id, "token": b"t", **bad}
+            )
+
+
+def test_what_each_end_builds_is_what_the_other_accepts() -> None:
+    limits = Limits(initial_window=65536, max_data_size=8192, max_channels=None)
+    relay = parse_relay_hello(relay_hello(bytes(range(32)), limits))
+    assert relay.challenge == bytes(range(32))
+    # None turns a limit off: it is left out, not advertised as a value.
+    assert dict(relay.limits) == {
+        "max_message_size": limits.max_message_size,
+        "max_data_size": 8192,
+        "max_string_length": limits.max_string_length,
+        "initial_window": 65536,
+    }
+    identity = HostIdentity.generate()
+    hello = parse_host_hello(
+        signed_hello(identity, relay.challenge, "https://r"),
+        challenge=relay.challenge,
+        public_url="https://r",
+        authorized_keys=frozenset({identity.public_key}),
+    )
+    assert hello.public_key == identity.public_key
+    teammate = parse_teammate_hello(
+        teammate_hello(host_id=identity.host_id, token=b"t" * 32, name="ann")
+    )
+    assert (teammate.host_id, teammate.name) == (identity.host_id, "ann")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"role": "host"},
+        {"version": PROTOCOL_VERSION + 1},
+        {"challenge": b"short"},
+        {"challenge": "text"},
+        {"limits": [1, 2]},
+        {"limits": {"initial_window": 0}},
+        {"limits": {"max_data_size": True}},
+        {"limits": {"max_data_size": "big"}},
+    ],
+)
+def test_a_relay_hello_a_dialer_cannot_use_is_a_protocol_error(change: dict[str, object]) -> None:
+    payload = {**relay_hello(bytes(32), Limits()), **change}
+    with pytest.raises(HelloError) as caught:
+        parse_relay_hello(payload)
+    assert caught.value.code == CloseCode.PROTOCOL_ERROR
+    assert caught.value.by_peer
+
+
+def test_a_dialer_adopts_the_relays_window_and_the_smaller_data_size() -> None:
+    ours = Limits(initial_window=256 * 1024, max_data_size=128 * 1024, max_channels=1024)
+    smaller = RelayHello(
+        challenge=bytes(32), limits={"initial_window": 4096, "max_data_size": 1024}
+    )
+    agreed = agreed_limits(ours, smaller)
+    assert (agreed.initial_window, agreed.max_data_size, agreed.largest_data) == (4096, 1024, 1024)
+    assert agreed.max_channels == 1024  # not advertised: ours stays
+    larger = RelayHello(
+        challenge=bytes(32), limits={"initial_window": 2**20, "max_data_size": 2**20}
+    )
+    agreed = agreed_limits(ours, larger)
+    # The window must be the relay's (both ends of a link start equal); a frame must fit both.
+    assert (agreed.initial_window, agreed.max_data_size) == (2**20, 128 * 1024)
+    assert agreed_limits(ours, RelayHello(challenge=bytes(32), limits={})) == ours
