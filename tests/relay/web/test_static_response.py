@@ -60,6 +60,7 @@ def test_page_policy_forbids_inline_script_and_other_origins() -> None:
     ("path", "content_type"),
     [
         ("/static/app.js", "text/javascript; charset=utf-8"),
+        ("/static/wire.js", "text/javascript; charset=utf-8"),
         ("/static/app.css", "text/css; charset=utf-8"),
         ("/static/vendor/xterm.mjs", "text/javascript; charset=utf-8"),
         ("/static/vendor/xterm.css", "text/css; charset=utf-8"),
@@ -110,6 +111,8 @@ def test_asset_bytes_are_the_packaged_files() -> None:
         "/static/__init__.py",
         "/static/vendor/README.md",
         "/static/missing.js",
+        "/static/vendor/wire.js",
+        "/static/sub/wire.js",
         "/static/a/b/c/d/e.js",
         "/static\\app.js",
         "/favicon.ico",

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
 import pytest
 from playwright.sync_api import Page
 
-from tunnel.proto import Close, Data, Hello, Open, Window, decode_frame, encode_frame
+from tunnel.proto import Close, Data, Hello, Open, ProtocolError, Window, decode_frame, encode_frame
+from tunnel.proto.frames import MAX_CLOSE_CODE
+from tunnel.proto.limits import MAX_WINDOW
 
 from .conftest import BLANK_PATH
 
@@ -46,6 +49,7 @@ async (frames) => {
 FUZZ = """
 async ([seeds, rounds]) => {
   const f = await import("/static/frames.js");
+  const wire = await import("/static/wire.js");
   const bytes = (h) => Uint8Array.from(h.match(/../g), (x) => parseInt(x, 16));
   let state = 12345;
   const rand = (n) => {
@@ -76,7 +80,7 @@ async ([seeds, rounds]) => {
   for (const input of inputs) {
     try {
       const frame = f.decodeFrame(input);
-      if (!f.KINDS.includes(frame.k)) counts.other.push("unchecked kind");
+      if (!wire.KINDS.includes(frame.k)) counts.other.push("unchecked kind");
       counts.ok++;
     } catch (error) {
       if (error instanceof f.ProtocolError && Number.isInteger(error.code)) counts.protocol++;
@@ -134,3 +138,97 @@ def test_decoding_junk_raises_only_protocol_errors(page: Page, static_server: st
     assert counts["other"] == []
     assert counts["protocol"] > 1000
     assert counts["ok"] + counts["protocol"] == 20_000
+
+
+# Runs in the page: "ok" or "refused:<code>" for each frame, as the page's decoder sees it.
+VERDICTS = """
+async (frames) => {
+  const f = await import("/static/frames.js");
+  const bytes = (h) => Uint8Array.from(h.match(/../g) ?? [], (x) => parseInt(x, 16));
+  return frames.map((h) => {
+    try {
+      f.decodeFrame(bytes(h));
+      return "ok";
+    } catch (error) {
+      return error instanceof f.ProtocolError ? `refused:${error.code}` : `other:${error}`;
+    }
+  });
+}
+"""
+
+
+def python_verdict(frame: bytes) -> str:
+    try:
+        decode_frame(frame)
+    except ProtocolError as error:
+        return f"refused:{int(error.code)}"
+    return "ok"
+
+
+def raw_frame(c: object, k: str, p: object, *, single_float: bool = False) -> bytes:
+    # Built by hand: encode_frame refuses the malformed frames this test is about.
+    packed: bytes = msgpack.packb(
+        {"c": c, "k": k, "p": p}, use_bin_type=True, use_single_float=single_float
+    )
+    return packed
+
+
+WINDOW_GRANTS: dict[str, bytes] = {
+    "n=0": raw_frame(1, "window", {"n": 0}),
+    "n=1": raw_frame(1, "window", {"n": 1}),
+    "n=-1": raw_frame(1, "window", {"n": -1}),
+    "n=2**32-1": raw_frame(1, "window", {"n": MAX_WINDOW}),
+    "n=2**32": raw_frame(1, "window", {"n": MAX_WINDOW + 1}),
+    "n=2**64-1": raw_frame(1, "window", {"n": 2**64 - 1}),
+    "n=-2**63": raw_frame(1, "window", {"n": -(2**63)}),
+    "n=4096.0": raw_frame(1, "window", {"n": 4096.0}),
+    "n=4096.0 (float32)": raw_frame(1, "window", {"n": 4096.0}, single_float=True),
+    "n=true": raw_frame(1, "window", {"n": True}),
+    "n=nil": raw_frame(1, "window", {"n": None}),
+    "n='1'": raw_frame(1, "window", {"n": "1"}),
+    "no n": raw_frame(1, "window", {}),
+    "n and more": raw_frame(1, "window", {"n": 1, "x": 1}),
+    "channel 1.0": raw_frame(1.0, "window", {"n": 1}),
+}
+
+CLOSE_CODES: dict[str, bytes] = {
+    "code=999": raw_frame(1, "close", {"code": 999, "reason": ""}),
+    "code=1000": raw_frame(1, "close", {"code": 1000, "reason": ""}),
+    "code=1001": raw_frame(1, "close", {"code": 1001, "reason": "bye"}),
+    "code=4000": raw_frame(1, "close", {"code": 4000, "reason": ""}),
+    "code=4999": raw_frame(1, "close", {"code": MAX_CLOSE_CODE, "reason": ""}),
+    "code=5000": raw_frame(1, "close", {"code": MAX_CLOSE_CODE + 1, "reason": ""}),
+    "code=0": raw_frame(1, "close", {"code": 0, "reason": ""}),
+    "code=-4000": raw_frame(1, "close", {"code": -4000, "reason": ""}),
+    "code=65535": raw_frame(1, "close", {"code": 65535, "reason": ""}),
+    "code=2**32+4000": raw_frame(1, "close", {"code": 2**32 + 4000, "reason": ""}),
+    "code=4000.0": raw_frame(1, "close", {"code": 4000.0, "reason": ""}),
+    "code=4000.0 (float32)": raw_frame(
+        1, "close", {"code": 4000.0, "reason": ""}, single_float=True
+    ),
+    "code=true": raw_frame(1, "close", {"code": True, "reason": ""}),
+    "code='4000'": raw_frame(1, "close", {"code": "4000", "reason": ""}),
+    "reason nil": raw_frame(1, "close", {"code": 4000, "reason": None}),
+    "no reason": raw_frame(1, "close", {"code": 4000}),
+    "code, reason and more": raw_frame(1, "close", {"code": 4000, "reason": "", "x": 1}),
+    "channel 3.0": raw_frame(3.0, "close", {"code": 4000, "reason": ""}),
+}
+
+
+@pytest.mark.parametrize(
+    "cases", [WINDOW_GRANTS, CLOSE_CODES], ids=["window-grants", "close-codes"]
+)
+def test_window_and_close_frames_are_refused_exactly_where_python_refuses_them(
+    page: Page, static_server: str, cases: dict[str, bytes]
+) -> None:
+    page.goto(static_server + BLANK_PATH)
+    got = dict(zip(cases, page.evaluate(VERDICTS, [f.hex() for f in cases.values()]), strict=True))
+    expected = {name: python_verdict(frame) for name, frame in cases.items()}
+    assert got == expected
+    # The drifts this guards against: a grant of nothing, codes outside 1000..4999, floats.
+    if cases is WINDOW_GRANTS:
+        assert got["n=0"] == got["n=4096.0"] == "refused:4000"
+        assert got["n=1"] == got["n=2**32-1"] == "ok"
+    else:
+        assert got["code=999"] == got["code=5000"] == got["code=4000.0"] == "refused:4000"
+        assert got["code=1000"] == got["code=4999"] == "ok"

@@ -11,6 +11,8 @@ from urllib.parse import quote
 import pytest
 from playwright.sync_api import Page, expect
 
+from tunnel.proto.codes import FINAL_CODES, CloseCode
+
 from .conftest import INSECURE_HOST, PageLog
 from .fake_relay import HOST_ID, FakeRelay, Scenario, fake_relay, wire_item
 
@@ -530,6 +532,41 @@ def test_a_first_frame_that_is_not_a_nonce_ends_with_the_protocol_error_screen(
         assert relay.data_before_nonce == 0
         page.wait_for_timeout(1500)
         assert len(relay.hellos) == 1
+
+
+@pytest.mark.parametrize("code", sorted(FINAL_CODES), ids=lambda code: code.name)
+def test_every_final_code_stops_the_page_on_a_screen(page: Page, code: CloseCode) -> None:
+    with fake_relay(Scenario(end_with=int(code))) as relay:
+        open_page(page, relay.page_url("drive"))
+        expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "closed")
+        screen = page.locator("[data-testid^=screen-]")
+        expect(screen).to_have_count(1)
+        expect(screen).to_contain_text(f"close code {int(code)}")
+        page.wait_for_timeout(1500)
+        assert len(relay.hellos) == 1
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        CloseCode.NORMAL,
+        CloseCode.GOING_AWAY,
+        CloseCode.INTERNAL_ERROR,
+        CloseCode.FLOW_CONTROL,
+        CloseCode.LIMIT_REACHED,
+        CloseCode.SLOW_CONSUMER,
+    ],
+    ids=lambda code: code.name,
+)
+def test_codes_that_are_not_final_make_the_page_retry(page: Page, code: CloseCode) -> None:
+    assert code not in FINAL_CODES
+    with fake_relay(Scenario(end_with=int(code))) as relay:
+        open_page(page, relay.page_url("drive"))
+        wait_for(lambda: len(relay.hellos) >= 3, timeout=10)
+        expect(page.get_by_test_id("connection-status")).not_to_have_attribute(
+            "data-state", "closed"
+        )
+        expect(page.locator("[data-testid^=screen-]")).to_have_count(0)
 
 
 def test_host_offline_keeps_retrying_until_the_host_is_back(page: Page) -> None:

@@ -8,6 +8,7 @@ URLs:
   /static/<build>/<file>     an asset of this exact build: cached for a year, immutable
   /static/<file>             the same asset without a build id: revalidated every time
   /static/.../vendor/<file>  a vendored third-party asset (tunnel/relay/web/vendor/)
+  /static/[<build>/]wire.js  the page's wire vocabulary, generated from Python (`wire.py`)
 
 `<build>` is a digest of every shipped asset, so a new release changes every asset URL and a
 long-lived cache can never serve a stale mix of old and new modules.
@@ -19,8 +20,12 @@ import functools
 import hashlib
 import re
 import secrets
+from collections.abc import Callable
 from importlib import resources
 from importlib.resources.abc import Traversable
+
+from tunnel.e2e.identity import HOST_ID_PATTERN
+from tunnel.relay.web.wire import WIRE_MODULE_NAME, wire_module
 
 Headers = list[tuple[str, str]]
 Response = tuple[int, Headers, bytes]
@@ -49,7 +54,7 @@ _POLICY = (
     "frame-ancestors 'none'",
 )
 
-_HOST_PAGE = re.compile(r"/h/[a-z2-7]{26}")
+_HOST_PAGE = re.compile(rf"/h/{HOST_ID_PATTERN}")
 _BUILD = re.compile(r"[0-9a-f]{16}")
 # One path segment of an asset: no dot files, no "..", nothing a filesystem treats specially.
 _SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -71,6 +76,9 @@ _CONTENT_TYPES = {
 
 _CACHE_FOREVER = "public, max-age=31536000, immutable"
 _CACHE_REVALIDATE = "no-cache"
+# Assets built in memory from Python rather than read from static/: served, cached and counted in
+# the build id exactly like the files next to them.
+_GENERATED: dict[str, Callable[[], bytes]] = {WIRE_MODULE_NAME: wire_module}
 _BUILD_PLACEHOLDER = b"{{build}}"
 _NONCE_PLACEHOLDER = b"{{nonce}}"
 
@@ -99,13 +107,17 @@ def _walk(directory: Traversable, prefix: str) -> list[tuple[str, Traversable]]:
 
 @functools.cache
 def build_id() -> str:
-    """A 16-hex-digit digest of every shipped asset (computed once per process)."""
+    """A 16-hex-digit digest of every shipped asset, wire.js included (once per process)."""
     digest = hashlib.sha256()
     static, vendor = _asset_dirs()
-    for name, entry in sorted(_walk(static, "") + _walk(vendor, "vendor/"), key=lambda e: e[0]):
+    assets = {
+        name: entry.read_bytes for name, entry in _walk(static, "") + _walk(vendor, "vendor/")
+    }
+    assets.update(_GENERATED)
+    for name in sorted(assets):
         digest.update(name.encode())
         digest.update(b"\0")
-        digest.update(hashlib.sha256(entry.read_bytes()).digest())
+        digest.update(hashlib.sha256(assets[name]()).digest())
     digest.update(_root().joinpath("index.html").read_bytes())
     return digest.hexdigest()[:16]
 
@@ -155,18 +167,23 @@ def _asset(segments: list[str], *, versioned: bool) -> Response | None:
     if content_type is None:
         return None
     static, vendor = _asset_dirs()
-    base, rest = (vendor, segments[1:]) if segments[0] == "vendor" else (static, segments)
-    if not rest:
-        return None
-    entry = base.joinpath(*rest)
-    if not entry.is_file():
-        return None
+    generated = _GENERATED.get(name) if len(segments) == 1 else None
+    if generated is not None:
+        body = generated()
+    else:
+        base, rest = (vendor, segments[1:]) if segments[0] == "vendor" else (static, segments)
+        if not rest:
+            return None
+        entry = base.joinpath(*rest)
+        if not entry.is_file():
+            return None
+        body = entry.read_bytes()
     headers = [
         ("Content-Type", content_type),
         ("Cache-Control", _CACHE_FOREVER if versioned else _CACHE_REVALIDATE),
         *_security_headers(_ASSET_POLICY),
     ]
-    return 200, headers, entry.read_bytes()
+    return 200, headers, body
 
 
 def static_response(path: str) -> Response | None:

@@ -7,9 +7,11 @@ import { cleanName } from "./link.js";
 import { Session } from "./session.js";
 import { TerminalView } from "./terminal.js";
 import { View } from "./view.js";
+import { MAX_INPUT_SIZE } from "./wire.js";
 
 const NAME_KEY = "agent-tunnel.name";
-const INPUT_CHUNK = 8 * 1024;
+// Half of what the host takes in one input message (tunnel.app.requests.MAX_INPUT_SIZE).
+const INPUT_CHUNK = MAX_INPUT_SIZE / 2;
 
 function storedName() {
   try {
@@ -101,7 +103,8 @@ function boot() {
       terminal = new TerminalView(container, {
         interactive: link.role === "drive",
         onInput: (data) => {
-          // The host takes at most 16 KiB per input message; a big paste goes in pieces.
+          // The host takes at most MAX_INPUT_SIZE bytes per input message; a big paste goes in
+          // pieces.
           for (let start = 0; start < data.length; start += INPUT_CHUNK) {
             session.send({ op: "input", data: data.subarray(start, start + INPUT_CHUNK) });
           }

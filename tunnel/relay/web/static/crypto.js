@@ -2,24 +2,32 @@
 // token and root from the role secret (HKDF-SHA256, salt = host id), per-channel keys from the
 // root, the open's salt, the host's nonce and the teammate's name, AES-256-GCM with a 12-byte
 // big-endian counter nonce per direction and the host id as additional data. Only WebCrypto is
-// used; it exists only in a secure context.
+// used; it exists only in a secure context. Sizes, labels and roles are tunnel.e2e.crypto's,
+// through wire.js.
+
+import {
+  CloseCode,
+  DOWN_INFO,
+  E2E_INFO,
+  HOST_ID_PATTERN,
+  KEY_SIZE,
+  NONCE_SIZE,
+  RELAY_TOKEN_INFO,
+  ROLES,
+  SALT_SIZE,
+  SECRET_SIZE,
+  TAG_SIZE,
+  UP_INFO,
+} from "./wire.js";
 
 const encoder = new TextEncoder();
-
-export const TOKEN_INFO = "agent-tunnel/v1 relay-token";
-export const ROOT_INFO = "agent-tunnel/v1 e2e";
-export const SECRET_LENGTH = 32;
-export const SALT_LENGTH = 16;
-/** Bytes of the host's nonce, its first (clear) message on a channel. */
-export const HOST_NONCE_LENGTH = 16;
-export const ROLES = ["view", "drive"];
 
 /** The error a message that does not authenticate raises; the link closes with `code`. */
 export class DecryptionError extends Error {
   constructor(message = "message did not decrypt") {
     super(message);
     this.name = "DecryptionError";
-    this.code = 4003;
+    this.code = CloseCode.DECRYPTION_FAILED;
   }
 }
 
@@ -84,11 +92,11 @@ export function parseFragment(fragment) {
   const role = text.slice(0, dot);
   if (!ROLES.includes(role)) throw new BadLinkError("the link's role is neither view nor drive");
   const secret = b64urlDecode(text.slice(dot + 1));
-  if (secret.length !== SECRET_LENGTH) throw new BadLinkError("the link's secret has the wrong length");
+  if (secret.length !== SECRET_SIZE) throw new BadLinkError("the link's secret has the wrong length");
   return { role, secret };
 }
 
-const HOST_ID = /^[a-z2-7]{26}$/;
+const HOST_ID = new RegExp(`^(?:${HOST_ID_PATTERN})$`);
 
 /** The host id of a page path `/h/<host_id>`, or null. */
 export function hostIdFromPath(pathname) {
@@ -113,14 +121,14 @@ async function hkdf(keyBytes, salt, info) {
   const bits = await crypto.subtle.deriveBits(
     { name: "HKDF", hash: "SHA-256", salt, info: infoBytes },
     key,
-    256,
+    KEY_SIZE * 8,
   );
   return new Uint8Array(bits);
 }
 
-/** The token shown to the relay: HKDF(secret, salt=host id, info=TOKEN_INFO). */
+/** The token shown to the relay: HKDF(secret, salt=host id, info=RELAY_TOKEN_INFO). */
 export function relayToken(secret, hostId) {
-  return hkdf(secret, encoder.encode(hostId), TOKEN_INFO);
+  return hkdf(secret, encoder.encode(hostId), RELAY_TOKEN_INFO);
 }
 
 /** sha256(token): what the host registers with the relay. */
@@ -130,42 +138,45 @@ export async function tokenVerifier(token) {
 
 /** The end-to-end root key; it never leaves the endpoints. */
 export function e2eRoot(secret, hostId) {
-  return hkdf(secret, encoder.encode(hostId), ROOT_INFO);
+  return hkdf(secret, encoder.encode(hostId), E2E_INFO);
 }
 
 /**
  * [k_up, k_down] of one channel; "up" is teammate to host. Both ends add fresh randomness (the
- * open's `salt`, the host's `hostNonce`) and the teammate's display `name` is bound in, so a
- * relay that rewrites the name breaks the channel:
+ * open's `salt`, the host's `hostNonce`, each SALT_SIZE bytes) and the teammate's display `name`
+ * is bound in, so a relay that rewrites the name breaks the channel:
  *   k = HKDF(root, salt = salt || hostNonce, info = "up" | "down" || 0x00 || utf8(name))
  * `name` must be exactly the string sent in the open (see `channelName` in link.js).
  */
 export async function channelKeys(root, { salt, hostNonce, name }) {
-  if (!(salt instanceof Uint8Array) || salt.length !== SALT_LENGTH) {
-    throw new TypeError(`a channel salt is ${SALT_LENGTH} bytes`);
+  if (!(salt instanceof Uint8Array) || salt.length !== SALT_SIZE) {
+    throw new TypeError(`a channel salt is ${SALT_SIZE} bytes`);
   }
-  if (!(hostNonce instanceof Uint8Array) || hostNonce.length !== HOST_NONCE_LENGTH) {
-    throw new TypeError(`a host nonce is ${HOST_NONCE_LENGTH} bytes`);
+  if (!(hostNonce instanceof Uint8Array) || hostNonce.length !== SALT_SIZE) {
+    throw new TypeError(`a host nonce is ${SALT_SIZE} bytes`);
   }
   if (typeof name !== "string") throw new TypeError("a channel name is a string");
   const channelSalt = concat(salt, hostNonce);
   const bound = concat(Uint8Array.of(0), encoder.encode(name));
   return [
-    await hkdf(root, channelSalt, concat(encoder.encode("up"), bound)),
-    await hkdf(root, channelSalt, concat(encoder.encode("down"), bound)),
+    await hkdf(root, channelSalt, concat(encoder.encode(UP_INFO), bound)),
+    await hkdf(root, channelSalt, concat(encoder.encode(DOWN_INFO), bound)),
   ];
 }
 
 // 2**53 - 1: the largest counter a JS number holds exactly; far beyond any real channel.
 const MAX_COUNTER = Number.MAX_SAFE_INTEGER;
 
+// The counter, big-endian, in the last 8 of the nonce's bytes; the ones before stay zero.
 function counterNonce(counter) {
-  const nonce = new Uint8Array(12);
+  const nonce = new Uint8Array(NONCE_SIZE);
   const view = new DataView(nonce.buffer);
-  view.setUint32(4, Math.floor(counter / 2 ** 32));
-  view.setUint32(8, counter >>> 0);
+  view.setUint32(NONCE_SIZE - 8, Math.floor(counter / 2 ** 32));
+  view.setUint32(NONCE_SIZE - 4, counter >>> 0);
   return nonce;
 }
+
+const TAG_BITS = TAG_SIZE * 8;
 
 /**
  * One direction of one channel. Calls must be made one at a time, in wire order: the nonce is
@@ -188,7 +199,7 @@ export class ChannelCipher {
   async encrypt(plaintext) {
     if (this.counter >= MAX_COUNTER) throw new Error("channel message counter exhausted");
     const iv = counterNonce(this.counter++);
-    const params = { name: "AES-GCM", iv, additionalData: this.aad, tagLength: 128 };
+    const params = { name: "AES-GCM", iv, additionalData: this.aad, tagLength: TAG_BITS };
     return new Uint8Array(await crypto.subtle.encrypt(params, this.key, plaintext));
   }
 
@@ -199,7 +210,7 @@ export class ChannelCipher {
       throw new DecryptionError("channel message counter exhausted");
     }
     const iv = counterNonce(this.counter++);
-    const params = { name: "AES-GCM", iv, additionalData: this.aad, tagLength: 128 };
+    const params = { name: "AES-GCM", iv, additionalData: this.aad, tagLength: TAG_BITS };
     try {
       return new Uint8Array(await crypto.subtle.decrypt(params, this.key, ciphertext));
     } catch {
@@ -223,5 +234,5 @@ export async function teammateChannelCrypto(secret, hostId, channel) {
 }
 
 export function randomSalt() {
-  return crypto.getRandomValues(new Uint8Array(SALT_LENGTH));
+  return crypto.getRandomValues(new Uint8Array(SALT_SIZE));
 }

@@ -1,14 +1,21 @@
 // Link frames (docs/protocol.md): one msgpack map {"c", "k", "p"} per WebSocket message.
 // Decoding checks every field the page relies on; anything else is a ProtocolError (4000).
+// `window` and `close` frames are refused exactly where tunnel.proto.frames.decode_frame refuses
+// them; the kinds, ids and ranges come from Python through wire.js.
 
-import { decode, encode } from "./vendor/msgpack/index.mjs";
-
-export const KINDS = ["hello", "open", "data", "close", "window"];
-export const MAX_MESSAGE_SIZE = 1 << 20;
-export const MAX_CHANNEL_ID = 2 ** 32 - 1;
+import { Decoder, decode, encode } from "./vendor/msgpack/index.mjs";
+import {
+  CloseCode,
+  DEFAULT_LIMITS,
+  KINDS,
+  MAX_CHANNEL_ID,
+  MAX_CLOSE_CODE,
+  MAX_WINDOW,
+  MIN_CLOSE_CODE,
+} from "./wire.js";
 
 export class ProtocolError extends Error {
-  constructor(message, code = 4000) {
+  constructor(message, code = CloseCode.PROTOCOL_ERROR) {
     super(message);
     this.name = "ProtocolError";
     this.code = code;
@@ -16,16 +23,42 @@ export class ProtocolError extends Error {
 }
 
 const DECODE_OPTIONS = {
-  maxStrLength: MAX_MESSAGE_SIZE,
-  maxBinLength: MAX_MESSAGE_SIZE,
+  maxStrLength: DEFAULT_LIMITS.max_message_size,
+  maxBinLength: DEFAULT_LIMITS.max_message_size,
   maxArrayLength: 4096,
   maxMapLength: 4096,
   maxExtLength: 0,
 };
 
+// Python tells a msgpack float from an int (`type(n) is not int`); a JS number does not. This
+// decoder counts the floats it meets, so that a frame whose fields are all ints and strings
+// (window, close) can be refused when one of them was a float on the wire, as Python does.
+class FrameDecoder extends Decoder {
+  floats = 0;
+
+  readF32() {
+    this.floats += 1;
+    return super.readF32();
+  }
+
+  readF64() {
+    this.floats += 1;
+    return super.readF64();
+  }
+}
+
+function decodeCountingFloats(bytes, options) {
+  const decoder = new FrameDecoder(options);
+  return { value: decoder.decode(bytes), floats: decoder.floats };
+}
+
 function isPlainMap(value) {
   return value !== null && typeof value === "object" && !Array.isArray(value) &&
     !(value instanceof Uint8Array);
+}
+
+function hasKeys(map, keys) {
+  return Object.keys(map).sort().join(",") === keys;
 }
 
 function isChannelId(value) {
@@ -39,16 +72,18 @@ export function encodeFrame(frame) {
 
 /** Decode and check one frame; raises ProtocolError on anything malformed. */
 export function decodeFrame(bytes) {
-  if (bytes.byteLength > MAX_MESSAGE_SIZE) throw new ProtocolError("message too large", 4006);
+  if (bytes.byteLength > DEFAULT_LIMITS.max_message_size) {
+    throw new ProtocolError("message too large", CloseCode.LIMIT_REACHED);
+  }
   let frame;
+  let floats;
   try {
-    frame = decode(bytes, DECODE_OPTIONS);
+    ({ value: frame, floats } = decodeCountingFloats(bytes, DECODE_OPTIONS));
   } catch {
     throw new ProtocolError("message is not msgpack");
   }
   if (!isPlainMap(frame)) throw new ProtocolError("frame is not a map");
-  const keys = Object.keys(frame).sort().join(",");
-  if (keys !== "c,k,p") throw new ProtocolError("frame keys are not c, k, p");
+  if (!hasKeys(frame, "c,k,p")) throw new ProtocolError("frame keys are not c, k, p");
   const { c, k, p } = frame;
   if (!KINDS.includes(k)) throw new ProtocolError("unknown frame kind");
   if (!isPlainMap(p)) throw new ProtocolError("payload is not a map");
@@ -65,12 +100,18 @@ export function decodeFrame(bytes) {
       if (!(p.d instanceof Uint8Array)) throw new ProtocolError("bad data");
       break;
     case "close":
-      if (!Number.isInteger(p.code) || typeof p.reason !== "string") {
+      // Exactly {code, reason}, code an int in MIN_CLOSE_CODE..MAX_CLOSE_CODE (no float).
+      if (!hasKeys(p, "code,reason") || floats > 0 || !Number.isInteger(p.code) ||
+        p.code < MIN_CLOSE_CODE || p.code > MAX_CLOSE_CODE || typeof p.reason !== "string") {
         throw new ProtocolError("bad close");
       }
       break;
     case "window":
-      if (!Number.isInteger(p.n) || p.n < 0) throw new ProtocolError("bad window");
+      // Exactly {n}, n an int in 1..MAX_WINDOW (no float): a grant of nothing is malformed.
+      if (!hasKeys(p, "n") || floats > 0 || !Number.isInteger(p.n) || p.n < 1 ||
+        p.n > MAX_WINDOW) {
+        throw new ProtocolError("bad window");
+      }
       break;
   }
   return { c, k, p };

@@ -3,22 +3,22 @@
 // channel crypto (docs/security.md); the application messages above it are plain objects.
 // It never reconnects: the session decides whether and when to start a new one.
 //
-// The channel starts with the host's nonce: its first `data` frame is 16 random bytes in clear.
-// Only then can the keys be derived (docs/security.md), so until it has arrived the page sends
-// nothing on the channel: messages wait in the outbox, and the nonce's bytes are granted back like
-// any other data.
+// The channel starts with the host's nonce: its first `data` frame is SALT_SIZE (16) random
+// bytes in clear. Only then can the keys be derived (docs/security.md), so until it has arrived
+// the page sends nothing on the channel: messages wait in the outbox, and the nonce's bytes are
+// granted back like any other data.
 
-import {
-  HOST_NONCE_LENGTH,
-  teammateChannelCrypto,
-  randomSalt,
-  relayToken,
-  DecryptionError,
-} from "./crypto.js";
+import { teammateChannelCrypto, randomSalt, relayToken, DecryptionError } from "./crypto.js";
 import { decodeFrame, encodeFrame, decodeMsgpack, encodeMsgpack, ProtocolError } from "./frames.js";
+import {
+  CloseCode,
+  DEFAULT_LIMITS,
+  MAX_CLOSE_CODE,
+  MAX_NAME_LENGTH,
+  PROTOCOL_VERSION,
+  SALT_SIZE,
+} from "./wire.js";
 
-export const PROTOCOL_VERSION = 1;
-export const INITIAL_WINDOW = 256 * 1024;
 // The dialer picks odd channel ids; this link only ever opens one channel.
 const CHANNEL = 1;
 // Frames waiting to be handled. Flow control bounds data bytes to one window; this bounds the
@@ -28,7 +28,6 @@ const MAX_INBOX = 20000;
 // has not granted window for a whole 256 KiB.
 const MAX_OUTBOX = 4096;
 
-export const MAX_NAME_LENGTH = 64;
 export const DEFAULT_NAME = "teammate";
 // Without the u flag these match UTF-16 code units: a surrogate with no partner, and C0/C1
 // controls.
@@ -37,8 +36,8 @@ const CONTROL = /[\u0000-\u001f\u007f-\u009f]/g;
 
 /**
  * `text` as a display name: lone surrogates replaced (they have no UTF-8 form), controls removed,
- * trimmed and cut to 64 code points, which is what the host counts (it refuses a longer name);
- * "" if nothing is left.
+ * trimmed and cut to MAX_NAME_LENGTH code points, which is what the host counts (it refuses a
+ * longer name); "" if nothing is left.
  */
 export function cleanName(text) {
   const cleaned = String(text ?? "").replace(LONE_SURROGATE, "\uFFFD").replace(CONTROL, "").trim();
@@ -49,22 +48,6 @@ export function cleanName(text) {
 export function channelName(text) {
   return cleanName(text) || DEFAULT_NAME;
 }
-
-/** Close codes of docs/protocol.md that the page tells apart. */
-export const Code = Object.freeze({
-  NORMAL: 1000,
-  GOING_AWAY: 1001,
-  ABNORMAL: 1006,
-  PROTOCOL_ERROR: 4000,
-  REFUSED: 4001,
-  UNAUTHORIZED: 4002,
-  DECRYPTION_FAILED: 4003,
-  FLOW_CONTROL: 4004,
-  HOST_GONE: 4005,
-  LIMIT_REACHED: 4006,
-  SLOW_CONSUMER: 4007,
-  REVOKED: 4008,
-});
 
 export function attachUrl(location) {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
@@ -88,10 +71,11 @@ export class SessionLink {
     this.draining = false;
     this.outbox = [];
     this.flushing = false;
-    this.initialWindow = INITIAL_WINDOW;
-    this.largestMessage = INITIAL_WINDOW;
-    this.sendWindow = INITIAL_WINDOW;
-    this.receiveWindow = INITIAL_WINDOW;
+    // Until the relay's hello says otherwise, the default limits of tunnel.proto.limits.
+    this.initialWindow = DEFAULT_LIMITS.initial_window;
+    this.largestMessage = DEFAULT_LIMITS.initial_window;
+    this.sendWindow = DEFAULT_LIMITS.initial_window;
+    this.receiveWindow = DEFAULT_LIMITS.initial_window;
     // Bytes received (all of them consumed: frames are handled whole, one at a time) and not yet
     // granted back. Grants never exceed it, so the relay's send window never exceeds its initial
     // size, which it treats as a flow-control error.
@@ -109,7 +93,7 @@ export class SessionLink {
     ws.binaryType = "arraybuffer";
     this.ws = ws;
     ws.onmessage = (event) => this.receive(event.data);
-    ws.onclose = (event) => this.end(event.code || Code.ABNORMAL, event.reason || "");
+    ws.onclose = (event) => this.end(event.code || CloseCode.ABNORMAL_CLOSURE, event.reason || "");
     // An error is always followed by a close event, which ends the attachment.
     ws.onerror = () => {};
   }
@@ -123,10 +107,12 @@ export class SessionLink {
   }
 
   /** End the attachment from this side; the page calls it on unload or to reconnect. */
-  close(code = Code.NORMAL, reason = "") {
-    // A page may only close a WebSocket with 1000 or 3000-4999; the attachment still reports
-    // the real code.
-    const wsCode = code === Code.NORMAL || (code >= 3000 && code <= 4999) ? code : Code.NORMAL;
+  close(code = CloseCode.NORMAL, reason = "") {
+    // A page may only close a WebSocket with 1000 or 3000-4999 (the protocol's codes end at the
+    // same 4999); the attachment still reports the real code.
+    const wsCode = code === CloseCode.NORMAL || (code >= 3000 && code <= MAX_CLOSE_CODE)
+      ? code
+      : CloseCode.NORMAL;
     if (this.ws && this.ws.readyState <= WebSocket.OPEN) this.ws.close(wsCode);
     this.end(code, reason);
   }
@@ -145,9 +131,9 @@ export class SessionLink {
   }
 
   fail(error) {
-    const code = Number.isInteger(error.code) ? error.code : Code.PROTOCOL_ERROR;
+    const code = Number.isInteger(error.code) ? error.code : CloseCode.PROTOCOL_ERROR;
     // The host learns why its channel ended when the fault was in what it sent on it.
-    const reason = code === Code.DECRYPTION_FAILED ? "decryption failed" : error.channelReason;
+    const reason = code === CloseCode.DECRYPTION_FAILED ? "decryption failed" : error.channelReason;
     if (this.state === "open" && !this.closeSent && reason) {
       this.rawSend({ c: CHANNEL, k: "close", p: { code, reason } });
       this.closeSent = true;
@@ -166,7 +152,7 @@ export class SessionLink {
       return;
     }
     if (this.inbox.length >= MAX_INBOX) {
-      this.fail(new ProtocolError("too many frames queued", Code.LIMIT_REACHED));
+      this.fail(new ProtocolError("too many frames queued", CloseCode.LIMIT_REACHED));
       return;
     }
     this.inbox.push(new Uint8Array(data));
@@ -221,7 +207,8 @@ export class SessionLink {
     if (frame.k === "hello") throw new ProtocolError("second hello");
     if (frame.k === "open") {
       // Nobody may open channels towards a browser.
-      this.rawSend({ c: frame.c, k: "close", p: { code: Code.REFUSED, reason: "not served" } });
+      const p = { code: CloseCode.REFUSED, reason: "not served" };
+      this.rawSend({ c: frame.c, k: "close", p });
       return;
     }
     if (frame.c !== CHANNEL) throw new ProtocolError("frame for a channel that was never opened");
@@ -233,7 +220,7 @@ export class SessionLink {
         // A peer only grants back what it consumed, so an honest window never grows past its
         // initial size (docs/protocol.md).
         if (this.sendWindow + frame.p.n > this.initialWindow) {
-          throw new ProtocolError("window grant beyond the initial window", Code.FLOW_CONTROL);
+          throw new ProtocolError("window grant beyond the initial window", CloseCode.FLOW_CONTROL);
         }
         this.sendWindow += frame.p.n;
         this.flush();
@@ -265,7 +252,7 @@ export class SessionLink {
   async handleData(data) {
     if (this.closeSent) return;
     if (data.byteLength > this.receiveWindow - this.unacknowledged) {
-      throw new ProtocolError("data beyond the window", Code.FLOW_CONTROL);
+      throw new ProtocolError("data beyond the window", CloseCode.FLOW_CONTROL);
     }
     this.unacknowledged += data.byteLength;
     if (this.channelCrypto === null) {
@@ -292,7 +279,8 @@ export class SessionLink {
   }
 
   async acceptHostNonce(hostNonce) {
-    if (hostNonce.byteLength !== HOST_NONCE_LENGTH) {
+    // The host's nonce is a salt of its own (tunnel.host.channel), as long as ours.
+    if (hostNonce.byteLength !== SALT_SIZE) {
       // A host of another version (or a relay in the way) that starts with anything else.
       const error = new ProtocolError("the host's first message is not a 16-byte nonce");
       error.channelReason = "bad host nonce";

@@ -1,22 +1,54 @@
 // The teammate's side of one shared session: keeps an attachment alive (reconnecting with
 // backoff), resubscribes after the last seq seen so the view gets every item exactly once, and
 // turns the host's application messages (docs/application.md) into calls on the view.
+// Which endings are final and how long to wait before the next try are Python's
+// (tunnel.proto.codes.FINAL_CODES, tunnel.process.backoff), through wire.js.
 
-import { Code, SessionLink, attachUrl } from "./link.js";
+import { SessionLink, attachUrl } from "./link.js";
+import {
+  BACKOFF_FACTOR,
+  BACKOFF_INITIAL_MS,
+  CloseCode,
+  FINAL_CODES,
+  JITTER,
+  TEAMMATE_MAX_BACKOFF_MS,
+} from "./wire.js";
 
-const BACKOFF_FIRST_MS = 500;
-const BACKOFF_MAX_MS = 15000;
-
-/** Endings after which retrying cannot help: the page shows a screen and stops. */
-const FINAL = new Map([
-  [Code.UNAUTHORIZED, "bad-link"],
-  [Code.DECRYPTION_FAILED, "decrypt-failed"],
-  [Code.REVOKED, "revoked"],
-  [Code.REFUSED, "refused"],
+/**
+ * The screen (view.js SCREENS) each final ending shows. Which endings are final is FINAL_CODES
+ * alone; tests/relay/web/test_web_session.py checks that every one of them has its screen here.
+ */
+export const FINAL_SCREENS = new Map([
+  [CloseCode.UNAUTHORIZED, "bad-link"],
+  [CloseCode.DECRYPTION_FAILED, "decrypt-failed"],
+  [CloseCode.REVOKED, "revoked"],
+  [CloseCode.REFUSED, "refused"],
   // The host (or the relay) speaks another version of the protocol, e.g. a host that does not
   // start its channel with a nonce: reconnecting would meet the same.
-  [Code.PROTOCOL_ERROR, "protocol-error"],
+  [CloseCode.PROTOCOL_ERROR, "protocol-error"],
+  // The relay closes a host's own link with it; should a teammate ever get it, the page stops too.
+  [CloseCode.HOST_ID_IN_USE, "host-id-in-use"],
 ]);
+// A final code this page has no screen for yet still stops it, with the generic screen.
+const OTHER_FINAL_SCREEN = "closed";
+// Python caps the exponent too: the power stays finite however long the relay stays away.
+const MAX_EXPONENT = 64;
+
+/**
+ * Milliseconds to wait before retry number `attempt` (0 for the first): a random time between
+ * (1 - JITTER) and all of min(TEAMMATE_MAX_BACKOFF_MS, BACKOFF_INITIAL_MS * BACKOFF_FACTOR **
+ * attempt), as tunnel.process.backoff.Backoff waits with the teammate maximum. `random` is a
+ * number in [0, 1).
+ */
+export function backoffDelay(attempt, random = Math.random()) {
+  const exponent = Math.min(attempt, MAX_EXPONENT);
+  const ceiling = Math.min(
+    TEAMMATE_MAX_BACKOFF_MS,
+    BACKOFF_INITIAL_MS * BACKOFF_FACTOR ** exponent,
+  );
+  // Jitter keeps a room full of teammates from reconnecting in lockstep after a relay restart.
+  return ceiling * (1 - JITTER + JITTER * random);
+}
 
 export class Session {
   /**
@@ -45,7 +77,7 @@ export class Session {
   stop() {
     this.stopped = true;
     clearTimeout(this.retryTimer);
-    if (this.link) this.link.close(Code.NORMAL);
+    if (this.link) this.link.close(CloseCode.NORMAL);
   }
 
   /** Connect now (also from a "retry now" button): cancels a pending retry. */
@@ -70,7 +102,7 @@ export class Session {
       },
     });
     this.link = link;
-    link.start().catch(() => link.close(Code.PROTOCOL_ERROR, "could not start"));
+    link.start().catch(() => link.close(CloseCode.PROTOCOL_ERROR, "could not start"));
   }
 
   /** Send one driving op; false when there is no live attachment to carry it. */
@@ -147,18 +179,16 @@ export class Session {
     this.link = null;
     this.subscribed = false;
     if (this.stopped) return;
-    const screen = FINAL.get(code);
-    if (screen) {
+    if (FINAL_CODES.includes(code)) {
+      const screen = FINAL_SCREENS.get(code) ?? OTHER_FINAL_SCREEN;
       this.stopped = true;
       this.view.connection("closed", { code, reason });
       this.view.finalScreen(screen, { code, reason });
       return;
     }
-    const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** this.attempt);
-    // Jitter keeps a room full of teammates from reconnecting in lockstep after a relay restart.
-    const wait = Math.round(delay * (0.75 + Math.random() * 0.5));
-    this.attempt = Math.min(this.attempt + 1, 10);
-    const state = code === Code.HOST_GONE ? "host-offline" : "reconnecting";
+    const wait = Math.round(backoffDelay(this.attempt));
+    this.attempt += 1;
+    const state = code === CloseCode.HOST_GONE ? "host-offline" : "reconnecting";
     this.view.connection(state, { code, reason, retryInMs: wait });
     this.retryTimer = setTimeout(() => this.connect(), wait);
   }

@@ -4,6 +4,7 @@
 
 import { setMarkdown } from "./markdown.js";
 import { renderDiff } from "./diff.js";
+import { MAX_NAME_LENGTH } from "./wire.js";
 
 const ROLE_LABEL = { drive: "driver", view: "viewer" };
 const OP_ERROR_MS = 8000;
@@ -39,7 +40,8 @@ function pretty(value) {
   }
 }
 
-const SCREENS = {
+/** The full-page screens by name; session.js FINAL_SCREENS picks one for each final ending. */
+export const SCREENS = {
   "bad-link": {
     title: "This link does not work",
     body: "The share link is incomplete or no longer matches the host. Ask the host for a fresh link and open it exactly as sent (the part after # matters).",
@@ -55,6 +57,10 @@ const SCREENS = {
   refused: {
     title: "The host declined",
     body: "The host did not admit this session.",
+  },
+  "host-id-in-use": {
+    title: "Another host took over",
+    body: "Another process is sharing with this host's key, so the relay closed this session. Ask the host which one is sharing, and for its link.",
   },
   "protocol-error": {
     title: "The host speaks another version",
@@ -88,7 +94,7 @@ export class View {
     this.agentStatus = el("span", { class: "agent-status", testid: "agent-status", "data-state": "idle", text: "idle" });
     this.roleBadge = el("span", { class: `role role-${this.role}`, testid: "role-badge", text: ROLE_LABEL[this.role] ?? this.role });
     this.nameInput = el("input", {
-      class: "name-input", testid: "name-input", value: this.name, maxlength: 64,
+      class: "name-input", testid: "name-input", value: this.name, maxlength: MAX_NAME_LENGTH,
       "aria-label": "Your name", title: "Your name, as the host and teammates see it",
       onchange: () => this.onRename(this.nameInput.value.trim()),
     });
