@@ -9,6 +9,7 @@ import pytest
 from tunnel.e2e.crypto import ShareSecrets
 from tunnel.e2e.identity import HostIdentity
 from tunnel.handshake import (
+    INSTANCE_SIZE,
     PROTOCOL_VERSION,
     HelloError,
     RelayHello,
@@ -25,10 +26,25 @@ from tunnel.proto.codes import CloseCode
 from tunnel.relay.admission import match_role
 
 
-def signed_hello(identity: HostIdentity, challenge: bytes, url: str) -> dict[str, object]:
+def signed_hello(
+    identity: HostIdentity,
+    challenge: bytes,
+    url: str,
+    *,
+    instance: bytes = bytes(INSTANCE_SIZE),
+    replace: bool = False,
+) -> dict[str, object]:
     relay = RelayHello(challenge=challenge, limits={})
     verifiers = ShareSecrets.generate().verifiers(identity.host_id)
-    return host_hello(identity, relay, relay_url=url, capabilities=("chat",), verifiers=verifiers)
+    return host_hello(
+        identity,
+        relay,
+        relay_url=url,
+        capabilities=("chat",),
+        verifiers=verifiers,
+        instance=instance,
+        replace=replace,
+    )
 
 
 def test_a_host_hello_is_checked_against_challenge_url_and_authorized_keys() -> None:
@@ -63,6 +79,13 @@ def test_a_host_hello_is_checked_against_challenge_url_and_authorized_keys() -> 
         {"verifiers": {"view": bytes(32)}},
         {"capabilities": "chat"},
         {"extra": 1},
+        {"instance": b"short"},
+        {"instance": bytes(INSTANCE_SIZE + 1)},
+        {"instance": "0123456789abcdef"},
+        {"instance": None},
+        {"replace": 1},
+        {"replace": "yes"},
+        {"replace": None},
     ],
 )
 def test_a_malformed_host_hello_is_a_protocol_error(change: dict[str, object]) -> None:
@@ -71,6 +94,33 @@ def test_a_malformed_host_hello_is_a_protocol_error(change: dict[str, object]) -
     with pytest.raises(HelloError) as caught:
         parse_host_hello(payload, challenge=bytes(32), public_url="https://r", authorized_keys=None)
     assert caught.value.code == CloseCode.PROTOCOL_ERROR
+
+
+def test_a_host_hello_says_which_process_it_is_and_whether_it_takes_over() -> None:
+    identity = HostIdentity.generate()
+    instance = bytes(range(INSTANCE_SIZE))
+    for replace in (False, True):
+        payload = signed_hello(identity, bytes(32), "https://r", instance=instance, replace=replace)
+        hello = parse_host_hello(
+            payload, challenge=bytes(32), public_url="https://r", authorized_keys=None
+        )
+        assert (hello.instance, hello.replace) == (instance, replace)
+
+
+def test_a_host_hello_without_instance_or_replace_matches_no_process_and_replaces_none() -> None:
+    identity = HostIdentity.generate()
+    payload = signed_hello(identity, bytes(32), "https://r")
+    del payload["instance"], payload["replace"]
+    hello = parse_host_hello(
+        payload, challenge=bytes(32), public_url="https://r", authorized_keys=None
+    )
+    assert (hello.instance, hello.replace) == (None, False)
+
+
+@pytest.mark.parametrize("size", [0, INSTANCE_SIZE - 1, INSTANCE_SIZE + 1])
+def test_a_host_cannot_build_a_hello_with_an_instance_of_another_size(size: int) -> None:
+    with pytest.raises(ValueError, match="instance"):
+        signed_hello(HostIdentity.generate(), bytes(32), "https://r", instance=bytes(size))
 
 
 def test_teammate_hellos_keep_only_a_hash_of_the_token_and_match_one_role() -> None:

@@ -2,7 +2,8 @@
 
 Each end of a link says hello first (docs/protocol.md, "Hello"; docs/relay.md, "Hello and
 admission"). The relay speaks first with a challenge and the limits it enforces; a host answers
-with its key, its signature over the challenge and the verifiers of its share links; a teammate
+with its key, its signature over the challenge, the verifiers of its share links and which process
+it is (so the relay tells its reconnect from a second host with the same key); a teammate
 answers with the host id, its token and its display name. Every check that fails raises
 `HelloError` with the close code to send; its message is safe to log and to send as the close
 reason (never a token or a key).
@@ -30,6 +31,7 @@ from tunnel.proto.codes import CloseCode
 
 __all__ = [
     "ADVERTISED_LIMITS",
+    "INSTANCE_SIZE",
     "MAX_CAPABILITIES",
     "MAX_NAME_LENGTH",
     "PROTOCOL_VERSION",
@@ -59,6 +61,9 @@ MAX_CAPABILITIES = 32
 
 VERIFIER_SIZE = 32
 """A verifier is sha256(token)."""
+
+INSTANCE_SIZE = 16
+"""Bytes of a host's instance: random, made once per host process and sent in each of its hellos."""
 
 ADVERTISED_LIMITS = (
     "max_message_size",
@@ -106,6 +111,13 @@ class HostHello:
 
     verifiers: Mapping[str, bytes] = field(repr=False)
     """{"view": sha256(view token), "drive": sha256(drive token)}."""
+
+    instance: bytes | None
+    """Which host process this is: the same in all its reconnects. None if the hello had none
+    (then this connection is a process of its own)."""
+
+    replace: bool
+    """The host asked to take over its host id from another process online with the same key."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,8 +197,17 @@ def host_hello(
     relay_url: str,
     capabilities: tuple[str, ...],
     verifiers: Mapping[str, bytes],
+    instance: bytes,
+    replace: bool = False,
 ) -> dict[str, Any]:
-    """Return the host's hello: its key, its signature over the challenge, its verifiers."""
+    """Return the host's hello: its key, its signature over the challenge, its verifiers.
+
+    `instance` (INSTANCE_SIZE random bytes, the same for every reconnect of one host process) lets
+    the relay replace this process's stale connection but refuse another process with the same
+    key (4009); `replace` asks it to take the host id over from such a process instead.
+    """
+    if len(instance) != INSTANCE_SIZE:
+        raise ValueError(f"an instance is {INSTANCE_SIZE} bytes")
     return {
         "role": "host",
         "version": PROTOCOL_VERSION,
@@ -194,6 +215,8 @@ def host_hello(
         "sig": identity.sign_hello(relay.challenge, relay_url),
         "capabilities": list(capabilities),
         "verifiers": dict(verifiers),
+        "instance": instance,
+        "replace": replace,
     }
 
 
@@ -204,9 +227,21 @@ def parse_host_hello(
     public_url: str,
     authorized_keys: frozenset[bytes] | None,
 ) -> HostHello:
-    """Check a host hello: shape, signature over (challenge || public_url), authorized keys."""
+    """Check a host hello: shape, signature over (challenge || public_url), authorized keys.
+
+    `instance` and `replace` may be left out: no instance, and no replacing.
+    """
     _common(payload, "host")
-    expected = {"role", "version", "pubkey", "sig", "capabilities", "verifiers"}
+    expected = {
+        "role",
+        "version",
+        "pubkey",
+        "sig",
+        "capabilities",
+        "verifiers",
+        "instance",
+        "replace",
+    }
     if not set(payload) <= expected:
         raise HelloError(CloseCode.PROTOCOL_ERROR, "unknown host hello field")
     assert len(challenge) == CHALLENGE_SIZE
@@ -225,6 +260,10 @@ def parse_host_hello(
     verifiers = {role: _bytes_field(raw_verifiers, role, VERIFIER_SIZE) for role in ROLES}
     if verifiers["view"] == verifiers["drive"]:
         raise HelloError(CloseCode.PROTOCOL_ERROR, "view and drive verifiers are equal")
+    instance = _bytes_field(payload, "instance", INSTANCE_SIZE) if "instance" in payload else None
+    replace = payload.get("replace", False)
+    if type(replace) is not bool:
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "hello field 'replace' is malformed")
     if not verify_host_signature(public_key, challenge, public_url, signature):
         raise HelloError(CloseCode.UNAUTHORIZED, "bad host signature", metric="bad_signature")
     if authorized_keys is not None and public_key not in authorized_keys:
@@ -236,6 +275,8 @@ def parse_host_hello(
         host_id=derive_host_id(public_key),
         capabilities=tuple(capabilities),
         verifiers=verifiers,
+        instance=instance,
+        replace=replace,
     )
 
 
@@ -262,8 +303,9 @@ def parse_teammate_hello(payload: Mapping[str, Any]) -> TeammateHello:
     if not isinstance(host_id, str) or not is_host_id(host_id):
         raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed host id")
     token = _bytes_field(payload, "token", None)
-    name = payload.get("name", "")
-    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH:
+    name = payload.get("name")
+    # The same rule as the open's name (check_name): one rule for a display name everywhere.
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_LENGTH:
         raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed name")
     return TeammateHello(host_id=host_id, token_hash=hashlib.sha256(token).digest(), name=name)
 

@@ -501,6 +501,46 @@ def test_normalize_relay_url_keeps_only_the_origin() -> None:
             normalize_relay_url(bad)
 
 
+@pytest.mark.parametrize(
+    ("spelled", "normal"),
+    [
+        ("http://LOCALHOST:8765/", "http://localhost:8765"),
+        ("HTTPS://Relay.Example", "https://relay.example"),
+        ("https://relay.example:443", "https://relay.example"),
+        ("http://relay.example:80/", "http://relay.example"),
+        ("https://relay.example:80", "https://relay.example:80"),  # not https's default
+        ("http://relay.example:443", "http://relay.example:443"),
+        ("http://relay.example:", "http://relay.example"),
+        ("https://[::1]:8443", "https://[::1]:8443"),
+        ("https://[2001:DB8::1]:443/", "https://[2001:db8::1]"),
+        ("http://[::1]", "http://[::1]"),
+    ],
+)
+def test_every_spelling_of_a_relay_url_normalizes_to_its_browser_origin(
+    spelled: str, normal: str
+) -> None:
+    assert normalize_relay_url(spelled) == normal
+    assert normalize_relay_url(normal) == normal  # the normal form is a fixed point
+
+
+def test_the_vectors_relay_url_is_already_normal() -> None:
+    # The vectors sign and link this URL verbatim: normalizing must not change them.
+    assert normalize_relay_url(VECTORS["relay_url"]) == VECTORS["relay_url"]
+    assert VECTORS["share_link"].startswith(VECTORS["relay_url"] + "/h/")
+
+
+def test_a_share_link_with_an_unusual_spelling_parses_to_the_normal_relay_url() -> None:
+    link = ShareLink.parse(f"HTTPS://Relay.Example:443/h/{HOST_ID}#view.{b64url_encode(SECRET)}")
+    assert link.relay_url == "https://relay.example"
+    assert str(link).startswith(f"https://relay.example/h/{HOST_ID}#")
+
+
+def test_a_share_link_refuses_a_relay_url_that_is_not_normal() -> None:
+    for spelled in ("https://Relay.example", "https://relay.example:443"):
+        with pytest.raises(ValueError, match="default port"):
+            make_link(relay_url=spelled)
+
+
 # --- share secrets --------------------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tests.support import (
     running_host,
     wait_online,
 )
+from tunnel.process.backoff import BACKOFF_INITIAL, HOST_MAX_BACKOFF
 from tunnel.teammate.client import TeammateError, connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
@@ -63,5 +65,43 @@ async def test_a_frozen_relay_is_noticed_by_keepalive_and_the_host_comes_back(
                 await wait_online(host.drive_link)
             async with connect_teammate(host.drive_link) as session:
                 assert await echo_roundtrip(session, b"thawed") == b"thawed"
+    finally:
+        relay.stop()
+
+
+async def test_after_a_long_relay_restart_the_host_is_back_at_once_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tunnel.host")
+
+    def messages(start: str, level: int = logging.INFO) -> list[str]:
+        return [
+            record.getMessage()
+            for record in caplog.records
+            if record.name == "tunnel.host"
+            and record.levelno >= level
+            and record.getMessage().startswith(start)
+        ]
+
+    relay = RelayProcess(tmp_path).start()
+    # The production backoff, not the tests' quick one.
+    settings = host_settings(
+        relay.url, tmp_path, backoff_initial=BACKOFF_INITIAL, backoff_max=HOST_MAX_BACKOFF
+    )
+    refused = "cannot register with the relay (ConnectionRefusedError"
+    try:
+        async with running_host(settings) as host:
+            relay.kill()
+            # Down for 8 refused attempts: with one cap for every failure the delays would have
+            # grown past 15 s by now (and 8 attempts would take minutes), not stayed near 1 s.
+            assert await eventually(lambda: len(messages(refused)) >= 8, attempts=600)
+            relay = RelayProcess(tmp_path, port=relay.port).start()
+            with anyio.fail_after(20):
+                await wait_online(host.view_link)
+            assert await eventually(lambda: bool(messages("online again", logging.WARNING)))
+            assert messages("online again") == [f"online again: registered with {relay.url}"]
+            # One line when the link was lost, one while refused (not one per attempt), one back.
+            assert len(messages("link to the relay closed", logging.WARNING)) == 1
+            assert len(messages(refused, logging.WARNING)) == 1
     finally:
         relay.stop()

@@ -14,6 +14,11 @@ from tunnel.link import http_base_url, websocket_url
         ("https://relay.example/", "https://relay.example"),
         ("wss://relay.example:8443/", "https://relay.example:8443"),
         ("ws://127.0.0.1:8765", "http://127.0.0.1:8765"),
+        # Scheme and host case, default ports and IPv6 brackets: the browser's origin.
+        ("http://LOCALHOST:8765/", "http://localhost:8765"),
+        ("WSS://Relay.Example:443", "https://relay.example"),
+        ("ws://relay.example:80", "http://relay.example"),
+        ("wss://[::1]:8443/", "https://[::1]:8443"),
     ],
 )
 def test_relay_urls_normalize_to_what_the_host_signs(given: str, expected: str) -> None:

@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tunnel.log import Item, NewItem, SQLiteStore, default_db_path
-from tunnel.log.cli import ExitCode, log_app
+from tunnel.log.cli import log_app
+from tunnel.process.exit_codes import EXIT_CONFIG
 
 runner = CliRunner()
 ROOT = Path(__file__).parents[2]
@@ -119,8 +120,8 @@ def test_show_escapes_terminal_control_characters(db: Path) -> None:
 def test_show_and_export_of_an_unknown_conversation_fail_clearly(db: Path) -> None:
     for command in ("show", "export"):
         result = runner.invoke(log_app, [command, "gamma", "--db", str(db)])
-        assert result.exit_code == ExitCode.NOT_FOUND
-        assert "no conversation 'gamma'" in result.stderr
+        assert result.exit_code == EXIT_CONFIG
+        assert result.stderr == "tunnel log: no conversation 'gamma'\n"
 
 
 def test_a_foreign_database_is_reported_not_a_traceback(tmp_path: Path) -> None:
@@ -128,8 +129,21 @@ def test_a_foreign_database_is_reported_not_a_traceback(tmp_path: Path) -> None:
     with sqlite3.connect(other) as raw:
         raw.execute("CREATE TABLE t (x)")
     result = runner.invoke(log_app, ["list", "--db", str(other)])
-    assert result.exit_code == ExitCode.STORE_FAILED
+    assert result.exit_code == EXIT_CONFIG
     assert "not a log" in result.stderr
+
+
+def test_import_refuses_a_db_in_a_missing_directory_and_creates_none(
+    db: Path, tmp_path: Path
+) -> None:
+    dump = runner.invoke(log_app, ["export", "alpha", "--db", str(db)])
+    path = tmp_path / "alpha.ndjson"
+    path.write_bytes(dump.stdout_bytes)
+    missing = tmp_path / "no" / "such" / "log.db"
+    result = runner.invoke(log_app, ["import", str(path), "--db", str(missing)])
+    assert result.exit_code == EXIT_CONFIG
+    assert result.stderr == f"tunnel log: the log's directory {missing.parent} does not exist\n"
+    assert not (tmp_path / "no").exists()
 
 
 def test_export_then_import_reproduces_the_conversation(db: Path, tmp_path: Path) -> None:
@@ -205,7 +219,7 @@ def test_import_refuses_a_bad_file_and_writes_nothing(
     before = read_all(db)
     path = ndjson(tmp_path / "bad.ndjson", wires, raw_lines)
     result = runner.invoke(log_app, ["import", str(path), "--db", str(db)])
-    assert result.exit_code == ExitCode.REJECTED
+    assert result.exit_code == EXIT_CONFIG
     assert "nothing was written" in result.stderr
     assert complaint in result.stderr
     assert read_all(db) == before
@@ -267,5 +281,5 @@ def test_the_real_command_line_exports_and_imports(db: Path, tmp_path: Path) -> 
         timeout=30,
         check=False,
     )
-    assert rejected.returncode == ExitCode.REJECTED
+    assert rejected.returncode == EXIT_CONFIG
     assert "item alpha:0 collides" in rejected.stderr

@@ -1,14 +1,17 @@
-"""Host identity and share links over a real relay: revoke, replacement, authorized keys."""
+"""Host identity and share links over a real relay: revoke, one process per key, authorized keys."""
 
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from tests.support import (
+    RawPeer,
     RelayProcess,
     echo_roundtrip,
     host_settings,
@@ -18,8 +21,8 @@ from tests.support import (
 )
 from tunnel.e2e.crypto import ShareLink, ShareSecrets
 from tunnel.e2e.identity import HostIdentity
-from tunnel.handshake import PROTOCOL_VERSION
-from tunnel.host import Host, HostChannel, HostRefusedError, echo_handler
+from tunnel.handshake import INSTANCE_SIZE, RelayHello, host_hello
+from tunnel.host import Host, HostChannel, HostRefusedError, HostSettings, echo_handler
 from tunnel.teammate.client import (
     HostGoneError,
     RefusedError,
@@ -60,36 +63,76 @@ async def test_revoke_closes_channels_with_4008_and_only_new_links_work(
         assert saved.link("view", relay.url, host.host_id) == host.view_link
 
 
-async def test_a_newer_connection_of_the_same_host_replaces_the_older(
+async def test_a_second_host_process_with_the_key_is_refused_with_4009_and_the_first_serves_on(
     relay: RelayProcess, tmp_path: Path
 ) -> None:
     settings = host_settings(relay.url, tmp_path)
-    async with running_host(settings) as host:
-        identity = HostIdentity.load_or_create(settings.resolved_key_file)
-        secrets = ShareSecrets.load_or_create(settings.resolved_secrets_file)
-        async with connect_teammate(host.view_link) as session:
-            assert await echo_roundtrip(session, b"x") == b"x"
-            async with raw_peer(relay.url, "/v1/host") as impostor_with_the_key:
-                hello = await impostor_with_the_key.receive_frame()
-                await impostor_with_the_key.send_frame(
-                    None,
-                    "hello",
-                    {
-                        "role": "host",
-                        "version": PROTOCOL_VERSION,
-                        "pubkey": identity.public_key,
-                        "sig": identity.sign_hello(hello["p"]["challenge"], relay.url),
-                        "capabilities": [],
-                        "verifiers": secrets.verifiers(identity.host_id),
-                    },
-                )
-                # The teammate's channel went with the replaced connection...
-                with pytest.raises(HostGoneError), anyio.fail_after(10):
-                    await echo_roundtrip(session, b"y")
-                # ...and the real host, dropped with 1001, reconnects and wins back.
-                assert await impostor_with_the_key.close_code(within=15) == 1001
-        with anyio.fail_after(20):
-            await wait_online(host.view_link)
+    async with (
+        running_host(settings) as host,
+        connect_teammate(host.view_link) as session,
+        raw_peer(relay.url, "/v1/host") as second,
+    ):
+        await second.send_frame(None, "hello", await other_process_hello(second, settings))
+        assert await second.close_code() == 4009
+        assert await echo_roundtrip(session, b"still here") == b"still here"
+        assert host.connected
+    assert "4009 another host is online with this key" in relay.stderr()
+
+
+async def test_a_host_process_that_asks_to_replace_takes_over_and_the_first_stops_with_4009(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    settings = host_settings(relay.url, tmp_path)
+    first = Host(settings, echo_handler)
+    refused: list[HostRefusedError] = []
+    stopped = anyio.Event()
+
+    async def run_first(*, task_status: anyio.abc.TaskStatus[Host]) -> None:
+        try:
+            await first.run(task_status=task_status)
+        except HostRefusedError as exc:
+            refused.append(exc)
+        stopped.set()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(run_first)
+        await wait_online(first.view_link)
+        async with (
+            connect_teammate(first.view_link) as session,
+            raw_peer(relay.url, "/v1/host") as second,
+        ):
+            hello = await other_process_hello(second, settings, replace=True)
+            await second.send_frame(None, "hello", hello)
+            # The first's teammates lose their channel (not their link)...
+            with pytest.raises(HostGoneError), anyio.fail_after(10):
+                await echo_roundtrip(session, b"who is there?")
+            # ...and the first stops for good instead of taking the host id back.
+            with anyio.fail_after(10):
+                await stopped.wait()
+    [error] = refused
+    assert error.code == 4009
+    assert "another host is sharing with this key" in str(error)
+    assert str(settings.resolved_key_file) in str(error)
+    assert "--replace" in str(error)
+    assert "takes over from another host process" in relay.stderr()
+
+
+async def other_process_hello(
+    peer: RawPeer, settings: HostSettings, *, replace: bool = False
+) -> dict[str, Any]:
+    """The hello of another process with the same key: its own instance, `replace` as given."""
+    identity = HostIdentity.load_or_create(settings.resolved_key_file)
+    secrets = ShareSecrets.load_or_create(settings.resolved_secrets_file)
+    relay_hello = await peer.receive_frame()
+    return host_hello(
+        identity,
+        RelayHello(challenge=relay_hello["p"]["challenge"], limits={}),
+        relay_url=settings.relay_url,
+        capabilities=(),
+        verifiers=secrets.verifiers(identity.host_id),
+        instance=os.urandom(INSTANCE_SIZE),
+        replace=replace,
+    )
 
 
 async def test_only_authorized_host_keys_may_register(tmp_path: Path) -> None:

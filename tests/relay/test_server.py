@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 from pathlib import Path
 
 import anyio
@@ -20,6 +21,7 @@ from tests.support import (
 from tunnel.e2e.crypto import ShareLink, new_secret
 from tunnel.e2e.identity import HostIdentity
 from tunnel.host import HostChannel
+from tunnel.process.exit_codes import EXIT_INTERRUPTED
 from tunnel.teammate.client import (
     HostGoneError,
     TeammateError,
@@ -117,10 +119,59 @@ async def test_the_host_command_prints_links_that_attach(
         async with connect_teammate(drive, name="cli") as session:
             assert await echo_roundtrip(session, b"through the CLI host") == b"through the CLI host"
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(15) == 0
+        assert proc.wait(15) == EXIT_INTERRUPTED
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("public_url", "dialed"),
+    [
+        ("http://localhost:{port}", "http://LOCALHOST:{port}/"),
+        ("HTTP://LocalHost:{port}/", "ws://localhost:{port}"),
+    ],
+)
+async def test_a_host_registers_however_the_relay_url_is_spelled_on_either_end(
+    tmp_path: Path, public_url: str, dialed: str
+) -> None:
+    # The host signs the URL it dials and the relay checks against its public URL: both ends
+    # normalize (case, default port, trailing slash), so these spellings are one relay.
+    port = _free_port()
+    relay = RelayProcess(tmp_path, "--public-url", public_url.format(port=port), port=port)
+    relay.start()
+    proc = start_host_process(dialed.format(port=port), tmp_path / "cli_key")
+    try:
+        lines = [read_line(proc) for _ in range(3)]
+        view = ShareLink.parse(lines[1].removeprefix("view link:").strip())
+        assert view.relay_url == f"http://localhost:{port}"
+        await wait_online(view)  # registered: a teammate reaches the host through the relay
+        assert "bad host signature" not in relay.stderr()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+        relay.stop()
+
+
+def test_the_relay_says_where_it_listens_once(tmp_path: Path) -> None:
+    # On stdout, where a parent process reads the port; the log on stderr does not repeat it.
+    relay = RelayProcess(tmp_path).start()  # it read the first line: "relay listening on ..."
+    assert relay.proc is not None
+    assert relay.proc.stdout is not None
+    relay.proc.send_signal(signal.SIGTERM)
+    rest = relay.proc.stdout.read().decode()
+    relay.stop()
+    assert "listening" not in rest
+    assert "listening" not in relay.stderr()

@@ -10,17 +10,28 @@ drives, and the recorder that writes what it does to the conversation log.
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tunnel.log import Log
 
-from .acp_agent import AcpSession
 from .base import AgentInfo, AgentKind, AgentSession
 from .demo_agent import DEFAULT_DELAY, DemoSession
 from .errors import ErrorCode, SessionError
 from .pty_agent import PtySession
 from .recorder import Recorder
+
+if TYPE_CHECKING:
+    from .acp_agent import AcpSession
+else:
+    from tunnel.process.lazy import lazy_exports
+
+    # The acp package (and pydantic under it) takes longer to import than all the rest: only an
+    # `acp:` agent loads it.
+    __getattr__ = lazy_exports(__name__, {"AcpSession": "tunnel.agents.acp_agent"})
 
 __all__ = [
     "AcpSession",
@@ -32,6 +43,7 @@ __all__ = [
     "PtySession",
     "Recorder",
     "SessionError",
+    "check_agent",
     "create_session",
     "parse_spec",
 ]
@@ -56,6 +68,33 @@ def parse_spec(spec: str) -> tuple[str, list[str]]:
     return kind, argv
 
 
+def check_agent(spec: str, *, workspace: Path) -> None:
+    """Raise ValueError, in one line, when `--agent SPEC` cannot start in `workspace`.
+
+    Checks the spec, the workspace, and that the program exists and may be executed, as the
+    agent's process will look it up: a path relative to the workspace, a bare name on PATH. A
+    host calls this before it registers, so a typo is an error, not a link that never works;
+    a session whose program goes missing later still records that in the conversation.
+    """
+    kind, argv = parse_spec(spec)
+    if not workspace.is_dir():
+        raise ValueError(f"the workspace {workspace} is not a directory")
+    if kind == "demo":
+        return
+    program = argv[0]
+    if os.sep not in program:
+        if shutil.which(program) is None:
+            raise ValueError(f"cannot start the agent: no program {program!r} on PATH")
+        return
+    path = workspace / program  # an absolute program stays itself
+    if not path.exists():
+        raise ValueError(f"cannot start the agent: {path} does not exist")
+    if not path.is_file():
+        raise ValueError(f"cannot start the agent: {path} is not a file")
+    if not os.access(path, os.X_OK):
+        raise ValueError(f"cannot start the agent: {path} is not executable")
+
+
 def create_session(
     spec: str,
     log: Log,
@@ -77,5 +116,7 @@ def create_session(
             log=log, workspace=workspace, conversation_id=conversation_id, delay=demo_delay
         )
     if kind == "acp":
+        from .acp_agent import AcpSession
+
         return AcpSession(argv=argv, log=log, workspace=workspace, conversation_id=conversation_id)
     return PtySession(argv=argv, log=log, workspace=workspace, conversation_id=conversation_id)

@@ -197,18 +197,35 @@ def channel_keys(root: bytes, *, salt: bytes, host_nonce: bytes, name: str) -> t
 # --- share links -----------------------------------------------------------------------------
 
 
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+"""The port a relay URL leaves out."""
+
+
 def normalize_relay_url(url: str) -> str:
-    """Return `url` as a share link's relay part, "scheme://host[:port]", dropping a trailing "/".
+    """Return `url` in the one form a relay URL has everywhere: "scheme://host[:port]".
+
+    The scheme and host are lowercased, the scheme's default port (80, 443) and a trailing "/"
+    are dropped, and an IPv6 host keeps its brackets: the browser's `location.origin`. A host
+    signs the relay URL it dials in this form, the relay checks the signature against its public
+    URL in this form, share links start with it and Origin headers are compared in it, so
+    `http://LOCALHOST:80/` and `http://localhost` are one relay.
 
     Raises ValueError for anything but an http(s) origin (no path, query, fragment or user info).
     """
     parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https"):
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
         raise ValueError("the relay URL must start with https:// (or http:// for local tests)")
     _check_origin(parts)
     if parts.path not in ("", "/") or parts.query or parts.fragment or "#" in url:
         raise ValueError("the relay URL must be just scheme://host[:port], with no path or query")
-    return f"{parts.scheme}://{parts.netloc}"
+    host = parts.hostname or ""  # lowercased, brackets removed; _check_origin saw it is there
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port
+    if port is None or port == _DEFAULT_PORTS[scheme]:
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
 
 
 def _check_origin(parts: SplitResult) -> None:
@@ -230,7 +247,7 @@ class ShareLink:
     """
 
     relay_url: str
-    """The relay's origin, "scheme://host[:port]" without a trailing slash."""
+    """The relay's origin in normal form (`normalize_relay_url`): "scheme://host[:port]"."""
 
     host_id: str
     """The host this link attaches to."""
@@ -243,7 +260,10 @@ class ShareLink:
 
     def __post_init__(self) -> None:
         if normalize_relay_url(self.relay_url) != self.relay_url:
-            raise ValueError("relay_url must be scheme://host[:port] with no trailing slash")
+            raise ValueError(
+                "relay_url must be lowercase scheme://host[:port], without the default port"
+                " and with no trailing slash"
+            )
         if not is_host_id(self.host_id):
             raise ValueError("not a host id (26 characters of lowercase base32)")
         if self.role not in ROLES:
@@ -285,7 +305,7 @@ class ShareLink:
                 f"the share link's secret is {len(secret)} bytes; it must be {SECRET_SIZE}"
             )
         return cls(
-            relay_url=f"{parts.scheme}://{parts.netloc}",
+            relay_url=normalize_relay_url(f"{parts.scheme}://{parts.netloc}"),
             host_id=segments[2],
             role=role,
             secret=secret,

@@ -1,53 +1,33 @@
-"""`tunnel host`: options and TUNNEL_HOST_* variables become settings; one body serves them.
-
-Whatever serves the channels (the shared agent session, or the bare echo handler used to check
-a relay setup), the command runs it the same way: until SIGINT/SIGTERM or /quit, printing the
-host id and the share links once registered, with one line and an exit code for every mistake.
+"""`tunnel host`: options and TUNNEL_HOST_* variables become settings, which
+`run_host_command` (tunnel/host/serve.py) serves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, Protocol
+from typing import Annotated
 
-import anyio
 import typer
-from anyio.abc import TaskGroup, TaskStatus
-from rich.console import Console
-from rich.markup import escape
 
-from tunnel.e2e.crypto import ShareSecrets
-from tunnel.e2e.identity import KeyFileError
-from tunnel.host.echo import echo_handler
-from tunnel.host.runner import Host, HostRefusedError
-from tunnel.host.settings import HostSettings
-from tunnel.host.share import Shared, ShareSettings, print_links, share_until_quit
-from tunnel.process.exit_codes import EXIT_CONFIG, EXIT_OK, EXIT_REFUSED
+from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
-from tunnel.process.signals import run_until_signal
-
-
-class Serve(Protocol):
-    """Serves channels until cancelled (or until it cancels `scope`: the whole command); reports
-    the registered `Host` through task_status."""
-
-    def __call__(
-        self, scope: anyio.CancelScope, *, task_status: TaskStatus[Host]
-    ) -> Coroutine[Any, Any, None]: ...
 
 
 def host_command(
     relay: Annotated[
         str,
         typer.Option(
-            "--relay", envvar="TUNNEL_HOST_RELAY", help="The relay's URL (https://relay.example)."
+            "--relay",
+            envvar="TUNNEL_HOST_RELAY",
+            metavar="URL",
+            help="The relay's URL (https://relay.example).",
         ),
     ],
     agent: Annotated[
         str,
         typer.Option(
             envvar="TUNNEL_HOST_AGENT",
+            metavar="SPEC",
             help='The agent to share: demo, "acp:COMMAND ARGS..." or "pty:COMMAND ARGS...".',
         ),
     ] = "demo",
@@ -55,19 +35,23 @@ def host_command(
         Path,
         typer.Option(
             envvar="TUNNEL_HOST_WORKSPACE",
+            metavar="DIR",
             help="The agent's working directory; ACP agents get files inside it only.",
         ),
     ] = Path(),
     log_db: Annotated[
         Path | None,
         typer.Option(
-            envvar="TUNNEL_LOG_DB", help="The conversation log (SQLite); default: the data dir."
+            envvar="TUNNEL_LOG_DB",
+            metavar="FILE",
+            help="The conversation log (SQLite); default: the data dir. Its directory must exist.",
         ),
     ] = None,
     conversation: Annotated[
         str,
         typer.Option(
             envvar="TUNNEL_HOST_CONVERSATION",
+            metavar="ID",
             help="Conversation id in the log; the same id resumes an earlier session.",
         ),
     ] = "main",
@@ -75,11 +59,15 @@ def host_command(
         Path | None,
         typer.Option(
             envvar="TUNNEL_HOST_KEY_FILE",
+            metavar="FILE",
             help="The host's private key (created if missing); default: the user config dir.",
         ),
     ] = None,
     name: Annotated[
-        str, typer.Option(envvar="TUNNEL_HOST_NAME", help="Your name, as teammates see it.")
+        str,
+        typer.Option(
+            envvar="TUNNEL_HOST_NAME", metavar="NAME", help="Your name, as teammates see it."
+        ),
     ] = "host",
     approve: Annotated[
         bool,
@@ -91,17 +79,32 @@ def host_command(
             "--new-links", help="Revoke the previous share links and make new ones first."
         ),
     ] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            envvar="TUNNEL_HOST_REPLACE",
+            help="Take over from another host sharing with the same key (it stops); without it,"
+            " this host stops if one is online.",
+        ),
+    ] = False,
     interactive: Annotated[
         bool,
         typer.Option(help="Read prompts and answers from standard input."),
     ] = True,
     ping_interval: Annotated[
         float,
-        typer.Option(envvar="TUNNEL_HOST_PING_INTERVAL", help="Seconds between keepalive pings."),
+        typer.Option(
+            envvar="TUNNEL_HOST_PING_INTERVAL",
+            metavar="SECONDS",
+            help="Seconds between keepalive pings.",
+        ),
     ] = 20.0,
     ping_timeout: Annotated[
         float,
-        typer.Option(envvar="TUNNEL_HOST_PING_TIMEOUT", help="Seconds to wait for a pong."),
+        typer.Option(
+            envvar="TUNNEL_HOST_PING_TIMEOUT", metavar="SECONDS", help="Seconds to wait for a pong."
+        ),
     ] = 20.0,
     echo: Annotated[bool, typer.Option("--echo", hidden=True)] = False,
     log_level: Annotated[
@@ -109,12 +112,27 @@ def host_command(
     ] = LogLevel.warning,
 ) -> None:
     """Share an agent session through a relay and print the view and drive links."""
+    # What the command runs loads only now, so that `tunnel --help` and the other commands
+    # never do.
+    from rich.markup import escape
+
+    from tunnel.handshake import check_name
+    from tunnel.host.serve import run_host_command, serve_echo, serve_share
+    from tunnel.host.settings import HostSettings
+    from tunnel.host.share import ShareSettings
+
     configure_logging(log_level.value)
+    try:
+        check_name(name)
+    except ValueError as exc:
+        typer.echo(f"tunnel host: --name: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
     try:
         host = HostSettings(
             relay_url=relay,
             key_file=key_file,
             name=name,
+            replace=replace,
             ping_interval=ping_interval,
             ping_timeout=ping_timeout,
         )
@@ -139,54 +157,3 @@ def host_command(
     raise typer.Exit(
         run_host_command(host, serve_share(settings), new_links=new_links, banner=banner)
     )
-
-
-def serve_share(settings: ShareSettings) -> Serve:
-    """Serve the shared agent session (`run_share`); the host user's /quit ends the command."""
-
-    async def serve(scope: anyio.CancelScope, *, task_status: TaskStatus[Host]) -> None:
-        async with anyio.create_task_group() as tg:
-            console = Console(highlight=False)
-            shared: Shared = await tg.start(share_until_quit, settings, console, scope)
-            task_status.started(shared.host)
-
-    return serve
-
-
-def serve_echo(settings: HostSettings) -> Serve:
-    """Serve every channel with `echo_handler`: checks a relay setup without an agent."""
-
-    async def serve(scope: anyio.CancelScope, *, task_status: TaskStatus[Host]) -> None:
-        await Host(settings, echo_handler).run(task_status=task_status)
-
-    return serve
-
-
-def run_host_command(
-    settings: HostSettings, serve: Serve, *, new_links: bool = False, banner: str | None = None
-) -> int:
-    """The body of `tunnel host` for any `serve`; returns the exit code.
-
-    `banner` (rich markup) is printed after the links once registered.
-    """
-
-    async def main(tg: TaskGroup) -> None:
-        host: Host = await tg.start(serve, tg.cancel_scope)
-        # Plain prints: scripts read these lines; rich would wrap a long link.
-        print(f"host id: {host.host_id}", flush=True)
-        print_links(host)
-        if banner is not None:
-            Console(highlight=False).print(banner)
-
-    try:
-        if new_links:
-            ShareSecrets.generate().save(settings.resolved_secrets_file)
-        anyio.run(run_until_signal, main)
-    except (KeyFileError, OSError, ValueError) as exc:
-        # Unusable key file, log file, workspace or agent spec: say which, no traceback.
-        typer.echo(f"tunnel host: {exc}", err=True)
-        return EXIT_CONFIG
-    except HostRefusedError as exc:
-        typer.echo(f"tunnel host: {exc}", err=True)
-        return EXIT_REFUSED
-    return EXIT_OK

@@ -4,13 +4,18 @@
 signature and registers the verifiers of its share links (docs/relay.md, "Hello and admission").
 Each channel the relay opens becomes a `HostChannel` served by `handler` in the host's task group.
 When the link dies (keepalive timeout, relay restart) the host redials with capped exponential
-backoff; the links stay valid because key and secrets are the same.
+backoff, capped low while the relay's port refuses connections (a restart); the links stay valid
+because key and secrets are the same. Every hello carries this process's instance, so the relay
+replaces a stale connection of this process but refuses a second process with the same key (4009).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from secrets import token_bytes
 from typing import Any
 
 import anyio
@@ -20,7 +25,7 @@ from websockets.protocol import State
 from tunnel.e2e.crypto import DecryptionError, ShareLink, ShareSecrets
 from tunnel.e2e.identity import HostIdentity
 from tunnel.errors import TunnelError, describe_close
-from tunnel.handshake import HelloError, RelayHello, host_hello
+from tunnel.handshake import INSTANCE_SIZE, HelloError, RelayHello, host_hello
 from tunnel.host.channel import (
     ChannelRefusedError,
     HostChannel,
@@ -53,16 +58,23 @@ SHUTDOWN_GRACE = 2.0
 
 class HostRefusedError(TunnelError):
     """The relay refused this host for good (bad signature, key not authorized, another protocol
-    version): a close code of FINAL_CODES. Not retried."""
+    version, another host process online with the same key): a close code of FINAL_CODES. Not
+    retried."""
 
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(
-            f"the relay refused this host: {code_name(code)} ({reason or 'no reason given'}). "
-            "Check that --relay is the relay's public URL and that the key is authorized.",
-            code=code,
-            reason=reason,
-            by_peer=True,
-        )
+    def __init__(
+        self, code: int, reason: str, *, host_id: str = "", key_file: Path | None = None
+    ) -> None:
+        if code == CloseCode.HOST_ID_IN_USE:
+            message = (
+                f"another host is sharing with this key (host id {host_id}, key file {key_file});"
+                " stop it, or start this one with --replace to take over"
+            )
+        else:
+            message = (
+                f"the relay refused this host: {code_name(code)} ({reason or 'no reason given'})."
+                " Check that --relay is the relay's public URL and that the key is authorized."
+            )
+        super().__init__(message, code=code, reason=reason, by_peer=True)
 
 
 async def _admit_all(channel: HostChannel) -> bool:
@@ -90,6 +102,9 @@ class Host:
         self._link: Link | None = None
         self._redial = anyio.Event()
         self._task_group: TaskGroup | None = None
+        # The same in every hello of this object, so the relay knows a reconnect of ours.
+        self._instance = token_bytes(INSTANCE_SIZE)
+        self._registered = False
 
     # -- public state -------------------------------------------------------------------------
 
@@ -148,33 +163,52 @@ class Host:
     async def _dial_forever(self, tg: TaskGroup, task_status: TaskStatus[Host]) -> HostRefusedError:
         backoff = Backoff(initial=self.settings.backoff_initial, maximum=self.settings.backoff_max)
         started = False
+        lost = False  # a link was lost since the last registration
+        last_failure: str | None = None
         while True:
             self._redial = anyio.Event()
             try:
                 link = await tg.start(self._serve_link)
             except (OSError, LinkClosedError, HelloError) as exc:
                 if isinstance(exc, LinkClosedError) and exc.by_peer and exc.code in FINAL_CODES:
-                    return HostRefusedError(exc.code, exc.reason)
-                delay = backoff.next_delay()
-                logger.warning(
-                    "cannot register with the relay (%s); retrying in %.1fs", _describe(exc), delay
-                )
+                    return self._refused(exc)
+                delay = backoff.next_delay(refused=_refused_at_once(exc))
+                # Said once per kind of failure: while the relay restarts the host retries about
+                # every second, and the console would fill with the same line.
+                failure = _describe(exc)
+                log = logger.info if failure == last_failure else logger.warning
+                log("cannot register with the relay (%s); retrying in %.1fs", failure, delay)
+                last_failure = failure
                 await anyio.sleep(delay)
                 continue
+            self._registered = True
             if not started:
                 started = True
                 task_status.started(self)
+            elif lost:
+                # As loud as the warning that the link was lost, so whoever saw that sees this.
+                logger.warning("online again: registered with %s", self.settings.relay_url)
+            lost, last_failure = False, None
             closed = await self._wait_link(link, backoff)
             if closed is None:
                 continue  # redial requested: the new link replaces this one
             if closed.by_peer and closed.code in FINAL_CODES:
-                return HostRefusedError(closed.code, closed.reason)
+                return self._refused(closed)
+            lost = True
             delay = backoff.next_delay()
             logger.warning(
                 "link to the relay closed (%s); reconnecting in %.1fs", _describe(closed), delay
             )
             with anyio.move_on_after(delay):
                 await self._redial.wait()
+
+    def _refused(self, closed: LinkClosedError) -> HostRefusedError:
+        return HostRefusedError(
+            closed.code,
+            closed.reason,
+            host_id=self.host_id,
+            key_file=self.settings.resolved_key_file,
+        )
 
     async def _wait_link(self, link: Link, backoff: Backoff) -> LinkClosedError | None:
         """Wait until `link` closes (return why) or a redial is requested (return None)."""
@@ -230,6 +264,10 @@ class Host:
             relay_url=self.settings.relay_url,
             capabilities=self.settings.capabilities,
             verifiers=self._secrets.verifiers(self.host_id),
+            instance=self._instance,
+            # Only to start with: once this host has been replaced, it stops (4009) rather than
+            # take the host id back.
+            replace=self.settings.replace and not self._registered,
         )
 
     async def _accept_loop(self, mux: ChannelMux) -> None:
@@ -282,6 +320,11 @@ async def _close_later(link: Link) -> None:
         await link.wait_closed()
         return
     link.close_soon(CloseCode.GOING_AWAY, "replaced")
+
+
+def _refused_at_once(exc: BaseException) -> bool:
+    """Whether nothing listens on the relay's port (as while it restarts), not a timeout."""
+    return isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED
 
 
 def _describe(exc: BaseException) -> str:

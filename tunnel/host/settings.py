@@ -38,6 +38,10 @@ class HostSettings:
     paths: frozenset[str] = frozenset({"session"})
     """Channel paths the host serves; an open for any other path is refused with 4001."""
 
+    replace: bool = False
+    """Take the host id over from another host process online with the same key (it stops with
+    4009). Without it, this host stops with 4009 while another one is online."""
+
     ping_interval: float | None = 20.0
     """Seconds between keepalive pings; a dead link is noticed within interval + timeout."""
 

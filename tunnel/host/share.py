@@ -16,7 +16,7 @@ import anyio
 from anyio.abc import TaskStatus
 from rich.console import Console
 
-from tunnel.agents import AgentSession, create_session
+from tunnel.agents import AgentSession, check_agent, create_session
 from tunnel.agents.demo_agent import DEFAULT_DELAY
 from tunnel.host.channel import HostChannel
 from tunnel.host.console import HostConsole
@@ -85,9 +85,17 @@ async def run_share(
     """Share an agent session until cancelled (or the host user types /quit).
 
     Reports a `Shared` through task_status once the agent runs and the relay registered us.
+    Raises ValueError, before anything is written or registered, for an agent that cannot
+    start or a `log_db` whose directory does not exist.
     """
+    workspace = settings.workspace.resolve()
+    check_agent(settings.agent, workspace=workspace)
     db = settings.resolved_log_db
-    db.parent.mkdir(parents=True, exist_ok=True)
+    if settings.log_db is None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    elif not db.parent.is_dir():
+        # A mistyped path should not grow directories; the default location may.
+        raise ValueError(f"the log's directory {db.parent} does not exist")
     console = console if console is not None else Console(highlight=False)
     if stdin is None and settings.interactive:
         stdin = sys.stdin
@@ -95,7 +103,7 @@ async def run_share(
         session = create_session(
             settings.agent,
             log,
-            workspace=settings.workspace.resolve(),
+            workspace=workspace,
             conversation_id=settings.conversation_id,
             demo_delay=settings.demo_delay,
         )

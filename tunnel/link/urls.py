@@ -10,10 +10,12 @@ _TO_HTTP = {"ws": "http", "wss": "https", "http": "http", "https": "https"}
 
 
 def http_base_url(url: str) -> str:
-    """Return the relay URL as "http(s)://host[:port]" without trailing slash.
+    """Return the relay URL as "http(s)://host[:port]", in normal form (`normalize_relay_url`).
 
-    ws:// and wss:// become http:// and https://. This exact string is what a host signs in its
-    hello (docs/relay.md, "Hello") and what share links start with, so host and relay must agree.
+    ws:// and wss:// become http:// and https://; the scheme and host are lowercased, a default
+    port and a trailing slash dropped. This exact string is what a host signs in its hello
+    (docs/relay.md, "Hello") and what share links start with, and the relay puts its public URL
+    in the same form, so host and relay agree however either was spelled.
     Raises ValueError for anything else (paths, queries, user info, other schemes).
     """
     text = url.strip()

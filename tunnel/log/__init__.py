@@ -11,20 +11,52 @@ ephemeral events, and subscriptions that deliver a snapshot plus the live tail e
 
 from __future__ import annotations
 
-from tunnel.log.errors import (
-    LogClosedError,
-    LogError,
-    SchemaError,
-    SeqConflictError,
-    StoreError,
-)
-from tunnel.log.item import Event, Item, NewItem
-from tunnel.log.log import Log, LogStatistics
-from tunnel.log.memory import MemoryStore
-from tunnel.log.paths import default_db_path
-from tunnel.log.sqlite import SQLiteStore, StoreStatistics
-from tunnel.log.store import ConversationInfo, Order, Store, TypeFilter
-from tunnel.log.subscription import Subscription, SubscriptionStatistics
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tunnel.log.errors import (
+        LogClosedError,
+        LogError,
+        SchemaError,
+        SeqConflictError,
+        StoreError,
+    )
+    from tunnel.log.item import Event, Item, NewItem
+    from tunnel.log.log import Log, LogStatistics
+    from tunnel.log.memory import MemoryStore
+    from tunnel.log.paths import default_db_path
+    from tunnel.log.sqlite import SQLiteStore, StoreStatistics
+    from tunnel.log.store import ConversationInfo, Order, Store, TypeFilter
+    from tunnel.log.subscription import Subscription, SubscriptionStatistics
+else:
+    from tunnel.process.lazy import lazy_exports
+
+    # Loaded on first use: `tunnel --help` and the commands that keep no log never load SQLite.
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "ConversationInfo": "tunnel.log.store",
+            "Event": "tunnel.log.item",
+            "Item": "tunnel.log.item",
+            "Log": "tunnel.log.log",
+            "LogClosedError": "tunnel.log.errors",
+            "LogError": "tunnel.log.errors",
+            "LogStatistics": "tunnel.log.log",
+            "MemoryStore": "tunnel.log.memory",
+            "NewItem": "tunnel.log.item",
+            "Order": "tunnel.log.store",
+            "SQLiteStore": "tunnel.log.sqlite",
+            "SchemaError": "tunnel.log.errors",
+            "SeqConflictError": "tunnel.log.errors",
+            "Store": "tunnel.log.store",
+            "StoreError": "tunnel.log.errors",
+            "StoreStatistics": "tunnel.log.sqlite",
+            "Subscription": "tunnel.log.subscription",
+            "SubscriptionStatistics": "tunnel.log.subscription",
+            "TypeFilter": "tunnel.log.store",
+            "default_db_path": "tunnel.log.paths",
+        },
+    )
 
 __all__ = [
     "ConversationInfo",

@@ -2,38 +2,28 @@
 
 from __future__ import annotations
 
-import enum
-import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
-import anyio
 import typer
 
 from tunnel.log.errors import StoreError
-from tunnel.log.item import Item, format_time
-from tunnel.log.ndjson import ImportRejectedError, export_conversation, import_ndjson
 from tunnel.log.paths import DB_ENV_VAR, default_db_path
-from tunnel.log.sqlite import SQLiteStore
+from tunnel.process.exit_codes import EXIT_CONFIG
 
-__all__ = ["ExitCode", "default_db_path", "log_app"]
+if TYPE_CHECKING:
+    from tunnel.log.item import Item
+    from tunnel.log.sqlite import SQLiteStore
+
+# The items, the store and anyio are imported by the code that uses them, not here: every
+# `tunnel` command imports this module to list its options.
+
+__all__ = ["default_db_path", "log_app"]
 
 T = TypeVar("T")
-
-
-class ExitCode(enum.IntEnum):
-    """Exit statuses of `tunnel log` (2 is the command line's own usage error)."""
-
-    OK = 0
-    REJECTED = 1
-    """The import file was refused; nothing was written."""
-    NOT_FOUND = 3
-    """No such conversation (or no database at all)."""
-    STORE_FAILED = 4
-    """The database could not be opened or read (not a log, newer schema, disk error)."""
 
 
 log_app = typer.Typer(
@@ -48,6 +38,7 @@ DbOption = Annotated[
     typer.Option(
         "--db",
         envvar=DB_ENV_VAR,
+        metavar="FILE",
         help="The log database.",
         show_default="<user data dir>/agent-tunnel/log.db",
         dir_okay=False,
@@ -69,6 +60,8 @@ class ShowSettings:
 @log_app.command("list")
 def list_command(db: DbOption = None) -> None:
     """List the conversations, most recently updated first."""
+    from tunnel.log.item import format_time
+
     path = db or default_db_path()
     if not path.exists():
         typer.echo(f"no log database at {path} yet", err=True)
@@ -86,15 +79,22 @@ def list_command(db: DbOption = None) -> None:
 
 @log_app.command("show")
 def show_command(
-    conversation_id: Annotated[str, typer.Argument(help="The conversation to show.")],
+    conversation_id: Annotated[
+        str, typer.Argument(metavar="CONVERSATION", help="The conversation to show.")
+    ],
     after: Annotated[
-        int | None, typer.Option(help="Show only items with a seq above this.", min=-1)
+        int | None,
+        typer.Option(metavar="SEQ", help="Show only items with a seq above this.", min=-1),
     ] = None,
     type_: Annotated[
         list[str] | None,
-        typer.Option("--type", help="Show only items of this type (repeat for several)."),
+        typer.Option(
+            "--type", metavar="TYPE", help="Show only items of this type (repeat for several)."
+        ),
     ] = None,
-    limit: Annotated[int, typer.Option(help="Show at most this many items.", min=0)] = 100,
+    limit: Annotated[
+        int, typer.Option(metavar="N", help="Show at most this many items.", min=0)
+    ] = 100,
     db: DbOption = None,
 ) -> None:
     """Print a conversation's items, oldest first."""
@@ -115,7 +115,7 @@ def show(settings: ShowSettings) -> list[Item]:
 
     async def read(store: SQLiteStore) -> list[Item]:
         if await store.get_conversation(settings.conversation_id) is None:
-            _fail(ExitCode.NOT_FOUND, f"no conversation {settings.conversation_id!r}")
+            _fail(f"no conversation {settings.conversation_id!r}")
         return await store.query(
             settings.conversation_id,
             after=settings.after,
@@ -128,17 +128,21 @@ def show(settings: ShowSettings) -> list[Item]:
 
 @log_app.command("export")
 def export_command(
-    conversation_id: Annotated[str, typer.Argument(help="The conversation to export.")],
+    conversation_id: Annotated[
+        str, typer.Argument(metavar="CONVERSATION", help="The conversation to export.")
+    ],
     db: DbOption = None,
 ) -> None:
     """Write a conversation to standard output as NDJSON, one item per line."""
+    from tunnel.log.ndjson import export_conversation
+
     path = db or default_db_path()
     _require_db(path)
     out = typer.get_binary_stream("stdout")
 
     async def export(store: SQLiteStore) -> int:
         if await store.get_conversation(conversation_id) is None:
-            _fail(ExitCode.NOT_FOUND, f"no conversation {conversation_id!r}")
+            _fail(f"no conversation {conversation_id!r}")
         return await export_conversation(store, conversation_id, out)
 
     count = _run(path, export)
@@ -150,7 +154,10 @@ def import_command(
     file: Annotated[
         Path,
         typer.Argument(
-            help="An NDJSON file made by `tunnel log export`.", exists=True, dir_okay=False
+            metavar="FILE",
+            help="An NDJSON file made by `tunnel log export`.",
+            exists=True,
+            dir_okay=False,
         ),
     ],
     db: DbOption = None,
@@ -158,19 +165,25 @@ def import_command(
     """Add the items of an NDJSON file; the whole file is checked first, then written at once.
 
     Each conversation in the file must continue exactly where the database stops (a new one at
-    seq 0). On any problem nothing is written and the exit status is 1.
+    seq 0). On any problem nothing is written and the exit status is 2.
     """
+    from tunnel.log.ndjson import ImportRejectedError, import_ndjson
+
     path = db or default_db_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if db is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.parent.is_dir():
+        # A mistyped --db should not grow directories; the default location may.
+        _fail(f"the log's directory {path.parent} does not exist")
     try:
         summary = _run(path, lambda store: import_ndjson(store, file))
     except ImportRejectedError as exc:
-        typer.echo(f"{file}: not imported, nothing was written:", err=True)
+        typer.echo(f"tunnel log: {file}: not imported, nothing was written:", err=True)
         for problem in exc.problems:
             typer.echo(f"  {_clean(str(problem))}", err=True)
-        raise typer.Exit(ExitCode.REJECTED) from None
+        raise typer.Exit(EXIT_CONFIG) from None
     except OSError as exc:
-        _fail(ExitCode.REJECTED, f"cannot read {file}: {exc.strerror or exc}")
+        _fail(f"cannot read {file}: {exc.strerror or exc}")
     typer.echo(
         f"imported {summary.items} items in {len(summary.conversations)} conversation(s) "
         f"into {path}",
@@ -180,6 +193,10 @@ def import_command(
 
 def render_item(item: Item) -> str:
     """Two or more lines for a person: a header, then the text (or the data as JSON)."""
+    import json
+
+    from tunnel.log.item import format_time
+
     status = f" [{item.status}]" if item.status else ""
     header = (
         f"#{item.seq}  {format_time(item.created_at)}  {_clean(item.created_by)}  "
@@ -200,10 +217,14 @@ def _clean(text: str) -> str:
 
 def _require_db(path: Path) -> None:
     if not path.exists():
-        _fail(ExitCode.NOT_FOUND, f"no log database at {path}")
+        _fail(f"no log database at {path}")
 
 
 def _run(path: Path, work: Callable[[SQLiteStore], Awaitable[T]]) -> T:
+    import anyio
+
+    from tunnel.log.sqlite import SQLiteStore
+
     async def main() -> T:
         store = await SQLiteStore.open(path)
         try:
@@ -214,9 +235,10 @@ def _run(path: Path, work: Callable[[SQLiteStore], Awaitable[T]]) -> T:
     try:
         return anyio.run(main)
     except StoreError as exc:
-        _fail(ExitCode.STORE_FAILED, str(exc))
+        _fail(str(exc))
 
 
-def _fail(code: ExitCode, message: str) -> NoReturn:
-    typer.echo(f"error: {_clean(message)}", err=True)
-    raise typer.Exit(code)
+def _fail(message: str) -> NoReturn:
+    """Say the user's mistake (a name, a file) in one line, as every command does, and exit."""
+    typer.echo(f"tunnel log: {_clean(message)}", err=True)
+    raise typer.Exit(EXIT_CONFIG)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import platformdirs
-
 __all__ = ["DB_ENV_VAR", "default_db_path"]
 
 DB_ENV_VAR = "TUNNEL_LOG_DB"
@@ -14,4 +12,6 @@ DB_ENV_VAR = "TUNNEL_LOG_DB"
 
 def default_db_path() -> Path:
     """The per-user log database: `<user data dir>/agent-tunnel/log.db` (not created here)."""
+    import platformdirs  # here: the command line imports this module for DB_ENV_VAR alone
+
     return platformdirs.user_data_path("agent-tunnel") / "log.db"

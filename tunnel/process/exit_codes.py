@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 EXIT_OK = 0
-"""Done: stopped by a signal, by /quit, or the work finished."""
+"""Done: the work finished, the user typed /quit, or SIGTERM stopped the command."""
 
 EXIT_CONFIG = 2
 """Unusable options or files: the user's mistake, said in one line (typer uses 2 for usage too)."""
 
 EXIT_REFUSED = 3
-"""The relay refused this host for good (signature or key not accepted)."""
+"""Refused for good: the relay refused this host's key, or a link was refused or revoked."""
+
+EXIT_UNREACHABLE = 4
+"""Gave up: the relay or the host stayed unreachable (`tunnel attach --give-up-after`)."""
+
+EXIT_INTERRUPTED = 130
+"""Stopped by SIGINT (Ctrl-C): 128 + SIGINT, as a shell reports a program the signal killed."""

@@ -54,6 +54,10 @@ class CloseCode(enum.IntEnum):
     REVOKED = 4008
     """The host revoked the share links this channel was opened with."""
 
+    HOST_ID_IN_USE = 4009
+    """Another host process is online with the same key: a newcomer is refused, unless it asked to
+    replace that one, which is then closed with this code."""
+
 
 FINAL_CODES = frozenset(
     {
@@ -62,11 +66,13 @@ FINAL_CODES = frozenset(
         CloseCode.UNAUTHORIZED,
         CloseCode.DECRYPTION_FAILED,
         CloseCode.REVOKED,
+        CloseCode.HOST_ID_IN_USE,
     }
 )
 """Codes after which reconnecting the same way meets the same answer: the link, the key or the
-protocol version is wrong, or the links were revoked. Host, `tunnel attach` and the page stop on
-them (when the peer sent them) instead of retrying; every other code is worth another try."""
+protocol version is wrong, the links were revoked, or another host process shares with this key.
+Host, `tunnel attach` and the page stop on them (when the peer sent them) instead of retrying;
+every other code is worth another try."""
 
 
 def code_name(code: int) -> str:

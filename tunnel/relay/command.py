@@ -5,42 +5,70 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import anyio
 import typer
 
-from tunnel.e2e.identity import KeyFileError
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
-from tunnel.process.signals import run_until_signal
-from tunnel.proto import Limits
-from tunnel.relay.server import run
-from tunnel.relay.settings import RelaySettings
 
 
 def _limit(value: int) -> int | None:
     return None if value <= 0 else value
 
 
+def _metrics_token(token: str | None, path: Path | None) -> str | None:
+    """The /metrics token, given itself or in a file that holds only it; ValueError if both."""
+    if path is None:
+        return token
+    if token is not None:
+        raise ValueError("give --metrics-token or --metrics-token-file, not both")
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the metrics token from {path}: {exc}") from None
+
+
 def relay_command(
     host: Annotated[
-        str, typer.Option(envvar="TUNNEL_RELAY_HOST", help="Interface to bind.")
+        str,
+        typer.Option(envvar="TUNNEL_RELAY_HOST", metavar="ADDRESS", help="Interface to bind."),
     ] = "127.0.0.1",
     port: Annotated[
         int,
-        typer.Option(envvar="TUNNEL_RELAY_PORT", help="TCP port; 0 picks a free one (printed)."),
+        typer.Option(
+            envvar="TUNNEL_RELAY_PORT",
+            min=0,
+            max=65535,
+            metavar="PORT",
+            help="TCP port; 0 picks a free one (printed).",
+        ),
     ] = 8765,
     certfile: Annotated[
         Path | None,
-        typer.Option(envvar="TUNNEL_RELAY_CERTFILE", help="PEM certificate chain: serve TLS."),
+        typer.Option(
+            envvar="TUNNEL_RELAY_CERTFILE",
+            exists=True,
+            dir_okay=False,
+            metavar="FILE",
+            help="PEM certificate chain: serve TLS.",
+        ),
     ] = None,
     keyfile: Annotated[
         Path | None,
-        typer.Option(envvar="TUNNEL_RELAY_KEYFILE", help="PEM private key for --certfile."),
+        typer.Option(
+            envvar="TUNNEL_RELAY_KEYFILE",
+            exists=True,
+            dir_okay=False,
+            metavar="FILE",
+            help="PEM private key for --certfile.",
+        ),
     ] = None,
     authorized_keys: Annotated[
         Path | None,
         typer.Option(
             envvar="TUNNEL_RELAY_AUTHORIZED_KEYS",
+            exists=True,
+            dir_okay=False,
+            metavar="FILE",
             help="Only hosts whose public key is in this file may register.",
         ),
     ] = None,
@@ -48,6 +76,7 @@ def relay_command(
         str | None,
         typer.Option(
             envvar="TUNNEL_RELAY_PUBLIC_URL",
+            metavar="URL",
             help="The https:// URL hosts and browsers use to reach the relay "
             "(default: the bound address).",
         ),
@@ -56,17 +85,41 @@ def relay_command(
         list[str] | None,
         typer.Option(
             envvar="TUNNEL_RELAY_ALLOWED_ORIGIN",
+            metavar="ORIGIN",
             help="Another browser origin allowed to open WebSockets (repeatable).",
+        ),
+    ] = None,
+    metrics_token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TUNNEL_RELAY_METRICS_TOKEN",
+            metavar="TOKEN",
+            show_default=False,
+            help="/metrics then requires 'Authorization: Bearer TOKEN' (default: open). Set it"
+            " in the variable or use --metrics-token-file: ps shows the command line.",
+        ),
+    ] = None,
+    metrics_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="TUNNEL_RELAY_METRICS_TOKEN_FILE",
+            exists=True,
+            dir_okay=False,
+            metavar="FILE",
+            help="Read the /metrics token from this file, which holds only the token.",
         ),
     ] = None,
     max_hosts: Annotated[
         int,
-        typer.Option(envvar="TUNNEL_RELAY_MAX_HOSTS", help="Hosts online at once (0: no limit)."),
+        typer.Option(
+            envvar="TUNNEL_RELAY_MAX_HOSTS", metavar="N", help="Hosts online at once (0: no limit)."
+        ),
     ] = 1000,
     max_teammates_per_host: Annotated[
         int,
         typer.Option(
             envvar="TUNNEL_RELAY_MAX_TEAMMATES_PER_HOST",
+            metavar="N",
             help="Teammates attached to one host (0: no limit).",
         ),
     ] = 32,
@@ -74,6 +127,7 @@ def relay_command(
         int,
         typer.Option(
             envvar="TUNNEL_RELAY_MAX_CONNECTIONS_PER_IP",
+            metavar="N",
             help="WebSocket connections from one IP address (0: no limit).",
         ),
     ] = 64,
@@ -81,6 +135,7 @@ def relay_command(
         int,
         typer.Option(
             envvar="TUNNEL_RELAY_MAX_CHANNELS_PER_TEAMMATE",
+            metavar="N",
             help="Channels one teammate may hold open (0: no limit).",
         ),
     ] = 8,
@@ -88,6 +143,7 @@ def relay_command(
         int,
         typer.Option(
             envvar="TUNNEL_RELAY_MAX_CHANNELS_PER_LINK",
+            metavar="N",
             help="Open channels on one connection (0: no limit).",
         ),
     ] = 256,
@@ -95,6 +151,7 @@ def relay_command(
         float,
         typer.Option(
             envvar="TUNNEL_RELAY_HELLO_TIMEOUT",
+            metavar="SECONDS",
             help="Seconds a new connection has to say hello.",
         ),
     ] = 10.0,
@@ -102,6 +159,7 @@ def relay_command(
         float,
         typer.Option(
             envvar="TUNNEL_RELAY_SEND_TIMEOUT",
+            metavar="SECONDS",
             help="Seconds a peer may stop reading its socket before it is cut off (0: never).",
         ),
     ] = 30.0,
@@ -110,6 +168,15 @@ def relay_command(
     ] = LogLevel.info,
 ) -> None:
     """Run the relay: hosts dial in, teammates attach, and the relay routes what it cannot read."""
+    # The relay loads only now, so that `tunnel --help` and the other commands never do.
+    import anyio
+
+    from tunnel.e2e.identity import KeyFileError
+    from tunnel.process.signals import exit_code_after, run_until_signal
+    from tunnel.proto import Limits
+    from tunnel.relay.server import run
+    from tunnel.relay.settings import RelaySettings
+
     try:
         settings = RelaySettings(
             host=host,
@@ -119,6 +186,7 @@ def relay_command(
             authorized_keys=authorized_keys,
             public_url=public_url,
             allowed_origins=tuple(allowed_origin or ()),
+            metrics_token=_metrics_token(metrics_token, metrics_token_file),
             max_hosts=_limit(max_hosts),
             max_teammates_per_host=_limit(max_teammates_per_host),
             max_connections_per_ip=_limit(max_connections_per_ip),
@@ -134,8 +202,9 @@ def relay_command(
     configure_logging(settings.log_level)
     try:
         # Runs until SIGINT or SIGTERM; the relay then closes every connection with 1001.
-        anyio.run(run_until_signal, lambda tg: tg.start(run, settings))
+        stopped_by = anyio.run(run_until_signal, lambda tg: tg.start(run, settings))
     except (KeyFileError, OSError, ValueError) as exc:
         # Unusable key list, certificate or port (in use, not allowed): one line, no traceback.
         typer.echo(f"tunnel relay: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
+    raise typer.Exit(exit_code_after(stopped_by))

@@ -8,13 +8,14 @@ and lets `/v1/host` and `/v1/attach` continue to the WebSocket handshake.
 from __future__ import annotations
 
 import email.utils
+import hmac
 import http
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from websockets.datastructures import Headers
+from websockets.datastructures import Headers, MultipleValuesError
 from websockets.http11 import Request, Response
 
 from tunnel.relay.metrics import CONTENT_TYPE_LATEST, RelayMetrics
@@ -100,9 +101,11 @@ class HttpRouter:
         origins: OriginPolicy,
         metrics: RelayMetrics,
         static: StaticHandler | bool | None = True,
+        metrics_token: str | None = None,
     ) -> None:
         self._origins = origins
         self._metrics = metrics
+        self._metrics_token = None if metrics_token is None else metrics_token.encode()
         self._static: StaticHandler | None
         if static is True:
             self._static = _load_static_handler()
@@ -115,7 +118,12 @@ class HttpRouter:
         """Return the response to send, or None to continue with the WebSocket handshake."""
         path = urlsplit(request.path).path
         if path in WEBSOCKET_PATHS:
-            origin = request.headers.get("Origin")
+            try:
+                origin = request.headers.get("Origin")
+            except MultipleValuesError:
+                # Which one would the browser mean? Neither is trusted; the client is broken.
+                logger.info("refused a WebSocket with more than one Origin header")
+                return text_response(400, "More than one Origin header.\n")
             if not self._origins.allows(origin):
                 self._metrics.frames_rejected.labels(reason="origin").inc()
                 logger.info("refused a WebSocket from origin %.100r", origin)
@@ -124,6 +132,13 @@ class HttpRouter:
         if path == "/healthz":
             return text_response(200, "ok\n")
         if path == "/metrics":
+            if not self._may_read_metrics(request):
+                return response(
+                    401,
+                    b"Unauthorized.\n",
+                    "text/plain; charset=utf-8",
+                    [("WWW-Authenticate", 'Bearer realm="metrics"')],
+                )
             return response(200, self._metrics.render(), CONTENT_TYPE_LATEST)
         if self._static is not None:
             found = self._static(path)
@@ -135,3 +150,20 @@ class HttpRouter:
                         content_type = value
                 return response(status, body, content_type, headers)
         return text_response(404, "Not found.\n")
+
+    def _may_read_metrics(self, request: Request) -> bool:
+        """Tell whether the request may read /metrics: always without a metrics token, else only
+        with `Authorization: Bearer <token>`."""
+        if self._metrics_token is None:
+            return True
+        try:
+            value = request.headers.get("Authorization")
+        except MultipleValuesError:
+            return False
+        if value is None:
+            return False
+        scheme, _, credentials = value.strip().partition(" ")
+        # Constant time: how long the answer takes must not tell how much of a guess was right.
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode(), self._metrics_token
+        )

@@ -7,9 +7,12 @@ requests are answered by `tunnel.relay.http`.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import secrets
+import socket
 import ssl
+from collections.abc import Iterable
 from functools import partial
 
 import anyio
@@ -62,6 +65,7 @@ class Relay:
         self.router = HttpRouter(
             origins=OriginPolicy.build(public_url, settings.allowed_origins),
             metrics=self.metrics,
+            metrics_token=settings.metrics_token,
         )
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -121,11 +125,28 @@ class Relay:
             peer.link.close_soon(CloseCode.PROTOCOL_ERROR, "hello timeout")
 
 
+def loopback_only(sockets: Iterable[socket.socket]) -> bool:
+    """Tell whether every listening socket is bound to a loopback address (127.0.0.0/8, ::1)."""
+    # An IPv6 address may carry a zone ("fe80::1%eth0"); ipaddress reads the part before it.
+    return all(
+        ipaddress.ip_address(str(sock.getsockname()[0]).split("%")[0]).is_loopback
+        for sock in sockets
+    )
+
+
 def _ssl_context(settings: RelaySettings) -> ssl.SSLContext | None:
     if settings.certfile is None:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(settings.certfile, settings.keyfile)
+    try:
+        context.load_cert_chain(settings.certfile, settings.keyfile)
+    except OSError as exc:
+        # A missing file and a bad PEM (ssl.SSLError, an OSError) alike: ssl names neither file.
+        reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+        raise ValueError(
+            f"cannot load the certificate {settings.certfile} with the key {settings.keyfile}: "
+            f"{reason}"
+        ) from None
     return context
 
 
@@ -169,8 +190,17 @@ async def run(
         await server.start_serving()
         scheme = "https" if settings.tls else "http"
         host = f"[{settings.host}]" if ":" in settings.host else settings.host
-        print(f"relay listening on {scheme}://{host}:{port}", flush=True)
-        logger.info("relay listening on port %d, public URL %s", port, relay.public_url)
+        listening = f"{scheme}://{host}:{port}"
+        # Printed, not logged: a parent process reads this line; the log says only what it adds.
+        print(f"relay listening on {listening}", flush=True)
+        if relay.public_url != listening:
+            logger.info("public URL %s", relay.public_url)
+        if settings.metrics_token is None and not loopback_only(server.sockets):
+            logger.warning(
+                "/metrics is open to anyone who can reach %s; --metrics-token-file (or"
+                " TUNNEL_RELAY_METRICS_TOKEN) makes it require a token",
+                listening,
+            )
         task_status.started(port)
         await anyio.sleep_forever()
     finally:

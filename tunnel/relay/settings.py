@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tunnel.e2e.crypto import normalize_relay_url
 from tunnel.link.urls import http_base_url
 from tunnel.proto import Limits
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+_METRICS_TOKEN = re.compile(r"[\x21-\x7e]+")
+"""What a bearer token may hold here: visible ASCII, no spaces (it travels in a header)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +44,10 @@ class RelaySettings:
 
     allowed_origins: tuple[str, ...] = ()
     """Extra browser origins allowed to open WebSockets, besides the public URL's own origin."""
+
+    metrics_token: str | None = field(default=None, repr=False)
+    """The bearer token `/metrics` requires (`Authorization: Bearer <token>`); None leaves
+    `/metrics` open to anyone who can reach the relay. Kept out of repr, so never logged."""
 
     max_hosts: int | None = 1000
     """Hosts online at once; one more is closed with 4006."""
@@ -79,6 +88,8 @@ class RelaySettings:
             http_base_url(self.public_url)
         for origin in self.allowed_origins:
             url_origin(origin)
+        if self.metrics_token is not None and not _METRICS_TOKEN.fullmatch(self.metrics_token):
+            raise ValueError("the metrics token must be visible ASCII characters, without spaces")
 
     @property
     def tls(self) -> bool:
@@ -86,21 +97,20 @@ class RelaySettings:
         return self.certfile is not None
 
     def resolved_public_url(self, bound_port: int) -> str:
-        """Return the public URL, defaulting to the address actually bound."""
+        """Return the public URL in normal form (`normalize_relay_url`), defaulting to the
+        address actually bound."""
         if self.public_url is not None:
             return http_base_url(self.public_url)
         scheme = "https" if self.tls else "http"
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{scheme}://{host}:{bound_port}"
+        return normalize_relay_url(f"{scheme}://{host}:{bound_port}")
 
 
 def url_origin(url: str) -> str:
-    """Return the browser origin (scheme://host[:port]) of an http(s) URL, lowercased."""
+    """Return the browser origin of an http(s) URL: its scheme://host[:port] in the normal form
+    of `normalize_relay_url`, which is how browsers send an Origin header."""
     parts = urlsplit(url.strip())
-    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"not an http(s) origin: {url!r}")
-    netloc = parts.netloc.lower()
-    default_port = {"http": ":80", "https": ":443"}[parts.scheme.lower()]
-    if netloc.endswith(default_port):
-        netloc = netloc[: -len(default_port)]
-    return f"{parts.scheme.lower()}://{netloc}"
+    try:
+        return normalize_relay_url(f"{parts.scheme}://{parts.netloc}")
+    except ValueError:
+        raise ValueError(f"not an http(s) origin: {url!r}") from None

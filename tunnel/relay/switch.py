@@ -65,6 +65,8 @@ class Peer:
     """Teammate: sha256 of its token, kept to re-check it when its host re-registers."""
     verifiers: dict[str, bytes] = field(default_factory=dict, repr=False)
     """Host: the verifiers it registered."""
+    instance: bytes | None = field(default=None, repr=False)
+    """Host: which host process it is (from its hello); None matches no other connection."""
 
     def describe(self) -> str:
         """A short label for log lines: kind, address, host id. Never a secret."""
@@ -187,21 +189,38 @@ class Switch:
             peer.link.close_soon(refusal.code, str(refusal))
 
     def _admit_host(self, peer: Peer, hello: HostHello) -> None:
+        peer.host_id = hello.host_id  # for log lines, refused or not
         old = self.hosts.get(hello.host_id)
         limit = self._limits.max_hosts
         if old is None and limit is not None and len(self.hosts) >= limit:
             raise HelloError(CloseCode.LIMIT_REACHED, "relay is full", metric="max_hosts")
-        peer.host_id = hello.host_id
+        same_process = (
+            old is not None and old.instance is not None and old.instance == hello.instance
+        )
+        if old is not None and not old.link.closing and not same_process and not hello.replace:
+            # Two processes with one key would replace each other forever, and teammates would
+            # flip between two sessions: the one online keeps the host id.
+            raise HelloError(
+                CloseCode.HOST_ID_IN_USE,
+                "another host is online with this key",
+                metric="host_id_in_use",
+            )
         peer.verifiers = dict(hello.verifiers)
+        peer.instance = hello.instance
         peer.admitted = True
         self.hosts[hello.host_id] = peer
         self._metrics.hosts_online.set(len(self.hosts))
         if old is not None:
-            # The newest connection of a host wins: a reconnect after a network change, or a
-            # re-registration with new verifiers (revoke).
-            logger.info("%s replaces its previous connection", peer.describe())
             self._drop_routes(old, code=CloseCode.HOST_GONE)
-            old.link.close_soon(CloseCode.GOING_AWAY, "replaced by a newer connection")
+            if same_process or old.link.closing:
+                # A reconnect after a network change, or a re-registration with new verifiers
+                # (revoke): the process has left that connection already.
+                logger.info("%s replaces its previous connection", peer.describe())
+                old.link.close_soon(CloseCode.GOING_AWAY, "replaced by a newer connection")
+            else:
+                # Taken over on purpose: the other process stops instead of coming back.
+                logger.info("%s takes over from another host process", peer.describe())
+                old.link.close_soon(CloseCode.HOST_ID_IN_USE, "another host took over this key")
         for teammate in list(self.teammates.get(hello.host_id, ())):
             role = match_role(teammate.token_hash, peer.verifiers)
             if role is None:

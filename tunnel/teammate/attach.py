@@ -1,8 +1,9 @@
-"""`tunnel attach LINK`: a terminal teammate client.
+"""`tunnel attach LINK`: a terminal teammate client (its options: tunnel/teammate/command.py).
 
 Watches the shared session and, with a drive link, prompts and answers permissions from the
 keyboard. Reconnects by itself and resubscribes after the last item it holds, so a dropped link
-shows no gap and no duplicate.
+shows no gap and no duplicate. The conversation goes to stdout; what it is waiting for (a relay
+it cannot reach, a host that is offline) and why it stops go to stderr.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ import logging
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Any, TextIO
 
 import anyio
-import typer
+from anyio.abc import TaskGroup
 from rich.console import Console
 from rich.markup import escape
 
@@ -23,11 +23,12 @@ from tunnel.app import host_messages as incoming
 from tunnel.app.errors import BadRequest
 from tunnel.app.requests import Request, Subscribe, encode_request
 from tunnel.e2e.crypto import ShareLink
+from tunnel.handshake import check_name
 from tunnel.process.backoff import TEAMMATE_MAX_BACKOFF, Backoff
-from tunnel.process.exit_codes import EXIT_CONFIG
+from tunnel.process.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
 from tunnel.process.groups import unwrap_group
-from tunnel.process.logs import configure_logging
-from tunnel.proto.codes import FINAL_CODES
+from tunnel.process.signals import exit_code_after, run_until_signal
+from tunnel.proto.codes import FINAL_CODES, CloseCode
 from tunnel.teammate.client import TeammateError, TeammateSession, connect_teammate
 from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line
 from tunnel.terminal.lines import stdin_lines
@@ -36,6 +37,12 @@ from tunnel.terminal.view import ConversationView
 
 logger = logging.getLogger("tunnel.attach")
 
+HOST_GONE_HINT_AFTER = 3
+""""Host offline" answers in a row after which the user is told, once, that the link may be
+wrong: a mistyped host id looks exactly like a host that is not online."""
+
+HOST_GONE_HINT = "no host is online for this link: it may be wrong, or the host has not started"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttachSettings:
@@ -43,8 +50,22 @@ class AttachSettings:
 
     link: ShareLink
     name: str
+    """The display name the others see (1 to 64 characters)."""
+
     reconnect: bool = True
+    """Try again when the relay cannot be reached or the link drops."""
+
     max_backoff: float = TEAMMATE_MAX_BACKOFF
+    """Cap of the delay between attempts, in seconds."""
+
+    give_up_after: float | None = None
+    """Seconds without being attached (relay unreachable, host offline) after which to stop
+    with EXIT_UNREACHABLE; None keeps trying."""
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        if self.give_up_after is not None and not self.give_up_after >= 0:
+            raise ValueError("give_up_after is a number of seconds, 0 or more")
 
 
 class _Quit(Exception):
@@ -54,10 +75,22 @@ class _Quit(Exception):
 class Attachment:
     """One attached terminal: prints what arrives, sends what the user types."""
 
-    def __init__(self, settings: AttachSettings, *, console: Console, stdin: TextIO) -> None:
+    def __init__(
+        self,
+        settings: AttachSettings,
+        *,
+        console: Console,
+        stdin: TextIO,
+        status: Console | None = None,
+    ) -> None:
         self._settings = settings
         self._console = console
+        # What it waits for goes to stderr: stdout is the conversation's.
+        self._status = status if status is not None else Console(stderr=True, highlight=False)
         self._stdin = stdin
+        self._attached = False
+        self._host_gone = 0
+        self._hinted = False
         self._view = ConversationView()
         self._terminal = False
         self._backoff = Backoff(maximum=settings.max_backoff)
@@ -74,7 +107,7 @@ class Attachment:
             try:
                 code = await self._attach_forever()
             except _Quit:
-                code = 0
+                code = EXIT_OK
             tg.cancel_scope.cancel()
         return code
 
@@ -85,30 +118,54 @@ class Attachment:
         await self._lines_send.send("/quit")  # end of input
 
     async def _attach_forever(self) -> int:
+        settings = self._settings
+        waiting_since = anyio.current_time()
         while True:
+            host_gone = False
             try:
                 # The client's task groups wrap what they raise: look through the wrapping.
                 async with unwrap_group():
                     await self._attach_once()
             except TeammateError as exc:
-                delay = self._backoff.next_delay()
-                if (exc.by_peer and exc.code in FINAL_CODES) or not self._settings.reconnect:
-                    self._console.print(f"[bold red]{escape(str(exc))}[/bold red]")
-                    return EXIT_CONFIG
-                self._console.print(
-                    f"[yellow]{escape(str(exc))}; retrying in {delay:.1f}s[/yellow]"
-                )
+                if exc.by_peer and exc.code in FINAL_CODES:
+                    self._stop(str(exc))
+                    return EXIT_REFUSED
+                problem = str(exc)
+                host_gone = exc.code == CloseCode.HOST_GONE
             except OSError as exc:
-                delay = self._backoff.next_delay()
-                if not self._settings.reconnect:
-                    self._console.print(
-                        f"[bold red]cannot reach the relay: {escape(str(exc))}[/bold red]"
-                    )
-                    return EXIT_CONFIG
-                self._console.print(f"[yellow]cannot reach the relay; retrying in {delay:.1f}s")
+                problem = f"cannot reach the relay at {settings.link.relay_url}: {exc}"
             else:
-                return 0
+                return EXIT_OK
+            if self._attached:
+                # It was attached until now: the wait starts over.
+                self._attached = False
+                waiting_since = anyio.current_time()
+            self._count_host_gone(host_gone)
+            delay = self._backoff.next_delay()
+            waited = anyio.current_time() - waiting_since
+            if not settings.reconnect:
+                self._stop(problem)
+                return EXIT_UNREACHABLE
+            if settings.give_up_after is not None:
+                if waited >= settings.give_up_after:
+                    self._stop(f"{problem}; gave up after {settings.give_up_after:g} s")
+                    return EXIT_UNREACHABLE
+                # The last attempt is made at the deadline, not after it.
+                delay = min(delay, settings.give_up_after - waited)
+            self._status.print(
+                f"[yellow]{escape(problem)}; retrying in {delay:.1f} s[/yellow]", soft_wrap=True
+            )
             await anyio.sleep(delay)
+
+    def _count_host_gone(self, host_gone: bool) -> None:
+        self._host_gone = self._host_gone + 1 if host_gone else 0
+        if self._host_gone >= HOST_GONE_HINT_AFTER and not self._hinted:
+            self._hinted = True
+            self._status.print(f"[bold]{HOST_GONE_HINT}[/bold]", soft_wrap=True)
+
+    def _stop(self, reason: str) -> None:
+        """Say why attach stops: one line on stderr, like every command's last word."""
+        print(f"tunnel attach: {reason}", file=sys.stderr, flush=True)
 
     async def _attach_once(self) -> None:
         async with connect_teammate(self._settings.link, name=self._settings.name) as channel:
@@ -144,6 +201,8 @@ class Attachment:
             case incoming.Ready():
                 # The host answered: this attachment works, so the next outage starts over.
                 self._backoff.reset()
+                self._attached = True
+                self._host_gone = 0
                 self._terminal = message.agent_kind == "terminal"
                 self._console.print(
                     f"[bold]attached as {escape(message.name)} ({escape(message.role)})[/bold]"
@@ -182,44 +241,17 @@ class Attachment:
 
 
 async def run_attach(settings: AttachSettings) -> int:
-    """The programmatic API behind `tunnel attach`; returns the process exit code."""
+    """The programmatic API behind `tunnel attach`; returns the process exit code.
+
+    Runs until the user quits, the link is refused, attach gives up, or SIGINT/SIGTERM.
+    """
     attachment = Attachment(settings, console=Console(highlight=False), stdin=sys.stdin)
-    return await attachment.run()
+    code = EXIT_OK
 
+    async def main(tg: TaskGroup) -> None:
+        nonlocal code
+        code = await attachment.run()
+        tg.cancel_scope.cancel()
 
-def attach_command(
-    link: Annotated[
-        str | None,
-        typer.Argument(
-            envvar="TUNNEL_LINK",
-            help="The share link (or set TUNNEL_LINK, or use --link-file, to keep it out of ps).",
-            show_default=False,
-        ),
-    ] = None,
-    link_file: Annotated[
-        Path | None,
-        typer.Option(help="Read the share link from this file."),
-    ] = None,
-    name: Annotated[
-        str, typer.Option(envvar="TUNNEL_NAME", help="Your name, as the others see it.")
-    ] = "teammate",
-    reconnect: Annotated[
-        bool, typer.Option(help="Reconnect by itself when the link drops.")
-    ] = True,
-) -> None:
-    """Attach to a shared session from this terminal: watch, and drive with a drive link."""
-    configure_logging("warning")
-    if link_file is not None:
-        link = link_file.read_text().strip()
-    if not link:
-        typer.echo(
-            "tunnel attach: give a share link (argument, TUNNEL_LINK or --link-file)", err=True
-        )
-        raise typer.Exit(EXIT_CONFIG)
-    try:
-        parsed = ShareLink.parse(link)
-    except ValueError as exc:
-        typer.echo(f"tunnel attach: {exc}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
-    settings = AttachSettings(link=parsed, name=name, reconnect=reconnect)
-    raise typer.Exit(anyio.run(run_attach, settings))
+    stopped_by = await run_until_signal(main)
+    return code if stopped_by is None else exit_code_after(stopped_by)

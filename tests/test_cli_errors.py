@@ -1,0 +1,167 @@
+"""Every user mistake, whichever command: one line on stderr naming it, and the shared exit code.
+
+Each row of the table is a real `python -m tunnel ...` process with a short timeout; none needs
+a relay (a mistake is found before anything is dialed) except where the row says so.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tunnel.e2e.crypto import ShareLink
+from tunnel.e2e.identity import HostIdentity
+from tunnel.process.exit_codes import EXIT_CONFIG, EXIT_UNREACHABLE
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BOX = "╭╮╰╯│─┌┐└┘━┃"
+"""Characters of the boxes rich draws around usage errors and tracebacks."""
+
+
+@dataclass(frozen=True)
+class Mistake:
+    args: tuple[str, ...]
+    """Arguments after `tunnel`; `{tmp}` is a fresh directory, `{link}` a well-formed drive link
+    to a loopback port where nothing listens."""
+
+    code: int
+    says: str
+    """What the one line on stderr must contain (it names what is wrong)."""
+
+
+MISTAKES = {
+    "attach-link-file-missing": Mistake(
+        ("attach", "--link-file", "/nonexistent"), EXIT_CONFIG, "--link-file /nonexistent"
+    ),
+    "attach-link-file-is-a-directory": Mistake(
+        ("attach", "--link-file", "{tmp}"), EXIT_CONFIG, "--link-file"
+    ),
+    "attach-empty-name": Mistake(("attach", "--name", "", "{link}"), EXIT_CONFIG, "--name"),
+    "attach-long-name": Mistake(("attach", "--name", "x" * 65, "{link}"), EXIT_CONFIG, "--name"),
+    "attach-junk-link": Mistake(("attach", "not-a-link"), EXIT_CONFIG, "tunnel attach:"),
+    "attach-negative-give-up": Mistake(
+        ("attach", "--give-up-after", "-1", "{link}"), EXIT_CONFIG, "--give-up-after"
+    ),
+    "attach-dead-relay-give-up-at-once": Mistake(
+        ("attach", "--give-up-after", "0", "{link}"), EXIT_UNREACHABLE, "cannot reach the relay at"
+    ),
+    "relay-port-too-big": Mistake(("relay", "--port", "99999"), EXIT_CONFIG, "--port"),
+    "relay-port-negative": Mistake(("relay", "--port", "-1"), EXIT_CONFIG, "--port"),
+    "relay-port-not-a-number": Mistake(("relay", "--port", "http"), EXIT_CONFIG, "--port"),
+    "relay-certfile-missing": Mistake(
+        ("relay", "--certfile", "/nonexistent.pem", "--keyfile", "/nonexistent.pem"),
+        EXIT_CONFIG,
+        "/nonexistent.pem",
+    ),
+    "relay-certfile-not-pem": Mistake(
+        ("relay", "--port", "0", "--certfile", "{tmp}/bad.pem", "--keyfile", "{tmp}/bad.pem"),
+        EXIT_CONFIG,
+        "{tmp}/bad.pem",
+    ),
+    "relay-certfile-without-keyfile": Mistake(
+        ("relay", "--certfile", "{tmp}/bad.pem"), EXIT_CONFIG, "keyfile"
+    ),
+    "relay-bad-origin": Mistake(("relay", "--allowed-origin", "garbage"), EXIT_CONFIG, "garbage"),
+    "relay-unknown-option": Mistake(("relay", "--nope"), EXIT_CONFIG, "--nope"),
+    "demo-port-too-big": Mistake(("demo", "--port", "99999"), EXIT_CONFIG, "--port"),
+    "host-flag-given-a-value": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--approve", "true"), EXIT_CONFIG, "true"
+    ),
+    "host-no-relay": Mistake(("host",), EXIT_CONFIG, "--relay"),
+    "host-bad-relay-url": Mistake(("host", "--relay", "ftp://relay"), EXIT_CONFIG, "tunnel host:"),
+    "host-empty-name": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--name", ""), EXIT_CONFIG, "--name"
+    ),
+    "host-log-db-in-missing-directory": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--log-db", "/nonexistent/dir/log.db"),
+        EXIT_CONFIG,
+        "/nonexistent/dir",
+    ),
+    "host-acp-agent-missing": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--agent", "acp:/nonexistent/binary"),
+        EXIT_CONFIG,
+        "/nonexistent/binary",
+    ),
+    "host-pty-agent-missing": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--agent", "pty:/nonexistent"),
+        EXIT_CONFIG,
+        "/nonexistent",
+    ),
+    "host-agent-not-on-path": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--agent", "pty:no-such-program-here"),
+        EXIT_CONFIG,
+        "no-such-program-here",
+    ),
+    "host-unknown-agent-kind": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--agent", "gpt:x"), EXIT_CONFIG, "gpt:x"
+    ),
+    "log-show-no-database": Mistake(
+        ("log", "show", "main", "--db", "{tmp}/none.db"), EXIT_CONFIG, "{tmp}/none.db"
+    ),
+    "log-import-db-in-missing-directory": Mistake(
+        ("log", "import", "{tmp}/empty.ndjson", "--db", "/nonexistent/dir/log.db"),
+        EXIT_CONFIG,
+        "/nonexistent/dir",
+    ),
+    "unknown-command": Mistake(("relax",), EXIT_CONFIG, "relax"),
+}
+
+
+def _free_port() -> int:
+    """A loopback port where nothing listens (it was free a moment ago)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", list(MISTAKES))
+def test_a_mistake_is_one_line_on_stderr_and_a_shared_exit_code(name: str, tmp_path: Path) -> None:
+    mistake = MISTAKES[name]
+    (tmp_path / "bad.pem").write_text("not a certificate\n")
+    (tmp_path / "empty.ndjson").write_text("")
+    link = ShareLink(
+        relay_url=f"http://127.0.0.1:{_free_port()}",
+        host_id=HostIdentity.generate().host_id,
+        role="drive",
+        secret=os.urandom(32),
+    )
+
+    def fill(text: str) -> str:
+        return text.replace("{tmp}", str(tmp_path)).replace("{link}", str(link))
+
+    # The user's own directories stay out of it: the host's key and log default there.
+    env = dict(
+        os.environ,
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        XDG_DATA_HOME=str(tmp_path / "data"),
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+        TERMINAL_WIDTH="80",
+    )
+    env.pop("TUNNEL_LOG_DB", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "tunnel", *map(fill, mistake.args)],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    lines = result.stderr.splitlines()
+    assert result.returncode == mistake.code, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not set(BOX) & set(result.stderr), result.stderr
+    assert lines[0].startswith("tunnel"), lines[0]
+    assert fill(mistake.says) in lines[0]
+    # Nothing was made in the user's directories for a mistake.
+    assert not (tmp_path / "data").exists()
