@@ -595,3 +595,21 @@ def test_insecure_origin_shows_the_needs_https_screen(page: Page) -> None:
         assert page.evaluate("isSecureContext") is False
         page.wait_for_timeout(300)
         assert relay.hellos == []
+
+
+def test_presence_is_cleared_while_disconnected_and_sent_again_on_return(
+    page: Page, relay: FakeRelay
+) -> None:
+    open_page(page, relay.page_url("view"))
+    status = page.get_by_test_id("connection-status")
+    expect(status).to_have_attribute("data-state", "connected")
+    relay.send_presence([{"name": "alice", "role": "drive"}])
+    members = page.get_by_test_id("presence-member")
+    expect(members).to_have_count(1)
+    relay.drop_all()
+    # A stale list would show people as here while nobody knows: the page shows nobody.
+    expect(members).to_have_count(0)
+    expect(status).to_have_attribute("data-state", "connected")
+    relay.send_presence([{"name": "bob", "role": "view"}])
+    expect(members).to_have_count(1)
+    expect(members.nth(0)).to_contain_text("bob")

@@ -178,6 +178,9 @@ export class Session {
   onEnd({ code, reason }) {
     this.link = null;
     this.subscribed = false;
+    // Who was attached is unknown while we are not: show nobody rather than a stale list. The
+    // host sends the current list again as soon as we are back.
+    this.view.presence([]);
     if (this.stopped) return;
     if (FINAL_CODES.includes(code)) {
       const screen = FINAL_SCREENS.get(code) ?? OTHER_FINAL_SCREEN;
