@@ -30,6 +30,7 @@ from tunnel.proto import Limits
 from tunnel.proto.codes import CloseCode
 
 __all__ = [
+    "ADMISSION_PATH",
     "ADVERTISED_LIMITS",
     "INSTANCE_SIZE",
     "MAX_CAPABILITIES",
@@ -64,6 +65,11 @@ VERIFIER_SIZE = 32
 
 INSTANCE_SIZE = 16
 """Bytes of a host's instance: random, made once per host process and sent in each of its hellos."""
+
+ADMISSION_PATH = "admission"
+"""The one channel a host opens: right after its hello, to learn that the relay admitted it. The
+relay handles a link's frames in order, so it answers this open (a close with 1000) only after it
+accepted the hello; a refused hello closes the whole link instead (docs/relay.md)."""
 
 ADVERTISED_LIMITS = (
     "max_message_size",

@@ -116,6 +116,9 @@ async def test_a_second_host_with_the_same_key_stops_with_one_line_and_the_first
         with host_process(relay, key_file, "second") as second:
             assert await second.wait() == EXIT_REFUSED
             assert_one_line_saying_another_host_shares(second.stderr(), host_id, key_file)
+            # Refused before it showed anything: no links that would look like its own session.
+            assert second.proc.stdout is not None
+            assert second.proc.stdout.read() == b""
         assert first.proc.poll() is None
         assert await attach_and_echo(view, b"still the first") == b"still the first"
         # The first never noticed: it was not replaced, not even for a moment.

@@ -25,7 +25,7 @@ from websockets.protocol import State
 from tunnel.e2e.crypto import DecryptionError, ShareLink, ShareSecrets
 from tunnel.e2e.identity import HostIdentity
 from tunnel.errors import TunnelError, describe_close
-from tunnel.handshake import INSTANCE_SIZE, HelloError, RelayHello, host_hello
+from tunnel.handshake import ADMISSION_PATH, INSTANCE_SIZE, HelloError, RelayHello, host_hello
 from tunnel.host.channel import (
     ChannelRefusedError,
     HostChannel,
@@ -247,6 +247,7 @@ class Host:
         async with dial(
             self.settings.relay_url, "/v1/host", self._hello, self.settings.dial, backlog=64
         ) as mux:
+            await _confirm_admission(mux, self.settings.hello_timeout)
             previous, self._link = self._link, mux.link
             logger.info("registered with %s as %s", self.settings.relay_url, self.host_id)
             if previous is not None and previous.closed is None:
@@ -313,6 +314,30 @@ class Host:
         finally:
             self._channels.discard(channel)
             close_quietly(channel, CloseCode.NORMAL, "")
+
+
+async def _confirm_admission(mux: ChannelMux, within: float) -> None:
+    """Return once the relay has accepted our hello; raise LinkClosedError if it refused it.
+
+    Nothing is shown as registered (links, "online again") before this: a host the relay refuses
+    (another host online with this key, a key it does not accept) must not look as if it shares.
+    """
+    probe = mux.open_channel(ADMISSION_PATH, {})
+    try:
+        with anyio.fail_after(within):
+            await probe.receive()
+    except TimeoutError:
+        probe.close_soon(CloseCode.NORMAL, "")
+        raise LinkClosedError(
+            CloseCode.PROTOCOL_ERROR, "the relay did not confirm the hello", by_peer=False
+        ) from None
+    except ChannelClosedError:
+        closed = mux.link.closed
+        if closed is not None:
+            raise closed from None
+        return
+    # Anything else on that channel is not how a relay answers; a channel is cheap to drop.
+    probe.close_soon(CloseCode.PROTOCOL_ERROR, "unexpected data")
 
 
 async def _close_later(link: Link) -> None:

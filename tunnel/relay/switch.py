@@ -18,7 +18,13 @@ import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from tunnel.handshake import HelloError, HostHello, parse_host_hello, parse_teammate_hello
+from tunnel.handshake import (
+    ADMISSION_PATH,
+    HelloError,
+    HostHello,
+    parse_host_hello,
+    parse_teammate_hello,
+)
 from tunnel.link import Link
 from tunnel.proto import (
     ChannelClosed,
@@ -257,7 +263,13 @@ class Switch:
 
     def _on_open(self, peer: Peer, event: ChannelOpened) -> None:
         if peer.kind is Kind.HOST:
-            # On a host link only the relay opens channels.
+            if event.path == ADMISSION_PATH:
+                # Frames are handled in order: this close tells the host its hello was accepted.
+                self._close_channel(
+                    Endpoint(link=peer, channel=event.channel), CloseCode.NORMAL, ""
+                )
+                return
+            # Otherwise, on a host link only the relay opens channels.
             self._refuse_channel(peer, event.channel, CloseCode.REFUSED, "hosts do not open")
             return
         assert peer.host_id is not None
