@@ -201,3 +201,30 @@ def test_a_dialer_adopts_the_relays_window_and_the_smaller_data_size() -> None:
     # The window must be the relay's (both ends of a link start equal); a frame must fit both.
     assert (agreed.initial_window, agreed.max_data_size) == (2**20, 128 * 1024)
     assert agreed_limits(ours, RelayHello(challenge=bytes(32), limits={})) == ours
+
+
+def test_a_host_hello_states_the_hosts_own_limits() -> None:
+    identity = HostIdentity.generate()
+    relay = RelayHello(challenge=bytes(32), limits={})
+    payload = host_hello(
+        identity,
+        relay,
+        relay_url="https://r",
+        capabilities=(),
+        verifiers=ShareSecrets.generate().verifiers(identity.host_id),
+        instance=bytes(16),
+        limits=Limits(max_channels=3, max_data_size=None),
+    )
+    hello = parse_host_hello(
+        payload, challenge=bytes(32), public_url="https://r", authorized_keys=None
+    )
+    assert hello.limits["max_channels"] == 3
+    assert "max_data_size" not in hello.limits  # off: left out
+    for bad in ([1], {"max_channels": 0}, {"max_channels": "3"}):
+        with pytest.raises(HelloError):
+            parse_host_hello(
+                {**payload, "limits": bad},
+                challenge=bytes(32),
+                public_url="https://r",
+                authorized_keys=None,
+            )

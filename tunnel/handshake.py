@@ -41,6 +41,7 @@ __all__ = [
     "HostHello",
     "RelayHello",
     "TeammateHello",
+    "advertised",
     "agreed_limits",
     "check_name",
     "host_hello",
@@ -125,6 +126,9 @@ class HostHello:
     replace: bool
     """The host asked to take over its host id from another process online with the same key."""
 
+    limits: Mapping[str, int] = field(default_factory=dict)
+    """The host's own limits (a subset of ADVERTISED_LIMITS); the relay keeps within them."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TeammateHello:
@@ -152,12 +156,11 @@ def check_name(name: str) -> str:
 
 def relay_hello(challenge: bytes, limits: Limits) -> dict[str, Any]:
     """Return the relay's hello payload: role, version, challenge, and the limits it enforces."""
-    advertised = {key: getattr(limits, key) for key in ADVERTISED_LIMITS}
     return {
         "role": "relay",
         "version": PROTOCOL_VERSION,
         "challenge": challenge,
-        "limits": {key: value for key, value in advertised.items() if value is not None},
+        "limits": advertised(limits),
     }
 
 
@@ -167,18 +170,7 @@ def parse_relay_hello(payload: Mapping[str, Any]) -> RelayHello:
     challenge = payload.get("challenge")
     if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_SIZE:
         raise HelloError(CloseCode.PROTOCOL_ERROR, "the relay's challenge is malformed")
-    raw = payload.get("limits", {})
-    if not isinstance(raw, Mapping):
-        raise HelloError(CloseCode.PROTOCOL_ERROR, "the relay's limits are malformed")
-    limits: dict[str, int] = {}
-    for key in ADVERTISED_LIMITS:
-        value = raw.get(key)
-        if value is None:
-            continue
-        if type(value) is not int or value < 1:
-            raise HelloError(CloseCode.PROTOCOL_ERROR, "the relay's limits are malformed")
-        limits[key] = value
-    return RelayHello(challenge=challenge, limits=limits)
+    return RelayHello(challenge=challenge, limits=_limits_field(payload, "the relay's"))
 
 
 def agreed_limits(ours: Limits, relay: RelayHello) -> Limits:
@@ -205,12 +197,15 @@ def host_hello(
     verifiers: Mapping[str, bytes],
     instance: bytes,
     replace: bool = False,
+    limits: Limits | None = None,
 ) -> dict[str, Any]:
     """Return the host's hello: its key, its signature over the challenge, its verifiers.
 
     `instance` (INSTANCE_SIZE random bytes, the same for every reconnect of one host process) lets
     the relay replace this process's stale connection but refuse another process with the same
     key (4009); `replace` asks it to take the host id over from such a process instead.
+    `limits` are the host's own: the relay opens no more channels toward it than its
+    `max_channels`, so an open over the limit is refused for that channel only.
     """
     if len(instance) != INSTANCE_SIZE:
         raise ValueError(f"an instance is {INSTANCE_SIZE} bytes")
@@ -223,6 +218,7 @@ def host_hello(
         "verifiers": dict(verifiers),
         "instance": instance,
         "replace": replace,
+        **({} if limits is None else {"limits": advertised(limits)}),
     }
 
 
@@ -247,6 +243,7 @@ def parse_host_hello(
         "verifiers",
         "instance",
         "replace",
+        "limits",
     }
     if not set(payload) <= expected:
         raise HelloError(CloseCode.PROTOCOL_ERROR, "unknown host hello field")
@@ -270,6 +267,7 @@ def parse_host_hello(
     replace = payload.get("replace", False)
     if type(replace) is not bool:
         raise HelloError(CloseCode.PROTOCOL_ERROR, "hello field 'replace' is malformed")
+    limits = _limits_field(payload, "the host's")
     if not verify_host_signature(public_key, challenge, public_url, signature):
         raise HelloError(CloseCode.UNAUTHORIZED, "bad host signature", metric="bad_signature")
     if authorized_keys is not None and public_key not in authorized_keys:
@@ -283,6 +281,7 @@ def parse_host_hello(
         verifiers=verifiers,
         instance=instance,
         replace=replace,
+        limits=limits,
     )
 
 
@@ -327,6 +326,27 @@ def _common(payload: Mapping[str, Any], role: str) -> None:
         raise HelloError(
             CloseCode.PROTOCOL_ERROR, "unsupported protocol version", metric="bad_version"
         )
+
+
+def advertised(limits: Limits) -> dict[str, int]:
+    """The ADVERTISED_LIMITS of `limits` as a hello states them; a limit that is off is left out."""
+    values = {key: getattr(limits, key) for key in ADVERTISED_LIMITS}
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _limits_field(payload: Mapping[str, Any], whose: str) -> dict[str, int]:
+    raw = payload.get("limits", {})
+    if not isinstance(raw, Mapping):
+        raise HelloError(CloseCode.PROTOCOL_ERROR, f"{whose} limits are malformed")
+    limits: dict[str, int] = {}
+    for key in ADVERTISED_LIMITS:
+        value = raw.get(key)
+        if value is None:
+            continue
+        if type(value) is not int or value < 1:
+            raise HelloError(CloseCode.PROTOCOL_ERROR, f"{whose} limits are malformed")
+        limits[key] = value
+    return limits
 
 
 def _bytes_field(payload: Mapping[str, Any], key: str, size: int | None) -> bytes:

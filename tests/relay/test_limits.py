@@ -20,6 +20,7 @@ from tests.support import (
 from tunnel.e2e.crypto import ShareSecrets, new_salt
 from tunnel.e2e.identity import HostIdentity
 from tunnel.handshake import PROTOCOL_VERSION
+from tunnel.proto import Limits
 from tunnel.teammate.client import LimitReachedError, connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -131,5 +132,31 @@ async def test_one_teammate_cannot_take_all_the_host_channels(tmp_path: Path) ->
             # Everybody else still gets channels.
             async with connect_teammate(host.view_link) as session:
                 assert await echo_roundtrip(session, b"fine") == b"fine"
+    finally:
+        relay.stop()
+
+
+async def test_an_open_beyond_the_hosts_own_channel_limit_is_refused_alone(tmp_path: Path) -> None:
+    # The relay would allow 256 channels on the host link and any number per teammate; the host
+    # allows 3. The host's hello says so, and the relay keeps within it.
+    relay = RelayProcess(tmp_path, "--max-channels-per-teammate", "0").start()
+    try:
+        settings = host_settings(relay.url, tmp_path, limits=Limits(max_channels=3))
+        async with running_host(settings) as host, raw_peer(relay.url) as greedy:
+            await raw_teammate(greedy, host.view_link)
+            for channel in (1, 3, 5, 7):
+                meta = {"role": "view", "salt": new_salt(), "name": "greedy"}
+                await greedy.send_frame(channel, "open", {"path": "session", "meta": meta})
+            with anyio.fail_after(10):
+                while True:
+                    frame = await greedy.receive_frame()
+                    if frame["k"] == "close" and frame["c"] == 7:
+                        break
+            assert frame["p"]["code"] == 4006
+            # Refused for that channel only: the teammate's link and the host's stay up.
+            assert greedy.websocket.close_code is None
+            assert host.connected
+        # The host never lost its link, so it came online exactly once.
+        assert relay.stderr().count(f"host={host.host_id} online") == 1
     finally:
         relay.stop()

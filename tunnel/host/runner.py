@@ -269,6 +269,7 @@ class Host:
             # Only to start with: once this host has been replaced, it stops (4009) rather than
             # take the host id back.
             replace=self.settings.replace and not self._registered,
+            limits=self.settings.limits,
         )
 
     async def _accept_loop(self, mux: ChannelMux) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tunnel.handshake import (
     ADMISSION_PATH,
@@ -213,6 +213,14 @@ class Switch:
             )
         peer.verifiers = dict(hello.verifiers)
         peer.instance = hello.instance
+        host_channels = hello.limits.get("max_channels")
+        if host_channels is not None:
+            # The relay opens a channel toward the host for every teammate open: keep within the
+            # host's limit, so one open too many is refused for that channel (4006) instead of
+            # failing the host's whole link at the host.
+            ours = peer.link.connection.limits
+            if ours.max_channels is None or host_channels < ours.max_channels:
+                peer.link.connection.adopt_limits(replace(ours, max_channels=host_channels))
         peer.admitted = True
         self.hosts[hello.host_id] = peer
         self._metrics.hosts_online.set(len(self.hosts))
