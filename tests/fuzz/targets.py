@@ -2,13 +2,18 @@
 
 Run one by hand for longer: `python -m tests.fuzz.targets frame -runs=1000000`. Each target
 feeds the fuzzer's bytes to one parser; anything but the parser's documented error is a crash.
+A campaign starts from the target's seeds (`seeds/<target>/`) with its dictionary
+(`dicts/<target>.dict`), both written by `make_seeds.py`; new inputs go to the first corpus
+directory given, or to a temporary one (said on stderr).
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import atheris
@@ -96,9 +101,31 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
 }
 
 
+HERE = Path(__file__).resolve().parent
+SEEDS = HERE / "seeds"
+DICTS = HERE / "dicts"
+
+
+def libfuzzer_args(target: str, args: list[str]) -> list[str]:
+    """libFuzzer's arguments for a campaign on `target`: `args`, then the target's dictionary
+    (unless `-dict=` is given) and its seeds, as a corpus directory after the first.
+
+    libFuzzer writes what it finds into the first corpus directory, so the seeds never come
+    first: without a directory in `args`, a temporary one is.
+    """
+    flags = [a for a in args if a.startswith("-")]
+    corpora = [a for a in args if not a.startswith("-")]
+    if not corpora:
+        corpora = [tempfile.mkdtemp(prefix=f"fuzz-{target}-")]
+        print(f"new inputs go to {corpora[0]}", file=sys.stderr)
+    if not any(flag.startswith("-dict=") for flag in flags):
+        flags.append(f"-dict={DICTS / f'{target}.dict'}")
+    return [*flags, *corpora, str(SEEDS / target)]
+
+
 def main() -> None:
-    target = TARGETS[sys.argv[1]]
-    atheris.Setup([sys.argv[0], *sys.argv[2:]], target)
+    name = sys.argv[1]
+    atheris.Setup([sys.argv[0], *libfuzzer_args(name, sys.argv[2:])], TARGETS[name])
     atheris.Fuzz()
 
 

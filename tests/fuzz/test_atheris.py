@@ -1,4 +1,5 @@
-"""Each fuzz target runs a bounded coverage-guided campaign; a crash fails the test."""
+"""Each fuzz target runs a bounded coverage-guided campaign from its seeds, with its dictionary;
+a crash fails the test."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .targets import TARGETS
+from .targets import SEEDS, TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 100_000
@@ -17,6 +18,9 @@ RUNS = 100_000
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_fuzz_target_survives_a_bounded_campaign(target: str, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"  # what this campaign finds; the committed seeds stay as they are
+    corpus.mkdir()
+    seeds = sorted((SEEDS / target).iterdir())
     result = subprocess.run(
         [
             sys.executable,
@@ -27,6 +31,7 @@ def test_fuzz_target_survives_a_bounded_campaign(target: str, tmp_path: Path) ->
             "-seed=1",
             "-max_len=4096",
             f"-artifact_prefix={tmp_path}/",
+            str(corpus),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -36,5 +41,8 @@ def test_fuzz_target_survives_a_bounded_campaign(target: str, tmp_path: Path) ->
     )
     report = result.stderr[-3000:]
     assert result.returncode == 0, f"fuzz target {target!r} crashed:\n{report}"
-    # libFuzzer reports how many inputs it executed; the campaign really ran.
+    # libFuzzer reports how many inputs it executed; the campaign really ran, from the seeds.
     assert f"Done {RUNS} runs" in result.stderr, report
+    assert f"INFO: seed corpus: files: {len(seeds)} " in result.stderr, report
+    assert "Dictionary: " in result.stderr, report
+    assert sorted((SEEDS / target).iterdir()) == seeds

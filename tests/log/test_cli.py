@@ -130,7 +130,8 @@ def test_a_foreign_database_is_reported_not_a_traceback(tmp_path: Path) -> None:
         raw.execute("CREATE TABLE t (x)")
     result = runner.invoke(log_app, ["list", "--db", str(other)])
     assert result.exit_code == EXIT_CONFIG
-    assert "not a log" in result.stderr
+    said = f"tunnel log: {other} is not a conversation log: no agent-tunnel schema\n"
+    assert result.stderr == said
 
 
 def test_import_refuses_a_db_in_a_missing_directory_and_creates_none(

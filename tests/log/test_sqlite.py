@@ -53,16 +53,35 @@ def test_a_newer_schema_is_refused_without_touching_it(tmp_path: Path) -> None:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
 
 
-def test_a_foreign_database_or_file_is_refused(tmp_path: Path) -> None:
+def test_a_foreign_database_or_file_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as raw:
         raw.execute("CREATE TABLE people (name TEXT)")
-    with pytest.raises(SchemaError, match="not a log"):
+    before = other.read_bytes()
+    with pytest.raises(SchemaError, match="not a conversation log: no agent-tunnel schema"):
         SQLiteStore(other)
+    # Refused before anything changed: still in its own journal mode, byte for byte the same.
+    assert other.read_bytes() == before
+    with sqlite3.connect(other) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not sqlite at all" * 100)
-    with pytest.raises(SchemaError, match="not a SQLite database"):
+    with pytest.raises(SchemaError, match="not a conversation log: not a SQLite database"):
         SQLiteStore(junk)
+    assert junk.read_bytes() == b"this is not sqlite at all" * 100
+
+
+def test_a_writer_makes_an_empty_file_a_new_log(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    SQLiteStore(empty).close()
+    with sqlite3.connect(empty) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_directory_is_not_a_log(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="it is a directory"):
+        SQLiteStore(tmp_path)
 
 
 def test_memory_paths_are_refused() -> None:
@@ -118,19 +137,6 @@ async def test_a_failed_transaction_stores_nothing_and_the_store_recovers(tmp_pa
             await store.append("c", [new(), new(type="poison")])
         assert [i.seq for i in await store.query("c")] == [0]
         assert [i.seq for i in await store.append("c", [new()])] == [1]
-    finally:
-        await store.aclose()
-
-
-async def test_a_corrupt_row_is_reported_with_its_id(tmp_path: Path) -> None:
-    path = tmp_path / "log.db"
-    store = await SQLiteStore.open(path)
-    try:
-        await store.append("c", news(2))
-        with sqlite3.connect(path) as raw:
-            raw.execute("UPDATE items SET data = '{broken' WHERE seq = 1")
-        with pytest.raises(StoreError, match="c:1 has corrupt data"):
-            await store.query("c")
     finally:
         await store.aclose()
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
         SeqConflictError,
         StoreError,
     )
-    from tunnel.log.item import Event, Item, NewItem
+    from tunnel.log.item import CorruptItem, Event, Item, NewItem
     from tunnel.log.log import Log, LogStatistics
     from tunnel.log.memory import MemoryStore
     from tunnel.log.paths import default_db_path
@@ -36,6 +36,7 @@ else:
         __name__,
         {
             "ConversationInfo": "tunnel.log.store",
+            "CorruptItem": "tunnel.log.item",
             "Event": "tunnel.log.item",
             "Item": "tunnel.log.item",
             "Log": "tunnel.log.log",
@@ -60,6 +61,7 @@ else:
 
 __all__ = [
     "ConversationInfo",
+    "CorruptItem",
     "Event",
     "Item",
     "Log",

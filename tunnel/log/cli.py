@@ -1,4 +1,7 @@
-"""`tunnel log ...`: list, show, export and import the conversations in a log database."""
+"""`tunnel log ...`: list, show, check, export and import the conversations in a log database.
+
+Every command but `import` opens the database read-only and changes nothing in it.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +15,12 @@ import typer
 
 from tunnel.log.errors import StoreError
 from tunnel.log.paths import DB_ENV_VAR, default_db_path
-from tunnel.process.exit_codes import EXIT_CONFIG
+from tunnel.process.exit_codes import EXIT_CONFIG, EXIT_CORRUPT
 
 if TYPE_CHECKING:
+    from tunnel.log.check import CheckReport
     from tunnel.log.item import Item
+    from tunnel.log.ndjson import ExportSummary
     from tunnel.log.sqlite import SQLiteStore
 
 # The items, the store and anyio are imported by the code that uses them, not here: every
@@ -28,7 +33,7 @@ T = TypeVar("T")
 
 log_app = typer.Typer(
     name="log",
-    help="Inspect, export and import the conversation log.",
+    help="Inspect, check, export and import the conversation log.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -98,6 +103,8 @@ def show_command(
     db: DbOption = None,
 ) -> None:
     """Print a conversation's items, oldest first."""
+    from tunnel.log.item import CorruptItem
+
     settings = ShowSettings(
         db=db or default_db_path(),
         conversation_id=conversation_id,
@@ -105,8 +112,10 @@ def show_command(
         types=tuple(type_) if type_ else None,
         limit=limit,
     )
-    for item in show(settings):
+    items = show(settings)
+    for item in items:
         typer.echo(render_item(item))
+    _say_unreadable(sum(isinstance(item, CorruptItem) for item in items), "shown")
 
 
 def show(settings: ShowSettings) -> list[Item]:
@@ -126,11 +135,57 @@ def show(settings: ShowSettings) -> list[Item]:
     return _run(settings.db, read)
 
 
+@log_app.command("check")
+def check_command(
+    conversation_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="CONVERSATION",
+            help="Check only this conversation (default: every one, and the whole file).",
+            show_default=False,
+        ),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Read every item and list what cannot be read or is missing, one problem per line.
+
+    Exit status 0 when nothing is wrong, 5 when something is (the log stays readable: such
+    items are shown and exported as placeholders of type `corrupt`).
+    """
+    path = db or default_db_path()
+    _require_db(path)
+
+    async def check(store: SQLiteStore) -> CheckReport:
+        if conversation_id is not None and await store.get_conversation(conversation_id) is None:
+            _fail(f"no conversation {conversation_id!r}")
+        return await store.check(conversation_id, quick_check=conversation_id is None)
+
+    report = _run(path, check)
+    for problem in report.problems:
+        typer.echo(_clean(str(problem)))
+    if report.problem_count > len(report.problems):
+        typer.echo(f"... and {report.problem_count - len(report.problems)} more", err=True)
+    checked = f"checked {report.items} items in {report.conversations} conversation(s)"
+    if report.clean:
+        typer.echo(f"{checked}: no problem found", err=True)
+        return
+    typer.echo(f"{checked}: {report.problem_count} problem(s)", err=True)
+    raise typer.Exit(EXIT_CORRUPT)
+
+
 @log_app.command("export")
 def export_command(
     conversation_id: Annotated[
         str, typer.Argument(metavar="CONVERSATION", help="The conversation to export.")
     ],
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Write nothing and exit with 5 if an item cannot be read, instead of writing "
+            "a placeholder of type corrupt for it.",
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Write a conversation to standard output as NDJSON, one item per line."""
@@ -140,13 +195,23 @@ def export_command(
     _require_db(path)
     out = typer.get_binary_stream("stdout")
 
-    async def export(store: SQLiteStore) -> int:
+    async def export(store: SQLiteStore) -> ExportSummary:
         if await store.get_conversation(conversation_id) is None:
             _fail(f"no conversation {conversation_id!r}")
+        if strict:
+            report = await store.check(conversation_id, quick_check=False)
+            if not report.clean:
+                first = report.problems[0]
+                _fail(
+                    f"not exported, nothing was written: {report.problem_count} problem(s), "
+                    f"the first {first}; `tunnel log check` lists them",
+                    EXIT_CORRUPT,
+                )
         return await export_conversation(store, conversation_id, out)
 
-    count = _run(path, export)
-    typer.echo(f"exported {count} items of {conversation_id}", err=True)
+    summary = _run(path, export)
+    typer.echo(f"exported {summary.items} items of {_clean(conversation_id)}", err=True)
+    _say_unreadable(summary.corrupt, "exported")
 
 
 @log_app.command("import")
@@ -176,7 +241,7 @@ def import_command(
         # A mistyped --db should not grow directories; the default location may.
         _fail(f"the log's directory {path.parent} does not exist")
     try:
-        summary = _run(path, lambda store: import_ndjson(store, file))
+        summary = _run(path, lambda store: import_ndjson(store, file), readonly=False)
     except ImportRejectedError as exc:
         typer.echo(f"tunnel log: {file}: not imported, nothing was written:", err=True)
         for problem in exc.problems:
@@ -195,7 +260,7 @@ def render_item(item: Item) -> str:
     """Two or more lines for a person: a header, then the text (or the data as JSON)."""
     import json
 
-    from tunnel.log.item import format_time
+    from tunnel.log.item import CorruptItem, format_time
 
     status = f" [{item.status}]" if item.status else ""
     header = (
@@ -203,7 +268,12 @@ def render_item(item: Item) -> str:
         f"{_clean(item.type)}{_clean(status)}"
     )
     text = item.data.get("text")
-    body = text if isinstance(text, str) else json.dumps(item.data, ensure_ascii=False)
+    if isinstance(item, CorruptItem):
+        body = f"this item could not be read: {item.data['reason']}"
+    elif isinstance(text, str):
+        body = text
+    else:
+        body = json.dumps(item.data, ensure_ascii=False)
     return header + "\n" + "\n".join("    " + _clean(line) for line in body.splitlines() or [""])
 
 
@@ -220,13 +290,23 @@ def _require_db(path: Path) -> None:
         _fail(f"no log database at {path}")
 
 
-def _run(path: Path, work: Callable[[SQLiteStore], Awaitable[T]]) -> T:
+def _say_unreadable(count: int, done: str) -> None:
+    if count:
+        typer.echo(
+            f"tunnel log: {count} item(s) could not be read and were {done} as placeholders "
+            f"of type corrupt; `tunnel log check` lists them",
+            err=True,
+        )
+
+
+def _run(path: Path, work: Callable[[SQLiteStore], Awaitable[T]], *, readonly: bool = True) -> T:
+    """Run `work` on the store at `path`, read-only unless said; a store error is one line."""
     import anyio
 
     from tunnel.log.sqlite import SQLiteStore
 
     async def main() -> T:
-        store = await SQLiteStore.open(path)
+        store = await SQLiteStore.open(path, readonly=readonly)
         try:
             return await work(store)
         finally:
@@ -238,7 +318,7 @@ def _run(path: Path, work: Callable[[SQLiteStore], Awaitable[T]]) -> T:
         _fail(str(exc))
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, code: int = EXIT_CONFIG) -> NoReturn:
     """Say the user's mistake (a name, a file) in one line, as every command does, and exit."""
     typer.echo(f"tunnel log: {_clean(message)}", err=True)
-    raise typer.Exit(EXIT_CONFIG)
+    raise typer.Exit(code)

@@ -2,7 +2,8 @@
 
 Whose fault: `ValueError` (raised as such) means the caller passed something invalid and nothing
 was written; `SeqConflictError` is a `ValueError` too. `StoreError` means the storage itself
-failed (disk full, unreadable or foreign database): nothing of the failed call was written.
+failed (disk full, a file that cannot be opened, read or written, a damaged file): nothing of the
+failed call was written. One unreadable item is not an error: readers get a `CorruptItem`.
 `LogClosedError` means the owner closed the log or store while the caller still used it.
 """
 

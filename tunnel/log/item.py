@@ -15,8 +15,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 __all__ = [
+    "CORRUPT_TYPE",
     "MAX_DEPTH",
     "MAX_ID_CHARS",
+    "CorruptItem",
     "Event",
     "Item",
     "NewItem",
@@ -36,6 +38,9 @@ MAX_DEPTH: Final = 64
 
 MAX_ID_CHARS: Final = 256
 """Longest conversation id, type, status, response id or author accepted."""
+
+CORRUPT_TYPE: Final = "corrupt"
+"""The type of a `CorruptItem`: the placeholder for a stored item that could not be read."""
 
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**64 - 1  # msgpack's integer range: anything wider would not survive the wire.
@@ -144,6 +149,19 @@ class Item:
         if "id" in wire and wire["id"] != item.id:
             raise ValueError(f"item id {wire['id']!r} does not match {item.id!r}")
         return item
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CorruptItem(Item):
+    """The placeholder a store returns for a stored item it cannot read (docs/log.md, "Faults").
+
+    It keeps the item's conversation and seq, so readers see no gap and export and import keep
+    their numbering. `type` is `CORRUPT_TYPE`; `data` says what could not be read, never what the
+    unreadable bytes were: `{"reason": "column data is not JSON (...)", "columns": ["data"]}`,
+    plus `"stored_type"` when the stored type was readable. `created_at` and `created_by` are
+    the stored ones when they were readable (else the epoch and `"unknown"`). On the wire it is
+    an ordinary item of type `corrupt`.
+    """
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,24 +3,32 @@
 Import is all or nothing. The whole file is checked first (every line parses, each conversation's
 seqs run on without a gap, and continue exactly where the database stops); only then is it
 written, in one transaction that checks the same again, so nothing is half-imported even if the
-file or the database changed in between.
+file or the database changed in between. A line nested deeper than `MAX_LINE_DEPTH` is refused
+before it is parsed, so no file can exhaust the parser's stack.
+
+Export writes an item that cannot be read as its placeholder (`CorruptItem`), so the file keeps
+every seq and imports again.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 import anyio
 
 from tunnel.log.errors import LogError
-from tunnel.log.item import Item
+from tunnel.log.item import MAX_DEPTH, CorruptItem, Item
 from tunnel.log.store import Store
 
 __all__ = [
+    "MAX_LINE_DEPTH",
+    "ExportSummary",
     "ImportProblem",
     "ImportRejectedError",
     "ImportSummary",
@@ -33,6 +41,14 @@ __all__ = [
 
 MAX_PROBLEMS = 20
 """An import check stops listing problems after this many."""
+
+MAX_LINE_DEPTH: Final = MAX_DEPTH + 1
+"""How deeply one line's JSON may nest: the item map, then its `data` as deep as items allow.
+A deeper line is refused before it is parsed (the parser would recurse once per level)."""
+
+# A JSON string: what the depth count skips, since brackets inside strings do not nest.
+_JSON_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET: Final = re.compile(rb"[^\[\]{}]+")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +92,16 @@ class ImportSummary:
     """Per conversation, the first and last seq in the file."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExportSummary:
+    """What `export_conversation` wrote."""
+
+    items: int
+    """Lines written, one per item."""
+    corrupt: int
+    """Of those, placeholders for items that could not be read (type `corrupt`)."""
+
+
 def item_line(item: Item) -> bytes:
     """One NDJSON line (UTF-8, newline-terminated) for `item`."""
     text = json.dumps(item.to_wire(), ensure_ascii=False, separators=(",", ":"))
@@ -84,17 +110,19 @@ def item_line(item: Item) -> bytes:
 
 async def export_conversation(
     store: Store, conversation_id: str, out: BinaryIO, *, page_size: int = 1000
-) -> int:
-    """Write every item of the conversation to `out`, oldest first; returns how many."""
-    count = 0
+) -> ExportSummary:
+    """Write every item of the conversation to `out`, oldest first, an unreadable one as its
+    placeholder; returns how many of each."""
+    count = corrupt = 0
     after = -1
     while page := await store.query(conversation_id, after=after, limit=page_size):
         chunk = b"".join(item_line(item) for item in page)
         await anyio.to_thread.run_sync(out.write, chunk)
         count += len(page)
+        corrupt += sum(isinstance(item, CorruptItem) for item in page)
         after = page[-1].seq
     await anyio.to_thread.run_sync(out.flush)
-    return count
+    return ExportSummary(items=count, corrupt=corrupt)
 
 
 def read_items(path: Path) -> Iterator[tuple[int, Item]]:
@@ -111,10 +139,15 @@ def read_items(path: Path) -> Iterator[tuple[int, Item]]:
 
 
 def _parse_line(raw: bytes) -> Item:
+    if _too_deep(raw):
+        raise ValueError(f"nested deeper than {MAX_LINE_DEPTH} levels")
     try:
         wire = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ValueError("not UTF-8") from None
+    except RecursionError:
+        # Not reachable after the depth check; kept so no input can crash an import.
+        raise ValueError(f"nested deeper than {MAX_LINE_DEPTH} levels") from None
     except ValueError as exc:
         raise ValueError(f"not JSON ({exc})") from None
     try:
@@ -123,6 +156,16 @@ def _parse_line(raw: bytes) -> Item:
         hint = wire.get("id") if isinstance(wire, dict) else None
         where = f"item {hint}: " if isinstance(hint, str) else ""
         raise ValueError(f"{where}{exc}") from None
+
+
+def _too_deep(raw: bytes) -> bool:
+    """True if the JSON in `raw` nests deeper than `MAX_LINE_DEPTH` (brackets in strings aside)."""
+    # Fast path: a line cannot nest deeper than it has opening brackets.
+    if raw.count(b"[") + raw.count(b"{") <= MAX_LINE_DEPTH:
+        return False
+    brackets = _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", raw))
+    depths = accumulate(1 if b in b"[{" else -1 for b in brackets)
+    return any(depth > MAX_LINE_DEPTH for depth in depths)
 
 
 def _scan(path: Path) -> tuple[ImportSummary, dict[str, _Run], list[ImportProblem]]:

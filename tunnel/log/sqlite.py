@@ -14,6 +14,11 @@ connections, concurrently with the writer (WAL lets readers see the last commit)
 Schema (version 1, `PRAGMA user_version`): `items` keyed by (conversation_id, seq), so a page
 is one index range scan whatever the log's size; `items_by_type` on (conversation_id, type,
 seq) does the same for a type filter; `conversations` holds each conversation's head.
+
+Faults (docs/log.md, "Faults"): a row that cannot be read is returned as a `CorruptItem` at its
+seq (`tunnel.log.rows`), never as an error for the whole page. `readonly=True` opens the file
+with SQLite's `mode=ro` and changes nothing: no file, journal mode or schema is ever created.
+A file that is not a log is refused before anything is changed, by a writer too.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import os
 import sqlite3
 import threading
+import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +43,7 @@ from typing import Any, Final, Literal, NamedTuple, TypeVar
 import anyio
 import anyio.lowlevel
 
+from tunnel.log.check import CheckReport, check_rows
 from tunnel.log.errors import LogClosedError, SchemaError, SeqConflictError, StoreError
 from tunnel.log.item import (
     Item,
@@ -47,6 +55,7 @@ from tunnel.log.item import (
     prepare,
     time_to_micros,
 )
+from tunnel.log.rows import COLUMNS, decode_row, fetch_rows
 from tunnel.log.store import (
     ConversationInfo,
     OnCommit,
@@ -90,18 +99,19 @@ _SCHEMA: Final = (
     "CREATE INDEX conversations_by_time ON conversations (updated_at)",
 )
 
-_COLUMNS: Final = "conversation_id, seq, type, status, response_id, created_at, created_by, data"
 # Every SQL string is built from the constants here: values always go in `?` parameters.
-_INSERT: Final = f"INSERT INTO items ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"  # noqa: S608
+_INSERT: Final = f"INSERT INTO items ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"  # noqa: S608
 _UPSERT_HEAD: Final = (
     "INSERT INTO conversations (conversation_id, last_seq, updated_at) VALUES (?, ?, ?) "
     "ON CONFLICT (conversation_id) DO UPDATE "
     "SET last_seq = excluded.last_seq, updated_at = excluded.updated_at"
 )
 _HEAD: Final = "SELECT last_seq FROM conversations WHERE conversation_id = ?"
+# The head recomputed from the items, for a conversation whose head row is missing or unreadable.
+_MAX_SEQ: Final = "SELECT max(seq) FROM items WHERE conversation_id = ? AND typeof(seq) = 'integer'"
 _INFO: Final = "SELECT conversation_id, last_seq, updated_at FROM conversations"
-
-_DECODER: Final = json.JSONDecoder()
+_SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+_SEQ_END: Final = 2**63 - 1  # above every seq a log can reach: the bound of an open range
 
 _Row = tuple[str, int, str, str | None, str | None, int, str, str]
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
@@ -155,23 +165,28 @@ class SQLiteStore:
         self,
         path: str | Path,
         *,
+        readonly: bool = False,
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 10.0,
         max_batch_items: int = 5000,
         max_readers: int = 4,
     ) -> None:
-        """Open (creating if needed) the log at `path`.
+        """Open (creating if needed) the log at `path`; with `readonly`, open it read-only.
 
-        `synchronous` is SQLite's setting for the writer; `busy_timeout` (seconds) is how long
-        to wait for another process (an import) holding the write lock; `max_batch_items` caps
-        the items of one transaction; `max_readers` caps the concurrent read connections.
-        Raises `SchemaError` for a foreign or newer database, `StoreError` if it cannot open.
+        A read-only store never creates the file or changes it (no journal mode, no schema);
+        `append` and `extend` raise `StoreError`. `synchronous` is SQLite's setting for the
+        writer; `busy_timeout` (seconds) is how long to wait for another process (an import)
+        holding the write lock; `max_batch_items` caps the items of one transaction;
+        `max_readers` caps the concurrent read connections. Raises `SchemaError` for a file that
+        is not a log or has a newer schema (left untouched), `StoreError` if it cannot open.
         """
         if synchronous not in ("NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, not {synchronous!r}")
         if str(path) == ":memory:" or not str(path):
             raise ValueError("SQLiteStore needs a file path; use MemoryStore for memory")
         self.path = Path(path)
+        self.readonly = readonly
+        """True if the store only reads (see `__init__`)."""
         self._synchronous = synchronous
         self._busy_timeout = busy_timeout
         self._max_batch_items = max(1, max_batch_items)
@@ -189,13 +204,16 @@ class SQLiteStore:
         self._transactions = 0
         self._appends = 0
         self._items_written = 0
-        self._writer_closed = False
-        self._writer = self._connect(readonly=False)
-        try:
-            self._init_schema(self._writer)
-        except BaseException:
-            self._writer.close()
-            raise
+        # Read connections open with this URI: `mode=ro`, plus `immutable=1` when the log is in
+        # a read-only directory (see `_open_readonly`).
+        self._reader_uri = _uri(self.path, immutable=False)
+        self._writer: sqlite3.Connection | None = None
+        self._writer_closed = readonly
+        if readonly:
+            self._readers.append(self._open_readonly())
+            self._reader_count = 1
+        else:
+            self._writer = self._open_writer()
 
     @classmethod
     async def open(cls, path: str | Path, **options: Any) -> SQLiteStore:
@@ -211,7 +229,7 @@ class SQLiteStore:
         *,
         on_commit: OnCommit | None = None,
     ) -> list[Item]:
-        self._check_open()
+        self._check_writable()
         check_conversation_id(conversation_id)
         prepared = [prepare(new) for new in items]
         if not prepared:
@@ -222,7 +240,7 @@ class SQLiteStore:
         return result
 
     async def extend(self, items: Iterable[Item]) -> int:
-        self._check_open()
+        self._check_writable()
         result = await self._submit(_Write("", [], None, imported=items))
         assert isinstance(result, int)
         return result
@@ -365,14 +383,17 @@ class SQLiteStore:
         return count
 
     def _transaction(self) -> _Transaction:
-        if self._writer_closed:
+        if self._writer_closed or self._writer is None:
             raise LogClosedError(f"the log at {self.path} is closed")
         return _Transaction(self._writer)
 
     @staticmethod
     def _head(conn: sqlite3.Connection, conversation_id: str) -> int:
         row = conn.execute(_HEAD, (conversation_id,)).fetchone()
-        return -1 if row is None else int(row[0])
+        if row is not None and type(row[0]) is int:
+            return int(row[0])
+        # No head row (a new conversation) or an unreadable one: the items say where it is.
+        return _max_seq(conn, conversation_id)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -399,17 +420,29 @@ class SQLiteStore:
         check_conversation_id(conversation_id)
 
         def read(conn: sqlite3.Connection) -> ConversationInfo | None:
-            row = conn.execute(f"{_INFO} WHERE conversation_id = ?", (conversation_id,)).fetchone()
-            return None if row is None else _info(row)
+            rows = fetch_rows(conn, f"{_INFO} WHERE conversation_id = ?", (conversation_id,))
+            return _info(conn, rows[0]) if rows else None
 
         return await self._read(read)
 
     async def list_conversations(self) -> list[ConversationInfo]:
         def read(conn: sqlite3.Connection) -> list[ConversationInfo]:
-            rows = conn.execute(f"{_INFO} ORDER BY updated_at DESC, conversation_id DESC")
-            return [_info(row) for row in rows]
+            rows = fetch_rows(conn, f"{_INFO} ORDER BY updated_at DESC, conversation_id DESC", ())
+            return [info for row in rows if (info := _info(conn, row)) is not None]
 
         return await self._read(read)
+
+    async def check(
+        self, conversation_id: str | None = None, *, quick_check: bool = True
+    ) -> CheckReport:
+        """Read every row of one conversation (or of all) and report what cannot be read, what
+        is missing and what disagrees (`tunnel.log.check`); `quick_check` adds SQLite's own
+        check of the whole file. Reads only; O(size of the log)."""
+        if conversation_id is not None:
+            check_conversation_id(conversation_id)
+        return await self._read(
+            partial(check_rows, conversation_id=conversation_id, quick_check=quick_check)
+        )
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         self._check_open()
@@ -431,10 +464,12 @@ class SQLiteStore:
                 self._reader_count += 1
         if conn is None:
             try:
-                conn = self._connect(readonly=True)
-            except BaseException:
+                conn = self._connect_reader()
+            except BaseException as exc:
                 with self._reader_lock:
                     self._reader_count -= 1
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"cannot open {self.path} to read: {exc}") from exc
                 raise
         try:
             try:
@@ -469,7 +504,8 @@ class SQLiteStore:
     def _close_writer(self) -> None:
         if not self._writer_closed:
             self._writer_closed = True
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
 
     async def aclose(self) -> None:
         """Refuse new calls, let accepted appends and running reads finish, then close."""
@@ -499,9 +535,25 @@ class SQLiteStore:
         if self._closed:
             raise LogClosedError(f"the log at {self.path} is closed")
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.readonly:
+            raise StoreError(f"the log at {self.path} is open read-only")
+
     # -- connections and schema ----------------------------------------------------------------
 
-    def _connect(self, *, readonly: bool) -> sqlite3.Connection:
+    def _open_writer(self) -> sqlite3.Connection:
+        """The writer connection: look first, and change nothing in a file that is not a log;
+        then WAL, and the schema if the database is new (an empty or new file)."""
+        # SQLite opens a file it may not write read-only without a word, and the first append
+        # would fail: say it now. (A WAL writer also creates files beside the log.)
+        if self.path.is_file() and not os.access(self.path, os.W_OK):
+            raise StoreError(f"cannot write to the log at {self.path}: the file is read-only")
+        if self.path.parent.is_dir() and not os.access(self.path.parent, os.W_OK):
+            raise StoreError(
+                f"cannot write to the log at {self.path}: its directory {self.path.parent} is "
+                f"read-only"
+            )
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -510,42 +562,152 @@ class SQLiteStore:
                 check_same_thread=False,  # used by one worker thread at a time, never two
             )
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the log at {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open the log at {self.path}: {self._why(exc)}") from exc
         try:
+            self._check_schema(conn, allow_new=True)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"the log at {self.path} cannot use WAL (journal {mode})")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            if readonly:
-                conn.execute("PRAGMA query_only = ON")
-        except sqlite3.DatabaseError as exc:
+            self._init_schema(conn)
+        except sqlite3.Error as exc:
             conn.close()
-            raise SchemaError(f"{self.path} is not a SQLite database: {exc}") from exc
+            raise self._open_error(exc, writing=True) from exc
         except BaseException:
             conn.close()
             raise
         return conn
 
+    def _open_readonly(self) -> sqlite3.Connection:
+        """The first read connection of a read-only store, its schema checked.
+
+        SQLite reads a WAL database through its `-shm` file, which it creates beside the log if
+        needed. In a read-only directory it cannot, so the log is opened `immutable=1` instead:
+        safe, because nothing can be writing it there (a writer needs that directory for its
+        `-wal` file). A `-wal` file holding commits is the one case immutable would misread
+        (it ignores the WAL), so that is refused with a message saying so.
+        """
+        wal = self._inspect_header()
+        try:
+            return self._connect_reader(check=True)
+        except sqlite3.Error as exc:
+            if not (wal and not os.access(self.path.parent, os.W_OK)):
+                raise self._open_error(exc, writing=False) from exc
+            wal_file = Path(f"{self.path}-wal")
+            if _size(wal_file) > 0:
+                raise StoreError(
+                    f"cannot open {self.path} read-only: {wal_file} holds commits not yet in the "
+                    f"database, and SQLite cannot read them in a read-only directory; copy the "
+                    f"log with its -wal file to a writable directory"
+                ) from exc
+        self._reader_uri = _uri(self.path, immutable=True)
+        try:
+            return self._connect_reader(check=True)
+        except sqlite3.Error as exc:
+            raise self._open_error(exc, writing=False) from exc
+
+    def _inspect_header(self) -> bool:
+        """Read the file's 100-byte SQLite header without SQLite; True if it is in WAL mode.
+
+        Refuses what the header alone shows is not a log, so SQLite never opens it (and leaves
+        no `-shm` file beside another program's database).
+        """
+        try:
+            with self.path.open("rb") as file:
+                header = file.read(100)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise StoreError(f"cannot open {self.path} read-only: {reason}") from exc
+        # A new log's schema may still be only in its -wal file: then SQLite must look.
+        pending = _size(Path(f"{self.path}-wal")) > 0
+        if not header and not pending:
+            raise SchemaError(
+                f"{self.path} is not a conversation log: no agent-tunnel schema (an empty file)"
+            )
+        if not header:
+            return True
+        if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+            raise SchemaError(f"{self.path} is not a conversation log: not a SQLite database")
+        wal = header[18] == 2  # the file format's write version: 2 is WAL
+        if wal and pending:
+            return wal
+        # Nothing in a -wal file: the header is the schema's last word.
+        if int.from_bytes(header[68:72], "big") != APPLICATION_ID:
+            raise SchemaError(f"{self.path} is not a conversation log: no agent-tunnel schema")
+        version = int.from_bytes(header[60:64], "big")
+        if version > SCHEMA_VERSION:
+            raise SchemaError(self._newer(version))
+        return wal
+
+    def _connect_reader(self, *, check: bool = False) -> sqlite3.Connection:
+        """A read-only connection (`mode=ro`: SQLite refuses every write on it)."""
+        conn = sqlite3.connect(
+            self._reader_uri,
+            uri=True,
+            timeout=self._busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,  # used by one worker thread at a time, never two
+        )
+        try:
+            if check:
+                self._check_schema(conn, allow_new=False)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _check_schema(self, conn: sqlite3.Connection, *, allow_new: bool) -> None:
+        """Refuse (`SchemaError`) a database that is not a log or is newer; reads only.
+
+        `allow_new` accepts an empty database (a new or empty file), which the writer fills.
+        """
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        if app_id == APPLICATION_ID and version >= 1:
+            if version > SCHEMA_VERSION:
+                raise SchemaError(self._newer(version))
+            return
+        if allow_new and version == 0 and app_id == 0:
+            tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
+            if not tables:
+                return
+        raise SchemaError(f"{self.path} is not a conversation log: no agent-tunnel schema")
+
+    def _newer(self, version: int) -> str:
+        return (
+            f"{self.path} has log schema {version}, newer than this version understands "
+            f"({SCHEMA_VERSION}): upgrade agent-tunnel"
+        )
+
     def _init_schema(self, conn: sqlite3.Connection) -> None:
+        # In one write transaction that checks again: another process may have created the
+        # schema since `_check_schema` looked.
         with _Transaction(conn):
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            if version == 0:
-                tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
-                if tables:
-                    raise SchemaError(f"{self.path} is a SQLite database but not a log")
+            self._check_schema(conn, allow_new=True)
+            if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
                 for statement in _SCHEMA:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            elif app_id != APPLICATION_ID:
-                raise SchemaError(f"{self.path} is a SQLite database but not a log")
-            elif version > SCHEMA_VERSION:
-                raise SchemaError(
-                    f"{self.path} has log schema {version}, newer than this version "
-                    f"understands ({SCHEMA_VERSION}): upgrade agent-tunnel"
-                )
             # Future schema versions migrate here, one step at a time, in this transaction.
+
+    def _open_error(self, exc: sqlite3.Error, *, writing: bool) -> StoreError:
+        """The error that says what is wrong with the file, for a SQLite error while opening."""
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code == sqlite3.SQLITE_NOTADB:
+            return SchemaError(f"{self.path} is not a conversation log: not a SQLite database")
+        if writing and code == sqlite3.SQLITE_READONLY:
+            return StoreError(f"cannot write to the log at {self.path}: {exc}")
+        how = "for writing" if writing else "read-only"
+        return StoreError(f"cannot open {self.path} {how}: {self._why(exc)}")
+
+    def _why(self, exc: sqlite3.Error) -> str:
+        # SQLite says "unable to open database file" for every reason; the OS knows which.
+        if self.path.is_dir():
+            return "it is a directory"
+        if self.path.exists() and not os.access(self.path, os.R_OK):
+            return "permission denied"
+        return str(exc)
 
 
 class _Transaction:
@@ -596,23 +758,28 @@ def select_sql(*, typed: bool, before: bool, order: Order) -> str:
         where.append("seq < ?")
     direction = "ASC" if order == "asc" else "DESC"
     clauses = " AND ".join(where)
-    return f"SELECT {_COLUMNS} FROM items WHERE {clauses} ORDER BY seq {direction} LIMIT ?"  # noqa: S608
+    return f"SELECT {COLUMNS} FROM items WHERE {clauses} ORDER BY seq {direction} LIMIT ?"  # noqa: S608
 
 
 def _select(q: Query, conn: sqlite3.Connection) -> list[Item]:
-    """Worker thread: one page. Several types are one index range each, merged."""
+    """Worker thread: one page. Several types are one index range each, merged.
+
+    A row that cannot be read comes back as a `CorruptItem`; a row without a place (a seq that
+    is not an integer) is left out: both are what `tunnel log check` reports. The range always
+    has an upper bound, which keeps seqs stored as text or bytes (they sort after every number)
+    out of the page instead of making it short."""
     types: Sequence[str | None] = [None] if q.types is None else q.types
-    sql = select_sql(typed=q.types is not None, before=q.before is not None, order=q.order)
+    sql = select_sql(typed=q.types is not None, before=True, order=q.order)
     runs: list[list[Item]] = []
     for t in types:
         params: list[object] = [q.conversation_id]
         if t is not None:
             params.append(t)
         params.append(q.after)
-        if q.before is not None:
-            params.append(q.before)
+        params.append(_SEQ_END if q.before is None else q.before)
         params.append(q.limit)
-        runs.append([_item(row) for row in conn.execute(sql, params)])
+        rows = fetch_rows(conn, sql, params)
+        runs.append([item for row in rows if (item := decode_row(row)) is not None])
     if len(runs) == 1:
         return runs[0]
     merged = heapq.merge(*runs, key=_seq, reverse=q.order == "desc")
@@ -623,35 +790,48 @@ def _seq(item: Item) -> int:
     return item.seq
 
 
-def _item(row: _Row) -> Item:
-    cid, seq, type_, status, response_id, created_at, created_by, data = row
-    try:
-        # raw_decode: what json.loads does minus its whitespace scans (we write none).
-        decoded, end = _DECODER.raw_decode(data)
-    except (ValueError, TypeError) as exc:
-        raise StoreError(f"item {cid}:{seq} has corrupt data: {exc}") from exc
-    if end != len(data) or not isinstance(decoded, dict):
-        raise StoreError(f"item {cid}:{seq} has corrupt data: not one JSON object")
-    return Item(
-        conversation_id=cid,
-        seq=seq,
-        type=type_,
-        status=status,
-        response_id=response_id,
-        created_at=micros_to_time(created_at),
-        created_by=created_by,
-        data=decoded,
-    )
-
-
-def _info(row: tuple[str, int, int]) -> ConversationInfo:
+def _info(conn: sqlite3.Connection, row: Sequence[Any]) -> ConversationInfo | None:
+    """A conversation's head row as `ConversationInfo`; an unreadable head is recomputed from
+    the items (an unreadable time becomes None), a row without a text id is skipped."""
     cid, last_seq, updated_at = row
+    if type(cid) is not str:
+        return None
+    if type(last_seq) is not int:
+        last_seq = _max_seq(conn, cid)
+        if last_seq < 0:
+            return None
+    updated: datetime | None = None
+    if type(updated_at) is int:
+        try:
+            updated = micros_to_time(updated_at)
+        except OverflowError:
+            updated = None
     return ConversationInfo(
         conversation_id=cid,
         last_seq=last_seq,
         item_count=last_seq + 1,
-        updated_at=micros_to_time(updated_at),
+        updated_at=updated,
     )
+
+
+def _max_seq(conn: sqlite3.Connection, conversation_id: str) -> int:
+    """The highest integer seq stored for the conversation, -1 if none."""
+    value = conn.execute(_MAX_SEQ, (conversation_id,)).fetchone()[0]
+    return value if type(value) is int else -1
+
+
+def _uri(path: Path, *, immutable: bool) -> str:
+    """The `file:` URI that opens `path` read-only (percent-encoded: a path may hold ? or #)."""
+    query = "mode=ro&immutable=1" if immutable else "mode=ro"
+    return f"file:{urllib.parse.quote(str(path.absolute()))}?{query}"
+
+
+def _size(path: Path) -> int:
+    """The size of a file, 0 if there is none (or it cannot be read)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _encode(data: dict[str, Any]) -> str:

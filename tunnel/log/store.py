@@ -157,7 +157,11 @@ class Store(Protocol):
         order: Order = "asc",
         types: TypeFilter = None,
     ) -> list[Item]:
-        """Items with `after < seq < before`, of the given types, `limit` of them in `order`."""
+        """Items with `after < seq < before`, of the given types, `limit` of them in `order`.
+
+        A stored item that cannot be read comes back as a `CorruptItem` at its seq (docs/log.md,
+        "Faults"), not as an error.
+        """
         ...
 
     async def get_conversation(self, conversation_id: str) -> ConversationInfo | None:
