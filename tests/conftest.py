@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +20,7 @@ settings.register_profile(
 )
 settings.load_profile("agent-tunnel")
 
-REQUIRED_MARKERS = ("browser",)
+REQUIRED_MARKERS = ("browser", "sandbox", "agents_real")
 _skipped: list[str] = []
 
 
@@ -35,6 +37,24 @@ def relay(tmp_path: Path) -> Iterator[RelayProcess]:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture
+def bwrap() -> str:
+    """bubblewrap, checked to make a sandbox here. The `sandbox` suite is required: under
+    TUNNEL_REQUIRE_ALL=1 it fails without one (and says how to get it), never skips."""
+    path = shutil.which("bwrap")
+    problem = "bwrap is not installed (apt-get install -y bubblewrap)"
+    if path is not None:
+        probe = [path, "--unshare-all", "--unshare-user", "--die-with-parent"]
+        probe += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "true"]
+        result = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
+        if result.returncode == 0:
+            return path
+        problem = f"bwrap cannot make a sandbox here: {result.stderr.strip()}"
+    if _require_all():
+        pytest.fail(f"the sandbox tests need bubblewrap: {problem}", pytrace=False)
+    pytest.skip(f"the sandbox tests need bubblewrap: {problem}")
 
 
 def _require_all() -> bool:

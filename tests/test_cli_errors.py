@@ -99,6 +99,39 @@ MISTAKES = {
         EXIT_CONFIG,
         "no-such-program-here",
     ),
+    "host-sandbox-allow-without-sandbox": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--sandbox-allow", "{tmp}"),
+        EXIT_CONFIG,
+        "--sandbox-allow and --sandbox-net none need --sandbox",
+    ),
+    "host-sandbox-net-none-without-sandbox": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--sandbox-net", "none"),
+        EXIT_CONFIG,
+        "need --sandbox",
+    ),
+    "host-sandbox-net-unknown": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--sandbox", "--sandbox-net", "off"),
+        EXIT_CONFIG,
+        "--sandbox-net",
+    ),
+    "host-sandbox-allow-no-path": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--sandbox", "--sandbox-allow", ":ro"),
+        EXIT_CONFIG,
+        "--sandbox-allow: ':ro' names no path",
+    ),
+    "host-sandbox-allow-missing": Mistake(
+        (
+            *("host", "--relay", "http://127.0.0.1:9", "--agent", "pty:sh", "--sandbox"),
+            *("--workspace", "/usr", "--sandbox-allow", "/nonexistent/dir:ro"),
+        ),
+        EXIT_CONFIG,
+        "--sandbox-allow /nonexistent/dir:ro: no such file or directory",
+    ),
+    "host-sandbox-demo-agent": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--sandbox"),
+        EXIT_CONFIG,
+        "--sandbox needs an acp: or pty: agent",
+    ),
     "host-unknown-agent-kind": Mistake(
         ("host", "--relay", "http://127.0.0.1:9", "--agent", "gpt:x"), EXIT_CONFIG, "gpt:x"
     ),

@@ -4,21 +4,70 @@ What it does depends on the prompt:
 - `work`: thinks, plans, says hello, proposes a tool call and asks permission; if allowed it reads
   notes.txt, writes out.txt, then tries to write outside the workspace three ways (`..`, an
   absolute path, the symlink `escape`) and reports each refusal; if rejected it says so.
+- `ask`: proposes an edit of notes.txt (kind, location, raw input, diff) and asks permission with
+  the options Claude Code offers when leaving plan mode (bypass first); says `chose OPTION_ID`.
+- `ask-big`: the same with a raw input and a diff far larger than one message.
+- `create PATH`: reads PATH (missing: it must get empty content) then writes it, as Gemini CLI's
+  write_file does; says what it read.
+- `tool`: a finished tool call whose id, `call_1`, is the same in every turn.
+- `late`: ends its turn, then streams `late text` a moment later.
+- `weird`: sends a session update of a kind no schema has, then says `after weird`.
+- `term`: runs a command in a terminal (output, exit code 3), waits, reads the output, releases.
+- `term-outside`: asks for a terminal whose cwd is outside the workspace.
+- `term-sleep`: starts a long command, then kills and releases it.
+- `settings`: says its mode and model.
 - `count N`: streams N numbered chunks as fast as it can.
 - `wait`: streams until cancelled, then ends the turn with stop reason `cancelled`.
 - `crash`: exits at once with code 3.
-- anything else: echoes it back.
+- anything else: echoes it back (`/compact` too).
+
+Environment: FAKE_ACP_STATE=DIR keeps sessions there and advertises loadSession (session/load
+replays the history); FAKE_ACP_AUTH=1 requires a login first (methods `fake-key`, which needs
+FAKE_ACP_KEY set, and `browser`, which always fails); FAKE_ACP_FLAVOR=config offers the model as
+a config option (as Claude Code does) instead of the unstable `models` (as Gemini CLI does).
+Sessions offer the modes `default` and `plan` and advertise the commands `compact` and `review`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
+import uuid
 from typing import Any, cast
 
 import acp
 from acp import schema
+from acp.agent.connection import AgentSideConnection
+from acp.helpers import update_available_commands, update_current_mode
+from acp.router import Route
+
+STATE = os.environ.get("FAKE_ACP_STATE")
+NEEDS_AUTH = os.environ.get("FAKE_ACP_AUTH") == "1"
+FLAVOR = os.environ.get("FAKE_ACP_FLAVOR", "models")
+
+MODES = schema.SessionModeState(
+    current_mode_id="default",
+    available_modes=[
+        schema.SessionMode(id="default", name="Default", description="asks before edits"),
+        schema.SessionMode(id="plan", name="Plan", description="plans only"),
+    ],
+)
+MODELS = [("fast", "Fast model"), ("smart", "Smart model")]
+
+EXIT_PLAN_OPTIONS = [
+    schema.PermissionOption(
+        option_id="bypassPermissions", name="Yes, and bypass permissions", kind="allow_always"
+    ),
+    schema.PermissionOption(
+        option_id="acceptEdits", name="Yes, and auto-accept edits", kind="allow_always"
+    ),
+    schema.PermissionOption(
+        option_id="default", name="Yes, and manually approve edits", kind="allow_once"
+    ),
+    schema.PermissionOption(option_id="plan", name="No, keep planning", kind="reject_once"),
+]
 
 
 class FakeAgent:
@@ -26,19 +75,161 @@ class FakeAgent:
         self.client: Any = None
         self.cwd = ""
         self.cancelled: dict[str, asyncio.Event] = {}
+        self.history: dict[str, list[str]] = {}
+        self.mode = "default"
+        self.model = "fast"
+        self.thinking = False
+        self.authenticated = not NEEDS_AUTH
+        self.background: set[asyncio.Task[None]] = set()
 
     def on_connect(self, conn: Any) -> None:
         self.client = conn
 
+    # -- session life --------------------------------------------------------------------------
+
     async def initialize(self, protocol_version: int, **kwargs: Any) -> schema.InitializeResponse:
+        methods: list[Any] = []
+        if NEEDS_AUTH:
+            methods = [
+                schema.EnvVarAuthMethod(
+                    type="env_var",
+                    id="fake-key",
+                    name="Fake key",
+                    description="FAKE_ACP_KEY set",
+                    vars=[schema.AuthEnvVar(name="FAKE_ACP_KEY")],
+                ),
+                schema.AuthMethodAgent(id="browser", name="Browser login"),
+            ]
         return schema.InitializeResponse(
             protocol_version=acp.PROTOCOL_VERSION,
             agent_info=schema.Implementation(name="fake-agent", version="1.0"),
+            agent_capabilities=schema.AgentCapabilities(load_session=STATE is not None),
+            auth_methods=methods,
         )
 
-    async def new_session(self, cwd: str, **kwargs: Any) -> schema.NewSessionResponse:
+    async def authenticate(self, method_id: str, **kwargs: Any) -> None:
+        if method_id == "fake-key" and os.environ.get("FAKE_ACP_KEY"):
+            self.authenticated = True
+            return
+        raise acp.RequestError(-32603, "no browser here", {"hint": "use fake-key"})
+
+    def _session_result(self, session_id: str | None) -> dict[str, Any]:
+        modes = MODES.model_copy(update={"current_mode_id": self.mode})
+        result: dict[str, Any] = {"modes": modes.model_dump(mode="json", by_alias=True)}
+        choices = [{"modelId": m, "name": n} for m, n in MODELS]
+        if FLAVOR == "config":
+            result["configOptions"] = self._config_options()
+        else:
+            result["models"] = {"currentModelId": self.model, "availableModels": choices}
+        if session_id is not None:
+            result["sessionId"] = session_id
+        return result
+
+    def _config_options(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": "model",
+                "name": "Model",
+                "category": "model",
+                "type": "select",
+                "currentValue": self.model,
+                "options": [{"value": m, "name": n} for m, n in MODELS],
+            },
+            {
+                "id": "thinking",
+                "name": "Think hard",
+                "type": "boolean",
+                "currentValue": self.thinking,
+            },
+        ]
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> dict[str, Any]:
+        if not self.authenticated:
+            raise acp.RequestError.auth_required({"reason": "log in first"})
         self.cwd = cwd
-        return schema.NewSessionResponse(session_id=f"s{os.getpid()}")
+        session_id = f"s-{uuid.uuid4().hex[:12]}"
+        self.history[session_id] = []
+        self._soon(self._advertise(session_id))
+        # A plain map: the unstable `models` is not in the package's schema.
+        return self._session_result(session_id)
+
+    async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        path = self._state_file(session_id)
+        if path is None or not os.path.exists(path):
+            raise acp.RequestError.resource_not_found(session_id)
+        self.cwd = cwd
+        with open(path) as file:
+            self.history[session_id] = json.load(file)
+        for n, text in enumerate(self.history[session_id]):
+            await self.client.session_update(session_id, acp.update_user_message_text(text))
+            await self.client.session_update(
+                session_id, acp.start_tool_call(f"old_{n}", "An old tool call", status="completed")
+            )
+            await self._say(session_id, f"echo: {text}")
+        await self.client.session_update(session_id, update_current_mode(self.mode))
+        self._soon(self._advertise(session_id))
+        return self._session_result(None)
+
+    def _state_file(self, session_id: str) -> str | None:
+        return os.path.join(STATE, f"{session_id}.json") if STATE else None
+
+    def _remember(self, session_id: str, text: str) -> None:
+        self.history.setdefault(session_id, []).append(text)
+        if (path := self._state_file(session_id)) is not None:
+            with open(path, "w") as file:
+                json.dump(self.history[session_id], file)
+
+    async def _advertise(self, session_id: str) -> None:
+        await asyncio.sleep(0.01)  # after the response, as real agents do
+        await self.client.session_update(
+            session_id,
+            update_available_commands(
+                [
+                    schema.AvailableCommand(name="compact", description="Compact the context"),
+                    schema.AvailableCommand(
+                        name="review",
+                        description="Review a change",
+                        input=schema.AvailableCommandInput(
+                            root=schema.UnstructuredCommandInput(hint="what to review")
+                        ),
+                    ),
+                ]
+            ),
+        )
+
+    def _soon(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    # -- modes, models, config -----------------------------------------------------------------
+
+    async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> None:
+        if mode_id not in ("default", "plan"):
+            raise acp.RequestError.invalid_params({"modeId": mode_id})
+        self.mode = mode_id
+        await self.client.session_update(session_id, update_current_mode(mode_id))
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
+    ) -> dict[str, Any]:
+        if config_id == "model" and value in dict(MODELS):
+            self.model = str(value)
+        elif config_id == "thinking" and isinstance(value, bool):
+            self.thinking = value
+        else:
+            raise acp.RequestError.invalid_params({"configId": config_id})
+        return {"configOptions": self._config_options()}
+
+    async def set_model(self, params: Any) -> dict[str, Any]:
+        """session/set_model, unstable: not in the package's schema, so served raw."""
+        model_id = params.get("modelId") if isinstance(params, dict) else None
+        if model_id not in dict(MODELS):
+            raise acp.RequestError.invalid_params({"modelId": model_id})
+        self.model = str(model_id)
+        return {}
+
+    # -- turns ---------------------------------------------------------------------------------
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         self.cancelled.setdefault(session_id, asyncio.Event()).set()
@@ -48,12 +239,46 @@ class FakeAgent:
     ) -> schema.PromptResponse:
         text = "".join(getattr(block, "text", "") for block in prompt).strip()
         self.cancelled[session_id] = asyncio.Event()
+        self._remember(session_id, text)
+        word, _, rest = text.partition(" ")
         if text == "crash":
             os._exit(3)
         if text == "work":
             await self._work(session_id)
-        elif text.startswith("count "):
-            for i in range(int(text.split()[1])):
+        elif text in ("ask", "ask-big"):
+            await self._ask(session_id, big=text == "ask-big")
+        elif word == "create":
+            await self._create(session_id, rest)
+        elif text == "tool":
+            await self.client.session_update(
+                session_id, acp.start_tool_call("call_1", "Same id", status="completed")
+            )
+        elif text == "late":
+            await self._say(session_id, "on time")
+            self._soon(self._late(session_id))
+        elif text == "weird":
+            await self.client._conn.send_notification(
+                "session/update",
+                {"sessionId": session_id, "update": {"sessionUpdate": "future_thing", "x": 1}},
+            )
+            await self._say(session_id, "after weird")
+        elif text == "term":
+            await self._terminal(session_id)
+        elif text == "term-outside":
+            try:
+                await self.client.create_terminal(
+                    session_id=session_id, command="true", cwd=os.path.dirname(self.cwd)
+                )
+            except acp.RequestError as exc:
+                await self._say(session_id, f"refused: {exc}")
+        elif text == "term-sleep":
+            await self._terminal_killed(session_id)
+        elif text == "settings":
+            await self._say(session_id, f"mode {self.mode} model {self.model}")
+        elif text == "remember":
+            await self._say(session_id, f"I remember {len(self.history[session_id]) - 1} prompts")
+        elif word == "count":
+            for i in range(int(rest)):
                 await self._say(session_id, f"{i},")
         elif text == "wait":
             for _ in range(2000):  # 20 s at most
@@ -70,6 +295,11 @@ class FakeAgent:
     async def _say(self, session_id: str, text: str) -> None:
         await self.client.session_update(session_id, acp.update_agent_message_text(text))
 
+    async def _late(self, session_id: str) -> None:
+        await asyncio.sleep(0.2)
+        await self._say(session_id, "late ")
+        await self._say(session_id, "text")
+
     async def _think(self, session_id: str, text: str) -> None:
         await self.client.session_update(session_id, acp.update_agent_thought_text(text))
 
@@ -79,6 +309,80 @@ class FakeAgent:
             for i, step in enumerate(("read notes", "write out"))
         ]
         await self.client.session_update(session_id, acp.update_plan(entries))
+
+    async def _ask(self, sid: str, *, big: bool) -> None:
+        notes = os.path.join(self.cwd, "notes.txt")
+        old, new = ("milk\n" * 40_000, "bread\n" * 40_000) if big else ("milk\n", "bread\n")
+        raw = {"file_path": notes, "old_string": old.strip(), "new_string": new.strip()}
+        if big:
+            raw["blob"] = "x" * 300_000
+        answer = await self.client.request_permission(
+            session_id=sid,
+            tool_call=schema.ToolCallUpdate(
+                tool_call_id="call_ask",
+                title="Edit notes.txt",
+                kind="edit",
+                status="pending",
+                locations=[schema.ToolCallLocation(path=notes, line=1)],
+                raw_input=raw,
+                content=[acp.tool_diff_content(notes, new, old)],
+            ),
+            options=EXIT_PLAN_OPTIONS,
+        )
+        outcome = answer.outcome
+        chosen = outcome.option_id if outcome.outcome == "selected" else "cancelled"
+        await self._say(sid, f"chose {chosen}")
+
+    async def _create(self, sid: str, path: str) -> None:
+        full = os.path.join(self.cwd, path)
+        try:
+            read = await self.client.read_text_file(session_id=sid, path=full)
+        except acp.RequestError as exc:
+            # What Gemini CLI gets: it cannot create the file.
+            await self._say(sid, f"Error checking existing file: {exc}")
+            return
+        await self.client.write_text_file(session_id=sid, path=full, content="created\n")
+        await self._say(sid, f"read {read.content!r} then wrote {path}")
+
+    async def _terminal(self, sid: str) -> None:
+        script = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+        created = await self.client.create_terminal(
+            session_id=sid, command=sys.executable, args=["-c", script], output_byte_limit=1000
+        )
+        terminal_id = created.terminal_id
+        await self.client.session_update(
+            sid,
+            acp.start_tool_call(
+                "call_term",
+                "Run a script",
+                kind="execute",
+                content=[acp.tool_terminal_ref(terminal_id)],
+            ),
+        )
+        exited = await self.client.wait_for_terminal_exit(session_id=sid, terminal_id=terminal_id)
+        output = await self.client.terminal_output(session_id=sid, terminal_id=terminal_id)
+        await self.client.release_terminal(session_id=sid, terminal_id=terminal_id)
+        try:
+            await self.client.terminal_output(session_id=sid, terminal_id=terminal_id)
+        except acp.RequestError:
+            released = "gone"
+        else:
+            released = "still there"
+        lines = sorted(output.output.split())
+        await self._say(
+            sid, f"exit {exited.exit_code} output {' '.join(lines)} after release {released}"
+        )
+
+    async def _terminal_killed(self, sid: str) -> None:
+        created = await self.client.create_terminal(
+            session_id=sid, command=sys.executable, args=["-c", "import time; time.sleep(60)"]
+        )
+        await self.client.kill_terminal(session_id=sid, terminal_id=created.terminal_id)
+        exited = await self.client.wait_for_terminal_exit(
+            session_id=sid, terminal_id=created.terminal_id
+        )
+        await self.client.release_terminal(session_id=sid, terminal_id=created.terminal_id)
+        await self._say(sid, f"killed by {exited.signal}")
 
     async def _work(self, sid: str) -> None:
         await self._think(sid, "Let me ")
@@ -133,7 +437,14 @@ class FakeAgent:
 
 
 async def main() -> None:
-    await acp.run_agent(cast(acp.Agent, FakeAgent()))
+    agent = FakeAgent()
+    output, input_ = await acp.stdio_streams(limit=50 * 1024 * 1024)
+    conn = AgentSideConnection(cast(acp.Agent, agent), input_, output, listening=False)
+    # session/set_model is unstable: the package routes no such method, so add it.
+    conn._conn._handler.add_route(
+        Route(method="session/set_model", func=agent.set_model, kind="request")
+    )
+    await conn.listen()
 
 
 if __name__ == "__main__":

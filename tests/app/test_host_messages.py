@@ -18,6 +18,7 @@ from tunnel.app.host_messages import (
     Member,
     PresenceMessage,
     Ready,
+    SandboxInfo,
     Snapshot,
     decode_host_message,
     encode,
@@ -29,6 +30,16 @@ ITEM = {"id": "c:0", "seq": 0, "type": "message", "data": {"role": "user", "text
 
 EVERY_KIND: list[HostMessage] = [
     Ready(conversation_id="c", role="drive", name="ana", agent_name="demo", agent_kind="chat"),
+    Ready(
+        conversation_id="c",
+        role="view",
+        name="bo",
+        agent_name="bash",
+        agent_kind="terminal",
+        sandbox=SandboxInfo(
+            enabled=True, writable=["/srv/proj", "/home/bo/.claude"], network=False
+        ),
+    ),
     Snapshot(items=[ITEM], last_seq=0, more=False, reset=True),
     Snapshot(items=[], last_seq=-1, more=True),
     ItemMessage(item=ITEM),
@@ -53,6 +64,30 @@ def test_the_wire_names_are_those_of_the_docs() -> None:
     assert ready["agent"] == {"name": "demo", "kind": "chat"}
 
 
+def test_ready_says_whether_and_how_the_agent_is_sandboxed() -> None:
+    sandboxed = decode_host_message(encode(EVERY_KIND[1]))
+    assert sandboxed["sandbox"] == {
+        "enabled": True,
+        "writable": ["/srv/proj", "/home/bo/.claude"],
+        "network": False,
+    }
+    unconfined = Ready(
+        conversation_id="c",
+        role="drive",
+        name="ana",
+        agent_name="demo",
+        agent_kind="chat",
+        sandbox=SandboxInfo(enabled=False),
+    )
+    wire = decode_host_message(encode(unconfined))
+    assert wire["sandbox"] == {"enabled": False, "writable": [], "network": True}
+    # A host from before the sandbox says nothing; a teammate then knows nothing.
+    assert "sandbox" not in decode_host_message(encode(EVERY_KIND[0]))
+    parsed = parse(encode(EVERY_KIND[0]))
+    assert isinstance(parsed, Ready)
+    assert parsed.sandbox is None
+
+
 def test_fields_a_newer_host_adds_are_ignored() -> None:
     wire = {"op": "item", "item": ITEM, "priority": 3}
     assert parse(pack(wire)) == ItemMessage(item=ITEM)
@@ -68,6 +103,23 @@ def test_fields_a_newer_host_adds_are_ignored() -> None:
         {"op": "error", "code": "teapot", "message": "x"},
         {"op": "presence", "members": "ana"},
         {"op": "item", "item": [1, 2]},
+        *(
+            {
+                "op": "ready",
+                "conversation_id": "c",
+                "role": "view",
+                "name": "bo",
+                "agent": {"name": "bash", "kind": "terminal"},
+                "sandbox": sandbox,
+            }
+            for sandbox in (
+                True,
+                {"enabled": "yes", "writable": [], "network": True},
+                {"enabled": True, "writable": "/srv", "network": True},
+                {"enabled": True, "writable": [1], "network": True},
+                {"enabled": True, "writable": []},
+            )
+        ),
     ],
 )
 def test_malformed_host_messages_are_bad_requests(wire: object) -> None:

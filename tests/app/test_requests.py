@@ -20,6 +20,9 @@ from tunnel.app.requests import (
     Prompt,
     Request,
     Resize,
+    SetConfig,
+    SetMode,
+    SetModel,
     Subscribe,
     decode_request,
     encode_request,
@@ -34,6 +37,11 @@ requests: st.SearchStrategy[Request] = st.one_of(
         option_id=st.text(max_size=50),
     ),
     st.just(Cancel()),
+    st.builds(SetMode, mode_id=st.text(max_size=50)),
+    st.builds(SetModel, model_id=st.text(max_size=50)),
+    st.builds(
+        SetConfig, config_id=st.text(max_size=50), value=st.text(max_size=50) | st.booleans()
+    ),
     st.builds(Input, data=st.binary(max_size=200)),
     st.builds(
         Resize,
@@ -75,12 +83,40 @@ def test_arbitrary_bytes_raise_only_bad_request(data: bytes) -> None:
 @settings(max_examples=1000, deadline=None)
 @given(
     st.dictionaries(
-        st.sampled_from(["op", "after", "text", "request_id", "option_id", "data", "cols", "rows"])
+        st.sampled_from(
+            [
+                "op",
+                "after",
+                "text",
+                "request_id",
+                "option_id",
+                "mode_id",
+                "model_id",
+                "config_id",
+                "value",
+                "data",
+                "cols",
+                "rows",
+            ]
+        )
         | st.text(max_size=5),
         msgpack_values,
         max_size=5,
     ),
-    st.sampled_from(["subscribe", "prompt", "permission", "cancel", "input", "resize", "x"]),
+    st.sampled_from(
+        [
+            "subscribe",
+            "prompt",
+            "permission",
+            "cancel",
+            "set_mode",
+            "set_model",
+            "set_config",
+            "input",
+            "resize",
+            "x",
+        ]
+    ),
 )
 def test_arbitrary_maps_raise_only_bad_request(message: dict[str, Any], op: str) -> None:
     message = {**message, "op": op} if "op" not in message else message
@@ -104,6 +140,11 @@ def test_arbitrary_maps_raise_only_bad_request(message: dict[str, Any], op: str)
         ({"op": "subscribe", "after": math.nan}, "must be int"),
         ({"op": "subscribe", "after": -5}, "out of range"),
         ({"op": "input", "data": "text"}, "must be bytes"),
+        ({"op": "set_mode", "mode_id": 3}, "must be str"),
+        ({"op": "set_mode", "mode_id": "m" * 300}, "longer"),
+        ({"op": "set_model", "model_id": "x", "mode_id": "y"}, "unexpected"),
+        ({"op": "set_config", "config_id": "x", "value": 1}, "must be str"),
+        ({"op": "set_config", "config_id": "x"}, "must be str"),
         ({"op": "shell", "cmd": "rm -rf /"}, "unknown op"),
         ({"text": "no op"}, "unknown op"),
     ],

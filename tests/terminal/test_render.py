@@ -9,6 +9,7 @@ from rich.console import Console
 from tunnel.app.host_messages import Error, Member, PresenceMessage, Ready, encode
 from tunnel.e2e.crypto import ShareLink, new_secret
 from tunnel.teammate.attach import Attachment, AttachSettings
+from tunnel.terminal.render import render_item
 
 
 def _attachment() -> tuple[Attachment, io.StringIO]:
@@ -45,3 +46,111 @@ def test_markup_in_names_and_messages_is_shown_literally() -> None:
     assert "[/x] alice [laptop] (view)" in text
     assert "[bold]no[/bold]" in text
     assert "attached as [/oops] (view)" in text
+
+
+def _plain(item: dict[str, object]) -> str:
+    return render_item(item).plain
+
+
+def test_a_permission_request_shows_the_tool_call_and_numbers_every_option() -> None:
+    text = _plain(
+        {
+            "seq": 7,
+            "type": "permission_request",
+            "data": {
+                "request_id": "perm_1",
+                "title": "Edit notes.txt",
+                "tool_call": {
+                    "tool_call_id": "c1",
+                    "kind": "edit",
+                    "locations": [{"path": "notes.txt", "line": 3}],
+                    "input": {"file_path": "notes.txt", "replace_all": False},
+                    "content": [
+                        {
+                            "type": "diff",
+                            "path": "notes.txt",
+                            "old_text": "keep\nmilk\n",
+                            "new_text": "keep\nbread\n",
+                        }
+                    ],
+                },
+                "options": [
+                    {"option_id": "allow_always", "name": "Always Allow", "kind": "allow_always"},
+                    {"option_id": "allow", "name": "Allow", "kind": "allow_once"},
+                ],
+            },
+        }
+    )
+    assert "permission? Edit notes.txt" in text
+    assert "kind: edit" in text
+    assert "where: notes.txt:3" in text
+    assert '"replace_all": false' in text  # the raw input, pretty-printed JSON
+    assert "--- notes.txt\n+++ notes.txt\n@@ -1,2 +1,2 @@\n keep\n-milk\n+bread" in text
+    assert "1. Always Allow (allow_always, id allow_always)" in text
+    assert "2. Allow (allow_once, id allow)" in text
+
+
+def test_a_new_file_diff_comes_from_dev_null_and_cut_calls_say_so() -> None:
+    text = _plain(
+        {
+            "seq": 1,
+            "type": "tool_call",
+            "data": {
+                "title": "Write",
+                "truncated": True,
+                "content": [
+                    {"type": "diff", "path": "n.txt", "old_text": None, "new_text": "hi\n"}
+                ],
+            },
+        }
+    )
+    assert "--- /dev/null\n+++ n.txt" in text
+    assert "+hi" in text
+    assert "(cut: too large to store whole)" in text
+
+
+def test_decisions_settings_commands_and_terminals_read_as_sentences() -> None:
+    decision = _plain(
+        {
+            "seq": 2,
+            "type": "permission_decision",
+            "created_by": "bob",
+            "data": {"option_id": "allow", "option_name": "Allow", "option_kind": "allow_once"},
+        }
+    )
+    assert decision.endswith("bob chose Allow (allow_once)")
+    settings = _plain(
+        {
+            "seq": 3,
+            "type": "session_event",
+            "created_by": "alice",
+            "data": {
+                "what": "settings",
+                "change": {"mode": "plan"},
+                "modes": {"current": "plan", "available": [{"id": "plan", "name": "Plan"}]},
+                "models": None,
+            },
+        }
+    )
+    assert "alice set the mode to plan" in settings
+    assert "mode: plan (Plan)" in settings
+    commands = _plain(
+        {
+            "seq": 4,
+            "type": "session_event",
+            "data": {"what": "commands", "commands": [{"name": "compact"}, {"name": "init"}]},
+        }
+    )
+    assert commands.endswith("the agent's commands: /compact, /init")
+    unknown = _plain(
+        {"seq": 5, "type": "session_event", "data": {"what": "unsupported_update", "kind": "x"}}
+    )
+    assert unknown.endswith("unsupported update: x")
+    terminal = _plain(
+        {
+            "seq": 6,
+            "type": "tool_terminal",
+            "data": {"command": ["make", "test"], "output": "ok\n", "exit_code": 2, "signal": None},
+        }
+    )
+    assert "terminal make test [exit code 2]\nok" in terminal

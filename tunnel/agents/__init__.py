@@ -23,6 +23,7 @@ from .demo_agent import DEFAULT_DELAY, DemoSession
 from .errors import ErrorCode, SessionError
 from .pty_agent import PtySession
 from .recorder import Recorder
+from .sandbox import Sandbox, SandboxError, SandboxSettings, prepare_sandbox
 
 if TYPE_CHECKING:
     from .acp_agent import AcpSession
@@ -42,10 +43,14 @@ __all__ = [
     "ErrorCode",
     "PtySession",
     "Recorder",
+    "Sandbox",
+    "SandboxError",
+    "SandboxSettings",
     "SessionError",
     "check_agent",
     "create_session",
     "parse_spec",
+    "prepare_sandbox",
 ]
 
 
@@ -102,21 +107,42 @@ def create_session(
     workspace: Path,
     conversation_id: str,
     demo_delay: float = DEFAULT_DELAY,
+    sandbox: Sandbox | None = None,
+    agent_auth: str | None = None,
 ) -> AgentSession:
     """The session for `--agent SPEC`, working in `workspace` and writing to `log`.
 
-    Nothing starts until the session's `run()` does. Raises ValueError for an unknown spec or a
-    workspace that is not a directory.
+    With `sandbox` (made by `prepare_sandbox` for this agent), the agent's process and all it
+    spawns run in it. Nothing starts until the session's `run()` does. Raises ValueError for an
+    unknown spec, a workspace that is not a directory, or a sandbox for the demo agent (it runs
+    in the host's process: nothing to sandbox). `agent_auth` is the login method an ACP agent
+    is asked to use first (`tunnel host --agent-auth`; docs/agents.md, "Logging in").
     """
     kind, argv = parse_spec(spec)
     if not workspace.is_dir():
         raise ValueError(f"the workspace {workspace} is not a directory")
+    session: AgentSession
     if kind == "demo":
+        if sandbox is not None:
+            raise ValueError(
+                "--sandbox needs an acp: or pty: agent; the demo agent runs no program"
+            )
         return DemoSession(
             log=log, workspace=workspace, conversation_id=conversation_id, delay=demo_delay
         )
     if kind == "acp":
         from .acp_agent import AcpSession
 
-        return AcpSession(argv=argv, log=log, workspace=workspace, conversation_id=conversation_id)
-    return PtySession(argv=argv, log=log, workspace=workspace, conversation_id=conversation_id)
+        session = AcpSession(
+            argv=argv,
+            log=log,
+            workspace=workspace,
+            conversation_id=conversation_id,
+            auth_method=agent_auth,
+        )
+    else:
+        session = PtySession(
+            argv=argv, log=log, workspace=workspace, conversation_id=conversation_id
+        )
+    session.sandbox = sandbox
+    return session

@@ -1,11 +1,15 @@
 """An Agent Client Protocol agent as the shared session (`--agent acp:COMMAND ARGS...`).
 
 The agent runs as a subprocess speaking ACP (JSON-RPC over stdio) through the
-`agent-client-protocol` package: we send initialize, session/new (cwd = the workspace),
-session/prompt and session/cancel; we serve session/update, session/request_permission and
-fs/read_text_file, fs/write_text_file (inside the workspace only). An agent that exits or crashes
-is recorded (an `error` item and a `session_event`); the next prompt starts a fresh process with a
-new ACP session, while the log keeps the whole conversation.
+`agent-client-protocol` package, over our own transport (`.acp_transport`) so the session sees
+each message first. We send initialize, authenticate (when the agent needs a login), session/load
+(to resume the conversation's earlier ACP session when the agent can) or session/new (cwd = the
+workspace), session/prompt, session/cancel, session/set_mode, session/set_config_option and the
+unstable session/set_model. We serve session/update, session/request_permission, the fs methods
+(inside the workspace only) and the terminal methods (commands run in the workspace). An agent
+that exits or crashes is recorded (an `error` item and a `session_event`); the next prompt starts
+it again, resuming its session when it can, while the log keeps the whole conversation.
+docs/agents.md has the table of every method and update and how each is served and shown.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import os
 import signal
+import typing
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -27,29 +33,38 @@ import anyio.abc
 from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, schema, text_block
 from acp.client.connection import ClientSideConnection
 from acp.interfaces import Client
+from pydantic import ValidationError
 
 from tunnel import __version__
 from tunnel.log import Log
 from tunnel.process.groups import unwrapped
 
-from .acp_updates import apply_update
+from .acp_settings import Change, Settings
+from .acp_terminals import Terminal, TerminalError, Terminals
+from .acp_transport import StdioTransport
+from .acp_updates import apply_update, clip_text, permission_details
 from .base import AgentInfo
 from .chat import ChatSession, Prompt
+from .errors import SessionError, check_by
 from .permissions import PermissionOption
 from .workspace import OutsideWorkspace, Workspace
 
 logger = logging.getLogger("tunnel.agents.acp")
 
 READ_BUFFER_BYTES = 16 * 1024 * 1024
-"""The agent's stdout reader buffer. The acp package joins a longer JSON-RPC line from several
-reads, so the agent (the host's own program) is trusted not to send endless lines."""
+"""The agent's stdout reader buffer. A longer JSON-RPC line is joined from several reads
+(tunnel.agents.acp_transport), so the agent (the host's own program) is trusted not to send
+endless lines."""
 
 START_TIMEOUT = 60.0
-"""Default seconds the agent has to answer initialize and session/new. A program that is not
-an ACP agent often just stays silent (the acp package skips lines that are not JSON)."""
+"""Default seconds the agent has to answer initialize, authenticate and session/new (or
+session/load). A program that is not an ACP agent often just stays silent."""
 
 CANCEL_GRACE = 10.0
 """Seconds an agent has to end its turn after session/cancel before the turn is abandoned."""
+
+CHANGE_TIMEOUT = 30.0
+"""Seconds an agent has to answer a mode, model or config change."""
 
 STOP_GRACE = 2.0
 """Seconds between closing the agent's stdin, SIGTERM and SIGKILL when stopping it."""
@@ -57,12 +72,42 @@ STOP_GRACE = 2.0
 STDERR_TAIL_LINES = 20
 """Lines of the agent's stderr kept to explain a crash in the host's log."""
 
+LATE_FLUSH_DELAY = 0.3
+"""Text the agent streams after its turn ended is stored once it has been quiet this long."""
+
+MAX_TERMINAL_EVENT_CHARS = 64 * 1024
+"""Terminal output streamed to teammates in one event, at most (a longer chunk is cut)."""
+
+MAX_TERMINAL_ITEM_CHARS = 64 * 1024
+"""The end of a terminal's output stored in its `tool_terminal` item when the command ends."""
+
+AUTH_REQUIRED = -32000
+"""The JSON-RPC error code of ACP's auth_required."""
+
+KNOWN_UPDATES: frozenset[str] = frozenset(
+    kind
+    for model in typing.get_args(schema.SessionNotification.model_fields["update"].annotation)
+    for kind in typing.get_args(model.model_fields["session_update"].annotation)
+)
+"""The `sessionUpdate` kinds the acp package knows; any other is taken before it sees it."""
+
+_STATE_UPDATES = (
+    schema.CurrentModeUpdate,
+    schema.ConfigOptionUpdate,
+    schema.AvailableCommandsUpdate,
+)
+
+
+class _AuthNeeded(Exception):
+    """The agent needs a login the host cannot choose by itself (the user's to fix)."""
+
 
 @dataclass(slots=True, kw_only=True)
 class _Live:
     """A running agent process and its ACP session."""
 
     conn: ClientSideConnection
+    transport: StdioTransport
     process: asyncio.subprocess.Process
     session_id: str
     exited: anyio.Event = field(default_factory=anyio.Event)
@@ -71,8 +116,9 @@ class _Live:
 class _Client:
     """The client side of ACP: what the agent may ask of us."""
 
-    def __init__(self, session: AcpSession) -> None:
+    def __init__(self, session: AcpSession, terminals: Terminals) -> None:
         self._session = session
+        self._terminals = terminals
 
     def on_connect(self, conn: Any) -> None:
         pass
@@ -98,7 +144,12 @@ class _Client:
         **kwargs: Any,
     ) -> schema.ReadTextFileResponse:
         read = functools.partial(self._session._workspace.read_text, path, line=line, limit=limit)
-        text = await self._session._fs("read", path, read)
+        try:
+            text = await self._session._fs("read", path, read)
+        except FileNotFoundError:
+            # As an editor does (Zed opens a missing path as an empty new buffer): agents read
+            # a file before they create it. See docs/agents.md, "Files".
+            text = ""
         return schema.ReadTextFileResponse(content=text)
 
     async def write_text_file(
@@ -107,6 +158,68 @@ class _Client:
         write = functools.partial(self._session._workspace.write_text, path, content)
         await self._session._fs("write", path, write)
         return schema.WriteTextFileResponse()
+
+    async def create_terminal(
+        self,
+        session_id: str,
+        command: str,
+        args: list[str] | None = None,
+        env: list[schema.EnvVariable] | None = None,
+        cwd: str | None = None,
+        output_byte_limit: int | None = None,
+        **kwargs: Any,
+    ) -> schema.CreateTerminalResponse:
+        terminal = await self._session._create_terminal(
+            self._terminals,
+            command,
+            args or [],
+            {variable.name: variable.value for variable in env or ()},
+            cwd,
+            output_byte_limit,
+        )
+        return schema.CreateTerminalResponse(terminal_id=terminal.terminal_id)
+
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> schema.TerminalOutputResponse:
+        terminal = _terminal(self._terminals, terminal_id)
+        status = None
+        if terminal.exited.is_set():
+            status = schema.TerminalExitStatus(exit_code=terminal.exit_code, signal=terminal.signal)
+        return schema.TerminalOutputResponse(
+            output=terminal.text(), truncated=terminal.truncated, exit_status=status
+        )
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> schema.WaitForTerminalExitResponse:
+        terminal = _terminal(self._terminals, terminal_id)
+        await terminal.exited.wait()
+        return schema.WaitForTerminalExitResponse(
+            exit_code=terminal.exit_code, signal=terminal.signal
+        )
+
+    async def kill_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> schema.KillTerminalResponse:
+        _terminal(self._terminals, terminal_id)
+        self._terminals.kill(terminal_id)
+        return schema.KillTerminalResponse()
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> schema.ReleaseTerminalResponse:
+        _terminal(self._terminals, terminal_id)
+        self._terminals.release(terminal_id)
+        return schema.ReleaseTerminalResponse()
+
+
+def _terminal(terminals: Terminals, terminal_id: str) -> Terminal:
+    try:
+        return terminals.get(terminal_id)
+    except TerminalError as exc:
+        details = {"terminalId": terminal_id, "details": str(exc)}
+        raise RequestError.invalid_params(details) from None
 
 
 class AcpSession(ChatSession):
@@ -120,6 +233,7 @@ class AcpSession(ChatSession):
         workspace: Path,
         conversation_id: str,
         start_timeout: float = START_TIMEOUT,
+        auth_method: str | None = None,
     ) -> None:
         if not argv:
             raise ValueError("an acp agent needs a command")
@@ -129,8 +243,10 @@ class AcpSession(ChatSession):
             conversation_id=conversation_id,
         )
         self._argv = list(argv)
+        self._log = log
         self._workspace = Workspace(workspace)
         self._start_timeout = start_timeout
+        self._auth_method = auth_method
         self._live: _Live | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._start_lock = anyio.Lock()
@@ -138,8 +254,14 @@ class AcpSession(ChatSession):
         # message in its own task, created in arrival order, so taking this lock first thing
         # keeps updates in the order the agent sent them.
         self._update_lock = anyio.Lock()
+        self._change_lock = anyio.Lock()
         self._turn = 0
         self._watchdog_armed = False
+        self._settings = Settings()
+        self._recorded_settings: dict[str, Any] | None = None
+        self._recorded_commands: list[dict[str, Any]] | None = None
+        self._changing = False
+        self._late_deadline: float | None = None
 
     @property
     def agent_pid(self) -> int | None:
@@ -147,11 +269,23 @@ class AcpSession(ChatSession):
         live = self._live
         return live.process.pid if live is not None else None
 
+    def settings(self) -> dict[str, Any]:
+        return self._settings.snapshot() if self._settings.known else {}
+
+    def commands(self) -> list[dict[str, Any]]:
+        return list(self._settings.commands)
+
     # -- ChatSession hooks ---------------------------------------------------------------------
 
     async def _start(self, task_group: anyio.abc.TaskGroup) -> None:
         self._task_group = task_group
         await self._ensure_agent()
+
+    async def _begin_turn(self, prompt: Prompt) -> None:
+        # Text the agent sent after its previous turn ended belongs to that turn: store it first.
+        async with self._update_lock:
+            await self._recorder.flush()
+            await super()._begin_turn(prompt)
 
     async def _run_turn(self, prompt: Prompt) -> None:
         self._turn += 1
@@ -164,7 +298,7 @@ class AcpSession(ChatSession):
             )
         except RequestError as exc:
             async with self._update_lock:
-                await self._recorder.error(f"the agent failed the prompt: {exc}")
+                await self._recorder.error(f"the agent failed the prompt: {_error_text(exc)}")
             return
         except ConnectionError:
             # The agent went away mid-turn; its exit is recorded by _agent_lifetime.
@@ -193,6 +327,86 @@ class AcpSession(ChatSession):
             self._watchdog_armed = True
             self._task_group.start_soon(self._cancel_watchdog, self._turn)
 
+    # -- modes, models, config options ---------------------------------------------------------
+
+    async def set_mode(self, mode_id: str, *, by: str) -> None:
+        await self._change(by, lambda: self._settings.mode_change(mode_id))
+
+    async def set_model(self, model_id: str, *, by: str) -> None:
+        await self._change(by, lambda: self._settings.model_change(model_id))
+
+    async def set_config(self, config_id: str, value: str | bool, *, by: str) -> None:
+        await self._change(by, lambda: self._settings.config_change(config_id, value))
+
+    async def _change(self, by: str, plan: Callable[[], Change]) -> None:
+        """Ask the agent for a change and record it, with who asked, once it agreed."""
+        check_by(by)
+        live = self._live
+        if live is None or live.exited.is_set():
+            raise SessionError(
+                "agent_unavailable", "the agent is not running; a prompt starts it again"
+            )
+        async with self._change_lock:
+            change = plan()
+            # What the agent reports while it changes is recorded once, with who asked.
+            self._changing = True
+            options: list[Any] | None = None
+            try:
+                with anyio.fail_after(CHANGE_TIMEOUT):
+                    if change.method == "set_mode":
+                        await live.conn.set_session_mode(
+                            session_id=live.session_id, mode_id=change.target
+                        )
+                    elif change.method == "set_config":
+                        response = await live.conn.set_config_option(
+                            config_id=change.target, session_id=live.session_id, value=change.value
+                        )
+                        options = list(response.config_options)
+                    else:
+                        await live.transport.request(
+                            "session/set_model",
+                            {"sessionId": live.session_id, "modelId": change.target},
+                        )
+            except RequestError as exc:
+                raise SessionError(
+                    "not_supported", f"the agent refused: {_error_text(exc)}"
+                ) from None
+            except (ConnectionError, ValidationError):
+                raise SessionError("agent_unavailable", "the agent did not answer") from None
+            except TimeoutError:
+                raise SessionError(
+                    "agent_unavailable", f"the agent did not answer within {CHANGE_TIMEOUT:g} s"
+                ) from None
+            finally:
+                self._changing = False
+            async with self._update_lock:
+                if change.method == "set_mode":
+                    self._settings.set_mode(change.target)
+                elif change.method == "set_model":
+                    self._settings.set_model(change.target)
+                else:
+                    self._settings.set_config_options(options)
+                await self._record_settings(by=by, change=change.record())
+
+    async def _record_settings(self, *, by: str, change: dict[str, Any] | None = None) -> None:
+        """Store the `settings` session event; the agent's own reports only when they changed."""
+        if not self._settings.known:
+            return
+        snapshot = self._settings.snapshot()
+        if by == "agent" and snapshot == self._recorded_settings:
+            return
+        # No flush: a stream the agent is sending goes on; its message is stored when it ends.
+        details = {**snapshot, "change": change} if change is not None else snapshot
+        await self._recorder.session_event("settings", by=by, **details)
+        self._recorded_settings = snapshot
+
+    async def _record_commands(self) -> None:
+        commands = self._settings.commands
+        if commands == self._recorded_commands:
+            return
+        await self._recorder.session_event("commands", by="agent", commands=commands)
+        self._recorded_commands = list(commands)
+
     # -- agent process -------------------------------------------------------------------------
 
     async def _ensure_agent(self) -> _Live | None:
@@ -212,47 +426,55 @@ class AcpSession(ChatSession):
             return started
 
     async def _agent_lifetime(self, *, task_status: anyio.abc.TaskStatus[_Live]) -> None:
+        argv, env = self._argv, cast("dict[str, str] | None", None)  # None: the host's own
+        if self.sandbox is not None:  # bwrap runs it (tunnel/agents/sandbox.py)
+            argv, env = self.sandbox.wrap(self._argv, os.environ)
         process = await asyncio.create_subprocess_exec(
-            *self._argv,
+            *argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=self._workspace.root,
+            env=env,
             limit=READ_BUFFER_BYTES,
             # Its own process group, so stopping it also stops whatever it spawned.
             start_new_session=True,
         )
         assert process.stdin is not None
         assert process.stdout is not None
-        conn = connect_to_agent(cast(Client, _Client(self)), process.stdin, process.stdout)
         tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         live: _Live | None = None
+        screen = _Screen(self)
+        transport = StdioTransport(
+            process.stdout,
+            process.stdin,
+            on_notification=screen,
+            keep_results_of=("session/new", "session/load"),
+        )
+        screen.transport = transport
+        conn: ClientSideConnection | None = None
         try:
             async with anyio.create_task_group() as tg:
+                screen.task_group = tg
+                terminals = Terminals(
+                    tg, on_output=self._terminal_output, on_exit=self._terminal_exited
+                )
+                terminals.sandbox = self.sandbox  # the agent's commands run in its sandbox too
+                conn = connect_to_agent(cast(Client, _Client(self, terminals)), transport)
                 tg.start_soon(_drain_stderr, process, tail)
                 with anyio.fail_after(self._start_timeout):
-                    init = await conn.initialize(
-                        protocol_version=PROTOCOL_VERSION,
-                        client_capabilities=schema.ClientCapabilities(
-                            fs=schema.FileSystemCapabilities(
-                                read_text_file=True, write_text_file=True
-                            ),
-                            terminal=False,
-                        ),
-                        client_info=schema.Implementation(name="agent-tunnel", version=__version__),
-                    )
-                    new = await conn.new_session(cwd=self._workspace.root, mcp_servers=[])
-                live = self._live = _Live(conn=conn, process=process, session_id=new.session_id)
-                details: dict[str, Any] = {"agent": self.info.name}
-                if init.agent_info is not None:
-                    name = init.agent_info.title or init.agent_info.name
-                    # Surfaces that attach from now on show the agent's own name.
-                    self.info = AgentInfo(name=name[:64] or self.info.name, kind="chat")
-                    details["agent"] = name
-                    details["version"] = init.agent_info.version
+                    session_id, details = await self._open_session(conn, transport)
+                live = self._live = _Live(
+                    conn=conn, transport=transport, process=process, session_id=session_id
+                )
                 await self._recorder.session_event("agent_started", **details)
+                async with self._update_lock:
+                    await self._record_settings(by="agent")
+                    if self._settings.commands:
+                        await self._record_commands()
                 task_status.started(live)
                 code = await process.wait()
+                terminals.release_all()
                 tg.cancel_scope.cancel()
             assert live is not None
             try:
@@ -266,8 +488,94 @@ class AcpSession(ChatSession):
                 if self._live is live:
                     self._live = None
             with anyio.move_on_after(STOP_GRACE * 3, shield=True):
-                await conn.close()
+                if conn is not None:
+                    await conn.close()
                 await _stop_process(process)
+
+    async def _open_session(
+        self, conn: ClientSideConnection, transport: StdioTransport
+    ) -> tuple[str, dict[str, Any]]:
+        """initialize, authenticate if need be, then session/load or session/new.
+
+        Returns the ACP session id and the details of the `agent_started` event.
+        """
+        init = await conn.initialize(
+            protocol_version=PROTOCOL_VERSION,
+            client_capabilities=schema.ClientCapabilities(
+                fs=schema.FileSystemCapabilities(read_text_file=True, write_text_file=True),
+                terminal=True,
+            ),
+            client_info=schema.Implementation(name="agent-tunnel", version=__version__),
+        )
+        details: dict[str, Any] = {"agent": self.info.name}
+        agent_id = None
+        if init.agent_info is not None:
+            name = init.agent_info.title or init.agent_info.name
+            agent_id = init.agent_info.name
+            # Surfaces that attach from now on show the agent's own name.
+            self.info = AgentInfo(name=name[:64] or self.info.name, kind="chat")
+            details.update(agent=name, agent_id=agent_id, version=init.agent_info.version)
+        methods = list(init.auth_methods or ())
+        if self._auth_method is not None:
+            await self._authenticate(conn, methods, self._auth_method)
+            details["auth_method"] = self._auth_method
+        self._settings = Settings()
+        caps = init.agent_capabilities
+        previous = await self._previous_session(agent_id) if caps and caps.load_session else None
+        if previous is not None:
+            try:
+                loaded = await conn.load_session(
+                    cwd=self._workspace.root, session_id=previous, mcp_servers=[]
+                )
+            except RequestError as exc:
+                # The agent forgot it (or never kept it): a new session it is, and everyone
+                # is told the agent does not remember the earlier turns.
+                details["load_failed"] = _error_text(exc)
+            else:
+                self._settings.start(
+                    loaded.modes if loaded else None,
+                    loaded.config_options if loaded else None,
+                    transport.results.get("session/load"),
+                )
+                return previous, {**details, "session_id": previous, "resumed": True}
+        try:
+            new = await conn.new_session(cwd=self._workspace.root, mcp_servers=[])
+        except RequestError as exc:
+            if exc.code != AUTH_REQUIRED or self._auth_method is not None:
+                raise
+            method = _automatic_method(methods)
+            await self._authenticate(conn, methods, method)
+            details["auth_method"] = method
+            new = await conn.new_session(cwd=self._workspace.root, mcp_servers=[])
+        self._settings.start(new.modes, new.config_options, transport.results.get("session/new"))
+        return new.session_id, {**details, "session_id": new.session_id, "resumed": False}
+
+    async def _authenticate(
+        self, conn: ClientSideConnection, methods: list[Any], method_id: str
+    ) -> None:
+        if method_id not in [m.id for m in methods]:
+            raise _AuthNeeded(f"it offers no login method {method_id!r}; {_methods_text(methods)}")
+        await conn.authenticate(method_id=method_id)
+
+    async def _previous_session(self, agent_id: str | None) -> str | None:
+        """The ACP session id of the latest `agent_started` of this agent, if it had one."""
+        before = None
+        while True:
+            page = await self._log.query(
+                self.conversation_id,
+                before=before,
+                limit=100,
+                order="desc",
+                types="session_event",
+            )
+            for item in page:
+                if item.data.get("what") == "agent_started":
+                    session_id = item.data.get("session_id")
+                    same = item.data.get("agent_id") == agent_id
+                    return session_id if isinstance(session_id, str) and same else None
+            if len(page) < 100:
+                return None
+            before = page[-1].seq
 
     async def _record_exit(self, live: _Live, code: int, tail: deque[str]) -> None:
         live.exited.set()
@@ -308,11 +616,55 @@ class AcpSession(ChatSession):
     async def _on_update(self, update: Any) -> None:
         async with self._update_lock:
             try:
-                await apply_update(self._recorder, update)
+                if isinstance(update, _STATE_UPDATES):
+                    await self._on_state_update(update)
+                else:
+                    await apply_update(self._recorder, update)
             except ValueError as exc:
                 # E.g. text with a lone surrogate: the log refuses it; say so, go on.
                 logger.warning("cannot store an update from %s: %s", self.info.name, exc)
                 await self._recorder.error(f"an update from the agent could not be stored: {exc}")
+            if not self._busy and self._recorder.streaming:
+                self._flush_later()
+
+    async def _on_state_update(self, update: Any) -> None:
+        self._settings_from(update)
+        if isinstance(update, schema.AvailableCommandsUpdate):
+            await self._record_commands()
+        elif not self._changing:
+            await self._record_settings(by="agent")
+
+    def _settings_from(self, update: Any) -> None:
+        if isinstance(update, schema.CurrentModeUpdate):
+            self._settings.set_mode(update.current_mode_id)
+        elif isinstance(update, schema.ConfigOptionUpdate):
+            self._settings.set_config_options(update.config_options)
+        elif isinstance(update, schema.AvailableCommandsUpdate):
+            self._settings.set_commands(update.available_commands)
+
+    def _flush_later(self) -> None:
+        """Store a stream the agent sends outside any turn once it has been quiet a moment."""
+        watching = self._late_deadline is not None
+        self._late_deadline = anyio.current_time() + LATE_FLUSH_DELAY
+        if not watching and self._task_group is not None:
+            self._task_group.start_soon(self._flush_when_quiet)
+
+    async def _flush_when_quiet(self) -> None:
+        try:
+            while self._late_deadline is not None:
+                wait = self._late_deadline - anyio.current_time()
+                if wait <= 0:
+                    break
+                await anyio.sleep(wait)
+            async with self._update_lock:
+                if not self._busy:
+                    await self._recorder.flush()
+        finally:
+            self._late_deadline = None
+
+    async def _record_unsupported(self, kind: str) -> None:
+        async with self._update_lock:
+            await self._recorder.session_event("unsupported_update", by="agent", kind=kind)
 
     async def _on_permission(
         self, tool_call: schema.ToolCallUpdate, options: list[schema.PermissionOption]
@@ -325,6 +677,7 @@ class AcpSession(ChatSession):
                     PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind)
                     for o in options
                 ],
+                details=permission_details(tool_call),
             )
         decision = await self._permissions.wait(pending) if pending is not None else None
         if decision is None or decision.option is None:
@@ -336,20 +689,155 @@ class AcpSession(ChatSession):
         )
 
     async def _fs(self, op: str, path: str, call: functools.partial[Any]) -> Any:
-        """Run a workspace file operation for the agent; refusals become JSON-RPC errors."""
+        """Run a workspace file operation for the agent; refusals become JSON-RPC errors.
+
+        FileNotFoundError is left to the caller (a read answers it with empty content)."""
         try:
             return await anyio.to_thread.run_sync(call)
         except OutsideWorkspace as exc:
-            logger.warning("refused the agent's %s of %r: outside the workspace", op, path)
-            # After the updates the agent sent before this request, as the agent sees it.
-            async with self._update_lock:
-                await self._recorder.session_event("fs_refused", op=op, path=path)
+            await self._refused("fs_refused", op=op, path=path)
             raise RequestError(-32602, f"{exc}: access refused", {"path": path}) from None
         except FileNotFoundError:
+            if op == "read":
+                raise
             raise RequestError.resource_not_found(path) from None
         except (OSError, ValueError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise RequestError(-32603, f"cannot {op} {path}: {reason}", {"path": path}) from None
+
+    async def _refused(self, what: str, **details: Any) -> None:
+        logger.warning("refused the agent's request (%s): %s", what, details)
+        # After the updates the agent sent before this request, as the agent sees it.
+        async with self._update_lock:
+            await self._recorder.session_event(what, **details)
+
+    # -- terminals -----------------------------------------------------------------------------
+
+    async def _create_terminal(
+        self,
+        terminals: Terminals,
+        command: str,
+        args: list[str],
+        env: dict[str, str],
+        cwd: str | None,
+        output_byte_limit: int | None,
+    ) -> Terminal:
+        where = cwd if cwd is not None else self._workspace.root
+        try:
+            real = self._workspace.resolve(where)
+        except OutsideWorkspace as exc:
+            await self._refused("terminal_refused", command=command, cwd=where)
+            message = f"{exc}: a terminal runs in the workspace"
+            raise RequestError(-32602, message, {"cwd": where}) from None
+        try:
+            terminal = await terminals.create(
+                command, args, cwd=real, env=env, output_byte_limit=output_byte_limit
+            )
+        except TerminalError as exc:
+            raise RequestError(-32603, str(exc), {"command": command}) from None
+        await self._recorder.publish(
+            "tool_terminal",
+            {"terminal_id": terminal.terminal_id, "command": terminal.argv, "text": ""},
+        )
+        return terminal
+
+    async def _terminal_output(self, terminal: Terminal, text: str) -> None:
+        await self._recorder.publish(
+            "tool_terminal",
+            {
+                "terminal_id": terminal.terminal_id,
+                "text": clip_text(text, MAX_TERMINAL_EVENT_CHARS),
+            },
+        )
+
+    async def _terminal_exited(self, terminal: Terminal) -> None:
+        output = terminal.text()
+        cut = len(output) > MAX_TERMINAL_ITEM_CHARS
+        data = {
+            "terminal_id": terminal.terminal_id,
+            "command": [clip_text(arg, 4096) for arg in terminal.argv[:256]],
+            "cwd": self._workspace.relative(terminal.cwd),
+            "output": output[-MAX_TERMINAL_ITEM_CHARS:] if cut else output,
+            "truncated": terminal.truncated or cut,
+            "exit_code": terminal.exit_code,
+            "signal": terminal.signal,
+            "released": terminal.released,
+        }
+        try:
+            async with self._update_lock:
+                await self._recorder.tool_terminal(data)
+        except Exception:
+            logger.exception("could not record the end of terminal %s", terminal.terminal_id)
+
+
+class _Screen:
+    """Sees every notification from the agent before the acp package does (in arrival order).
+
+    It takes for the session what the package would drop with a traceback (update kinds it does
+    not know) and what must not be recorded again (updates replayed while session/load runs:
+    those of the session's state still update it).
+    """
+
+    def __init__(self, session: AcpSession) -> None:
+        self._session = session
+        self.transport: StdioTransport | None = None
+        self.task_group: anyio.abc.TaskGroup | None = None
+        self._unsupported: set[str] = set()
+
+    def __call__(self, message: dict[str, Any]) -> bool:
+        if message.get("method") != "session/update":
+            return False
+        params = message.get("params")
+        update = params.get("update") if isinstance(params, dict) else None
+        kind = update.get("sessionUpdate") if isinstance(update, dict) else None
+        if self.transport is not None and self.transport.waiting_for("session/load"):
+            if kind in ("current_mode_update", "config_option_update", "available_commands_update"):
+                with contextlib.suppress(ValidationError):
+                    notification = schema.SessionNotification.model_validate(params)
+                    self._session._settings_from(notification.update)
+            return True
+        if isinstance(kind, str) and kind not in KNOWN_UPDATES:
+            if kind not in self._unsupported and len(self._unsupported) < 64:
+                self._unsupported.add(kind)
+                logger.info("the agent sent an update kind this host does not know: %s", kind)
+                if self.task_group is not None:
+                    self.task_group.start_soon(self._session._record_unsupported, kind[:256])
+            return True
+        return False
+
+
+def _automatic_method(methods: list[Any]) -> str:
+    """The one login method that needs nobody: an env_var method whose variables are all set."""
+    ready = [
+        m
+        for m in methods
+        if isinstance(m, schema.EnvVarAuthMethod)
+        and all(v.optional or v.name in os.environ for v in m.vars)
+    ]
+    if len(ready) == 1:
+        return str(ready[0].id)
+    raise _AuthNeeded(f"it needs a login; {_methods_text(methods)}")
+
+
+def _methods_text(methods: list[Any]) -> str:
+    if not methods:
+        return "it offers no login method"
+    listed = "; ".join(
+        f"{m.id} ({m.name}{': ' + m.description if m.description else ''})" for m in methods
+    )
+    return f"choose one with tunnel host --agent-auth METHOD_ID: {listed}"
+
+
+def _error_text(exc: RequestError) -> str:
+    """An agent's JSON-RPC error as one line: its message, code and data."""
+    text = f"{exc} (code {exc.code})"
+    if exc.data is not None:
+        try:
+            data = json.dumps(exc.data, ensure_ascii=False, default=str)
+        except ValueError:
+            data = repr(exc.data)
+        text += f": {clip_text(data, 1000)}"
+    return text
 
 
 async def _drain_stderr(process: asyncio.subprocess.Process, tail: deque[str]) -> None:
@@ -404,6 +892,8 @@ def _describe(exc: BaseException, start_timeout: float) -> str:
         return f"no answer to initialize/session/new within {start_timeout:g} s"
     if isinstance(exc, ConnectionError):
         return "it exited during the handshake"
+    if isinstance(exc, _AuthNeeded):
+        return str(exc)
     if isinstance(exc, RequestError):
-        return f"it refused the handshake: {exc}"
+        return f"it refused the handshake: {_error_text(exc)}"
     return type(exc).__name__

@@ -2,9 +2,10 @@
 
 Pure mapping, no I/O: `apply_update()` drives the recorder. Message and thought chunks become
 `delta` events plus one final `message`/`reasoning` item per stream; tool calls become
-`tool_call` / `tool_call_update` items (and a `tool_result` when a call finishes); plans become
-`plan` events and items; everything else (usage, modes, commands, config, session info) is kept
-as `usage` events, and a mode change is also stored as a `session_event`.
+`tool_call` / `tool_call_update` items (and a `tool_result` when a call finishes), their content
+and input cut down to a budget so an item always fits one message; plans become `plan` events
+and items; usage and session info are kept as `usage` events. Mode, config and command updates
+are the session's (tunnel.agents.acp_settings).
 """
 
 from __future__ import annotations
@@ -21,6 +22,82 @@ logger = logging.getLogger("tunnel.agents.acp")
 
 MAX_RESULT_CHARS = 64 * 1024
 """A tool result's output beyond this is cut: the full content is in the tool_call_update."""
+
+MAX_INPUT_BYTES = 32 * 1024
+"""A tool call's raw input (or raw output, or locations) is cut down to about this much JSON."""
+
+MAX_CONTENT_BYTES = 96 * 1024
+"""A tool call's content (text, diffs) is cut down to about this much JSON. With the input, an
+item stays well under what one message can carry (tunnel.host.session.MAX_ITEM_BYTES)."""
+
+_MIN_CUT = 64
+"""Strings are never cut shorter than this while fitting a value into its budget."""
+
+
+def clip_text(text: str, limit: int) -> str:
+    """`text`, cut to `limit` characters with a marker saying how much is missing."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… [{len(text) - limit} more characters not stored]"
+
+
+def _json_size(value: Any) -> int:
+    # ASCII-escaped JSON is never shorter than the UTF-8 JSON or the msgpack of the same value.
+    return len(json.dumps(value, default=str))
+
+
+def _clip_strings(value: Any, cap: int, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return clip_text(value, cap)
+    if depth > 64:
+        return clip_text(json.dumps(value, default=str), cap)
+    if isinstance(value, dict):
+        return {k: _clip_strings(v, cap, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clip_strings(v, cap, depth + 1) for v in value]
+    return value
+
+
+def clip_value(value: Any, limit: int) -> tuple[Any, bool]:
+    """`value` (JSON data) cut down so its JSON is at most about `limit` bytes; and whether it
+    was cut. Long strings are cut first, each ending with a marker; a value that still does not
+    fit (too many keys) becomes `{"truncated": true, "preview": <the start of its JSON>}`."""
+    if _json_size(value) <= limit:
+        return value, False
+    cap = limit
+    while cap >= 2 * _MIN_CUT:
+        cap //= 2
+        clipped = _clip_strings(value, cap)
+        if _json_size(clipped) <= limit:
+            return clipped, True
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return {"truncated": True, "preview": clip_text(text, limit // 8)}, True
+
+
+def clip_content(entries: list[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """Tool call content cut down to about `limit` bytes of JSON, keeping each entry's shape:
+    long texts and diff sides are cut (with a marker); entries that still do not fit are
+    replaced by one text entry saying how many were left out."""
+    if _json_size(entries) <= limit:
+        return entries, False
+    cap = limit
+    clipped = entries
+    while cap >= 2 * _MIN_CUT:
+        cap //= 2
+        clipped = [_clip_strings(entry, cap) for entry in entries]
+        if _json_size(clipped) <= limit:
+            return clipped, True
+    kept: list[dict[str, Any]] = []
+    used = 0
+    for entry in clipped:
+        size = _json_size(entry)
+        if used + size > limit - 256:
+            break
+        kept.append(entry)
+        used += size
+    left_out = len(entries) - len(kept)
+    kept.append({"type": "text", "text": f"… [{left_out} more content entries not stored]"})
+    return kept, True
 
 
 def block_text(block: Any) -> str:
@@ -83,8 +160,60 @@ def _plain(model: Any) -> dict[str, Any]:
     return data
 
 
+def tool_fields(
+    *,
+    content: list[Any] | None,
+    locations: list[schema.ToolCallLocation] | None,
+    raw_input: Any,
+    raw_output: Any = None,
+) -> dict[str, Any]:
+    """A tool call's `content`, `locations`, `input` and `output`, each within its budget; the
+    ones the agent did not send are left out, and `truncated: true` says something was cut."""
+    fields: dict[str, Any] = {}
+    cut = False
+    if content is not None:
+        fields["content"], cut = clip_content(tool_content(content), MAX_CONTENT_BYTES)
+    for key, value in (
+        ("locations", _locations(locations)),
+        ("input", raw_input),
+        ("output", raw_output),
+    ):
+        if value is not None:
+            fields[key], clipped = clip_value(value, MAX_INPUT_BYTES)
+            cut = cut or clipped
+    if cut:
+        fields["truncated"] = True
+    return fields
+
+
+def permission_details(tool_call: schema.ToolCallUpdate) -> dict[str, Any]:
+    """The tool call a permission request is about, whole (within budgets), for the humans who
+    decide: `{"tool_call": {tool_call_id, title, kind, status, content, locations, input}}`."""
+    call: dict[str, Any] = {"tool_call_id": tool_call.tool_call_id}
+    for key, value in (
+        ("title", tool_call.title),
+        ("kind", tool_call.kind),
+        ("status", tool_call.status),
+    ):
+        if value is not None:
+            call[key] = value
+    call.update(
+        tool_fields(
+            content=tool_call.content,
+            locations=tool_call.locations,
+            raw_input=tool_call.raw_input,
+            raw_output=tool_call.raw_output,
+        )
+    )
+    return {"tool_call": call}
+
+
 async def apply_update(recorder: Recorder, update: Any) -> None:
-    """Record one `session/update` notification."""
+    """Record one `session/update` notification of the conversation.
+
+    The kinds that change the session's state (modes, config options, commands) are the
+    session's to handle (`tunnel.agents.acp_settings`); they are not passed here.
+    """
     if isinstance(update, schema.AgentMessageChunk):
         await recorder.delta("message", block_text(update.content), key=update.message_id)
     elif isinstance(update, schema.AgentThoughtChunk):
@@ -93,19 +222,21 @@ async def apply_update(recorder: Recorder, update: Any) -> None:
         # The prompt is already stored (with who sent it); an echo adds nothing.
         return
     elif isinstance(update, schema.ToolCallStart):
-        content = tool_content(update.content)
         status = update.status or "pending"
-        extra = {}
-        if (locations := _locations(update.locations)) is not None:
-            extra["locations"] = locations
+        fields = tool_fields(
+            content=update.content or [],
+            locations=update.locations,
+            raw_input=update.raw_input,
+        )
+        content = fields.pop("content")
         await recorder.tool_call(
             tool_call_id=update.tool_call_id,
             title=update.title,
             kind=update.kind or "other",
             status=status,
-            input=update.raw_input,
+            input=fields.pop("input", None),
             content=content,
-            extra=extra,
+            extra=fields,
         )
         if status in ("completed", "failed"):
             await recorder.tool_result(
@@ -115,24 +246,27 @@ async def apply_update(recorder: Recorder, update: Any) -> None:
             )
     elif isinstance(update, schema.ToolCallProgress):
         changes: dict[str, Any] = {}
-        content = tool_content(update.content)
         for key, value in (
             ("title", update.title),
             ("kind", update.kind),
             ("status", update.status),
-            ("content", content if update.content is not None else None),
-            ("locations", _locations(update.locations)),
-            ("input", update.raw_input),
-            ("output", update.raw_output),
         ):
             if value is not None:
                 changes[key] = value
+        changes.update(
+            tool_fields(
+                content=update.content,
+                locations=update.locations,
+                raw_input=update.raw_input,
+                raw_output=update.raw_output,
+            )
+        )
         await recorder.tool_call_update(update.tool_call_id, changes)
         if update.status in ("completed", "failed"):
             await recorder.tool_result(
                 update.tool_call_id,
                 ok=update.status == "completed",
-                output=result_text(content, update.raw_output),
+                output=result_text(changes.get("content", []), update.raw_output),
             )
     elif isinstance(update, schema.AgentPlanUpdate):
         await recorder.plan(
@@ -141,10 +275,6 @@ async def apply_update(recorder: Recorder, update: Any) -> None:
                 for e in update.entries
             ]
         )
-    elif isinstance(update, schema.CurrentModeUpdate):
-        await recorder.usage({"update": "current_mode_update", **_plain(update)})
-        await recorder.flush()
-        await recorder.session_event("mode_changed", by="agent", mode_id=update.current_mode_id)
     else:
         kind = getattr(update, "session_update", None)
         if not isinstance(kind, str):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.abc
@@ -19,6 +19,9 @@ from tunnel.log import Item
 from .errors import SessionError, check_by
 from .permissions import PermissionBroker
 from .recorder import Recorder
+
+if TYPE_CHECKING:
+    from .sandbox import Sandbox
 
 AgentKind = Literal["chat", "terminal"]
 
@@ -43,6 +46,9 @@ class AgentSession(abc.ABC):
 
     info: AgentInfo
     conversation_id: str
+    sandbox: Sandbox | None = None
+    """The sandbox the agent's process runs in (`tunnel host --sandbox`); None: it runs with the
+    host user's rights. `create_session` sets it before `run()`."""
 
     def __init__(
         self,
@@ -80,6 +86,27 @@ class AgentSession(abc.ABC):
         check_by(by)
         await self._permissions.answer(request_id, option_id, by=by)
 
+    async def set_mode(self, mode_id: str, *, by: str) -> None:
+        """Switch the agent's session mode; recorded with who asked (ACP agents)."""
+        raise SessionError("not_supported", f"{self.info.name} has no modes to switch")
+
+    async def set_model(self, model_id: str, *, by: str) -> None:
+        """Switch the agent's model; recorded with who asked (ACP agents)."""
+        raise SessionError("not_supported", f"{self.info.name} has no models to switch")
+
+    async def set_config(self, config_id: str, value: str | bool, *, by: str) -> None:
+        """Set one of the agent's session config options; recorded with who asked (ACP agents)."""
+        raise SessionError("not_supported", f"{self.info.name} has no config options")
+
+    def settings(self) -> dict[str, Any]:
+        """The agent's current modes, models and config options, as the latest `settings`
+        session event has them; empty when it offers none."""
+        return {}
+
+    def commands(self) -> list[dict[str, Any]]:
+        """The agent's latest advertised slash commands (`name`, `description`, `hint`)."""
+        return []
+
     async def input(self, data: bytes, *, by: str) -> None:
         """Type `data` into the agent's terminal (terminal agents only)."""
         raise SessionError("not_supported", f"{self.info.name} is a chat agent: it has no terminal")
@@ -91,3 +118,8 @@ class AgentSession(abc.ABC):
     def pending_permissions(self) -> list[Item]:
         """The `permission_request` items still waiting for an answer, oldest first."""
         return self._permissions.pending()
+
+    def open_permissions(self) -> list[dict[str, Any]]:
+        """The data of every open permission request, oldest first: answerable from the moment
+        the request exists, even while its item is being stored."""
+        return self._permissions.open_requests()

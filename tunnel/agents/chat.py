@@ -33,6 +33,8 @@ class Prompt:
 
     text: str
     by: str
+    seq: int | None = None
+    """The seq of its `message` item: the turn it starts is known by it."""
 
 
 class ChatSession(AgentSession):
@@ -62,6 +64,11 @@ class ChatSession(AgentSession):
     @abc.abstractmethod
     async def _run_turn(self, prompt: Prompt) -> None:
         """Run one prompt to the end of the agent's turn."""
+
+    async def _begin_turn(self, prompt: Prompt) -> None:
+        """Called as a turn starts, before its status is published: from here on the agent's
+        items belong to this prompt's turn."""
+        self._recorder.turn = prompt.seq
 
     async def _cancel_turn(self, *, by: str) -> None:
         """Stop the running turn; the default cancels it outright."""
@@ -97,8 +104,8 @@ class ChatSession(AgentSession):
         self._queued += 1
         try:
             async with self._accept_lock:
-                await self._recorder.user_message(text, by=by)
-                self._send.send_nowait(Prompt(text=text, by=by))
+                item = await self._recorder.user_message(text, by=by)
+                self._send.send_nowait(Prompt(text=text, by=by, seq=item.seq))
         except ValueError as exc:
             self._queued -= 1
             raise SessionError("bad_request", f"the prompt cannot be stored: {exc}") from None
@@ -122,6 +129,7 @@ class ChatSession(AgentSession):
         async for prompt in self._receive:
             self._queued -= 1
             self._busy = True
+            await self._begin_turn(prompt)
             await self._publish_status()
             try:
                 with anyio.CancelScope() as scope:

@@ -184,6 +184,16 @@ class DemoSession(ChatSession):
             title=f"Allow the demo agent to {tool.action}?",
             tool_call_id=tool_call_id,
             options=(ALLOW, REJECT),
+            # The tool call asked about, as ACP agents' requests carry it.
+            details={
+                "tool_call": {
+                    "tool_call_id": tool_call_id,
+                    "title": tool.title,
+                    "kind": tool.kind,
+                    "status": "pending",
+                    "input": tool.input,
+                }
+            },
         )
         decision = await self._permissions.wait(pending) if pending is not None else None
         if decision is None or decision.option is None:

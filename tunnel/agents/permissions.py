@@ -1,18 +1,20 @@
 """Permission requests shared by every driver and the host console: the first answer wins.
 
-An agent's request is recorded as a `permission_request` item (status `action_required`) and then
-waits; any driver or the host may answer. The answer is decided synchronously (no await between
-the check and the claim), so two racing answers can never both win. The decision is recorded as a
-`permission_decision` item whose `created_by` is who answered; a request that ends without an
-answer (turn cancelled, agent gone) gets a decision with `outcome: "cancelled"`.
+An agent's request is registered first and then recorded as a `permission_request` item (status
+`action_required`), so it can be answered the moment anyone sees it; any driver or the host may
+answer. The answer is decided synchronously (no await between the check and the claim), so two
+racing answers can never both win. The decision is recorded as a `permission_decision` item whose
+`created_by` is who answered, with the chosen option's id, name and kind; a request that ends
+without an answer (turn cancelled, agent gone) gets a decision with `outcome: "cancelled"`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -64,8 +66,11 @@ class PendingPermission:
     """An open request: `PermissionBroker.wait()` it for the decision."""
 
     request_id: str
-    item: Item
     options: dict[str, PermissionOption]
+    data: dict[str, Any]
+    """The `permission_request` item's data."""
+    item: Item | None = None
+    """The stored `permission_request` item; None while it is being stored."""
     answered: anyio.Event = field(default_factory=anyio.Event)
     decision: Decision | None = None
 
@@ -80,12 +85,25 @@ class PermissionBroker:
 
     def pending(self) -> list[Item]:
         """The `permission_request` items still waiting for an answer, oldest first."""
-        return [entry.item for entry in self._open.values()]
+        return [entry.item for entry in self._open.values() if entry.item is not None]
+
+    def open_requests(self) -> list[dict[str, Any]]:
+        """The data of every open request, oldest first, including one still being stored."""
+        return [entry.data for entry in self._open.values()]
 
     async def open(
-        self, *, title: str, tool_call_id: str | None, options: Sequence[PermissionOption]
+        self,
+        *,
+        title: str,
+        tool_call_id: str | None,
+        options: Sequence[PermissionOption],
+        details: Mapping[str, Any] | None = None,
     ) -> PendingPermission | None:
-        """Record a new request; None if too many are open already (the agent is told no)."""
+        """Record a new request; None if too many are open already (the agent is told no).
+
+        `details` go into the item's data beside the request's own fields (the tool call the
+        agent asks about, its turn).
+        """
         if len(self._open) >= MAX_OPEN_REQUESTS:
             await self._recorder.error(
                 f"the agent asked for more than {MAX_OPEN_REQUESTS} permissions at once; "
@@ -93,16 +111,27 @@ class PermissionBroker:
             )
             return None
         request_id = new_id("perm")
-        item = await self._recorder.permission_request(
-            request_id=request_id,
-            title=title,
-            tool_call_id=tool_call_id,
-            options=[{"option_id": o.option_id, "name": o.name, "kind": o.kind} for o in options],
-        )
+        data: dict[str, Any] = {
+            **(details or {}),
+            "request_id": request_id,
+            "title": title,
+            "tool_call_id": tool_call_id,
+            "options": [
+                {"option_id": o.option_id, "name": o.name, "kind": o.kind} for o in options
+            ],
+        }
         entry = PendingPermission(
-            request_id=request_id, item=item, options={o.option_id: o for o in options}
+            request_id=request_id, options={o.option_id: o for o in options}, data=data
         )
+        # Open before it is stored: subscribers may see the item (and answer it) before the
+        # append returns here.
         self._open[request_id] = entry
+        try:
+            entry.item = await self._recorder.permission_request(data)
+        except BaseException:
+            # Never stored, so nobody can have seen it: forget it without a decision.
+            self._open.pop(request_id, None)
+            raise
         return entry
 
     async def wait(self, entry: PendingPermission) -> Decision:
@@ -150,6 +179,7 @@ class PermissionBroker:
                 request_id=entry.request_id,
                 option_id=option.option_id if option else "",
                 option_name=option.name if option else "Cancelled",
+                option_kind=option.kind if option else "",
                 outcome="selected" if option else "cancelled",
                 by=decision.by,
             )

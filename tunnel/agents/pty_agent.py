@@ -194,8 +194,13 @@ class PtySession(AgentSession):
             _set_size(master, *self._size)
             os.set_blocking(master, False)
             env = dict(os.environ, TERM="xterm-256color")
+            argv = [sys.executable, "-I", "-S", "-c", _SHIM, *self._argv]
+            if self.sandbox is not None:
+                # bwrap runs it in a new session; setsid --ctty (not the shim) then makes the pty
+                # its controlling terminal inside the sandbox (tunnel/agents/sandbox.py).
+                argv, env = self.sandbox.wrap(self._argv, env, terminal=True)
             process = await anyio.open_process(
-                [sys.executable, "-I", "-S", "-c", _SHIM, *self._argv],
+                argv,
                 stdin=slave,
                 stdout=slave,
                 stderr=slave,

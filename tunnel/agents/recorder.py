@@ -9,6 +9,11 @@ published as a `delta` event; the chunks of one stream are collected and stored 
 with the same `response_id` when the stream ends (`flush()`, or a chunk on another channel or of
 another message). The recorder is not meant to be driven by several tasks at once: each session
 serialises its calls.
+
+Turns: while `turn` is set (the seq of the prompt a chat agent is answering), every item the agent
+produces (messages, reasoning, tool calls, their updates and results, permission requests, plans)
+carries it as `data.turn`, so a tool call is known by (turn, tool_call_id) even when an agent
+reuses its ids in a later turn. A stream keeps the turn it started in.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class _Stream:
     channel: Channel
     key: str | None
     response_id: str
+    turn: int | None
     parts: list[str] = field(default_factory=list)
     size: int = 0
 
@@ -53,6 +59,17 @@ class Recorder:
         self._stream: _Stream | None = None
         # The last plan stored, so an unchanged plan is only published, not stored again.
         self._last_plan: list[dict[str, Any]] | None = None
+        self.turn: int | None = None
+        """The seq of the prompt the agent is answering (or answered last); None before any."""
+
+    @property
+    def streaming(self) -> bool:
+        """Whether a stream is open (chunks received, its final item not stored yet)."""
+        return self._stream is not None
+
+    def _in_turn(self, data: Mapping[str, Any], turn: int | None = None) -> dict[str, Any]:
+        turn = self.turn if turn is None else turn
+        return {**data, "turn": turn} if turn is not None else dict(data)
 
     async def append(
         self,
@@ -94,7 +111,7 @@ class Recorder:
             stream = self._stream
             if stream is None:
                 stream = self._stream = _Stream(
-                    channel=channel, key=key, response_id=new_id("resp")
+                    channel=channel, key=key, response_id=new_id("resp"), turn=self.turn
                 )
             room = MAX_STREAM_CHARS - stream.size
             piece, text = text[:room], text[room:]
@@ -118,7 +135,12 @@ class Recorder:
         else:
             data = {"text": text}
             type_ = "reasoning"
-        return await self.append(type_, data, status="completed", response_id=stream.response_id)
+        return await self.append(
+            type_,
+            self._in_turn(data, stream.turn),
+            status="completed",
+            response_id=stream.response_id,
+        )
 
     # -- tools and permissions -----------------------------------------------------------------
 
@@ -143,12 +165,12 @@ class Recorder:
             "content": [dict(entry) for entry in content],
         }
         data.update(extra or {})
-        return await self.append("tool_call", data, status=_item_status(status))
+        return await self.append("tool_call", self._in_turn(data), status=_item_status(status))
 
     async def tool_call_update(self, tool_call_id: str, changes: Mapping[str, Any]) -> Item:
         """Record what changed about a tool call (any of title, status, content, ...)."""
         await self.flush()
-        data = {"tool_call_id": tool_call_id, **changes}
+        data = self._in_turn({"tool_call_id": tool_call_id, **changes})
         status = changes.get("status")
         return await self.append(
             "tool_call_update", data, status=_item_status(status) if status else None
@@ -157,32 +179,31 @@ class Recorder:
     async def tool_result(self, tool_call_id: str, *, ok: bool, output: str) -> Item:
         return await self.append(
             "tool_result",
-            {"tool_call_id": tool_call_id, "ok": ok, "output": output},
+            self._in_turn({"tool_call_id": tool_call_id, "ok": ok, "output": output}),
             status="completed",
         )
 
-    async def permission_request(
-        self,
-        *,
-        request_id: str,
-        title: str,
-        tool_call_id: str | None,
-        options: Sequence[Mapping[str, str]],
-    ) -> Item:
+    async def tool_terminal(self, data: Mapping[str, Any]) -> Item:
+        """A terminal the agent ran through the host ended (or was released): its output."""
+        await self.flush()
+        return await self.append("tool_terminal", self._in_turn(data), status="completed")
+
+    async def permission_request(self, data: Mapping[str, Any]) -> Item:
+        """An open request: `request_id`, `title`, `tool_call_id`, `options` and any details."""
         await self.flush()
         return await self.append(
-            "permission_request",
-            {
-                "request_id": request_id,
-                "title": title,
-                "tool_call_id": tool_call_id,
-                "options": [dict(option) for option in options],
-            },
-            status="action_required",
+            "permission_request", self._in_turn(data), status="action_required"
         )
 
     async def permission_decision(
-        self, *, request_id: str, option_id: str, option_name: str, outcome: str, by: str
+        self,
+        *,
+        request_id: str,
+        option_id: str,
+        option_name: str,
+        option_kind: str,
+        outcome: str,
+        by: str,
     ) -> Item:
         return await self.append(
             "permission_decision",
@@ -190,6 +211,7 @@ class Recorder:
                 "request_id": request_id,
                 "option_id": option_id,
                 "option_name": option_name,
+                "option_kind": option_kind,
                 "outcome": outcome,
             },
             by=by,
@@ -206,7 +228,7 @@ class Recorder:
             return None
         self._last_plan = plain
         await self.flush()
-        return await self.append("plan", {"entries": plain})
+        return await self.append("plan", self._in_turn({"entries": plain}))
 
     async def usage(self, data: Mapping[str, Any]) -> None:
         await self.publish("usage", data)

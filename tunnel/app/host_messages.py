@@ -23,12 +23,26 @@ __all__ = [
     "Member",
     "PresenceMessage",
     "Ready",
+    "SandboxInfo",
     "Snapshot",
     "decode_host_message",
     "encode",
     "pack",
     "parse",
 ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SandboxInfo:
+    """Where the agent's process may reach, so a teammate knows the boundary before driving."""
+
+    enabled: bool
+    """Whether the agent runs in the host's sandbox (`tunnel host --sandbox`); if not, it can
+    do whatever the host's user can."""
+    writable: Sequence[str] = ()
+    """Sandboxed: the host paths where the agent's writes are kept (the workspace first)."""
+    network: bool = True
+    """Sandboxed: whether the agent has a network (False: `--sandbox-net none`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +57,8 @@ class Ready:
     agent_name: str
     agent_kind: str
     """"chat" or "terminal": whether to show a conversation or a terminal."""
+    sandbox: SandboxInfo | None = None
+    """None only from a host too old to say."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +130,12 @@ def encode(message: HostMessage) -> bytes:
                 "name": message.name,
                 "agent": {"name": message.agent_name, "kind": message.agent_kind},
             }
+            if message.sandbox is not None:
+                wire["sandbox"] = {
+                    "enabled": message.sandbox.enabled,
+                    "writable": list(message.sandbox.writable),
+                    "network": message.sandbox.network,
+                }
         case Snapshot():
             wire = {
                 "op": "snapshot",
@@ -160,6 +182,7 @@ def parse(plaintext: bytes) -> HostMessage:
             name=_get(message, "name", str),
             agent_name=_get(agent, "name", str),
             agent_kind=_get(agent, "kind", str),
+            sandbox=_sandbox(message.get("sandbox")),
         )
     if op == "snapshot":
         return Snapshot(
@@ -185,6 +208,21 @@ def parse(plaintext: bytes) -> HostMessage:
             raise BadRequest("unknown error code")
         return Error(code=code, message=_get(message, "message", str))
     raise BadRequest("unknown op")
+
+
+def _sandbox(value: Any) -> SandboxInfo | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadRequest("field 'sandbox' must be dict")
+    writable = _get(value, "writable", list)
+    if not all(isinstance(path, str) for path in writable):
+        raise BadRequest("field 'writable' must be a list of str")
+    return SandboxInfo(
+        enabled=_get(value, "enabled", bool),
+        writable=writable,
+        network=_get(value, "network", bool),
+    )
 
 
 def _get(message: Mapping[str, Any], name: str, kind: type) -> Any:

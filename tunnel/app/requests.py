@@ -57,6 +57,31 @@ class Cancel:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SetMode:
+    """Switch the agent's session mode (one of the modes it offers); drivers only."""
+
+    mode_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetModel:
+    """Switch the agent's model (one of the models it offers); drivers only."""
+
+    model_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetConfig:
+    """Set one of the agent's session config options; drivers only.
+
+    `value` is one of the option's values (a `select` option) or a boolean (a `boolean` one).
+    """
+
+    config_id: str
+    value: str | bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Input:
     """Keystrokes for a terminal agent; drivers only."""
 
@@ -71,10 +96,12 @@ class Resize:
     rows: int
 
 
-Request = Subscribe | Prompt | PermissionAnswer | Cancel | Input | Resize
+Request = (
+    Subscribe | Prompt | PermissionAnswer | Cancel | SetMode | SetModel | SetConfig | Input | Resize
+)
 
 # Ops that change the session: a viewer sending one is refused with `forbidden`.
-DRIVING_REQUESTS = (Prompt, PermissionAnswer, Cancel, Input, Resize)
+DRIVING_REQUESTS = (Prompt, PermissionAnswer, Cancel, SetMode, SetModel, SetConfig, Input, Resize)
 
 
 def _field(message: Mapping[str, Any], name: str, kind: type, *, optional: bool = False) -> Any:
@@ -141,6 +168,19 @@ def decode_request(plaintext: bytes) -> Request:
     if op == "cancel":
         _expect_keys(message, {"op"})
         return Cancel()
+    if op == "set_mode":
+        _expect_keys(message, {"op", "mode_id"})
+        return SetMode(mode_id=_bounded_str(message, "mode_id", MAX_ID_LENGTH))
+    if op == "set_model":
+        _expect_keys(message, {"op", "model_id"})
+        return SetModel(model_id=_bounded_str(message, "model_id", MAX_ID_LENGTH))
+    if op == "set_config":
+        _expect_keys(message, {"op", "config_id", "value"})
+        config_id = _bounded_str(message, "config_id", MAX_ID_LENGTH)
+        value = message.get("value")
+        if not isinstance(value, bool):
+            value = _bounded_str(message, "value", MAX_ID_LENGTH)
+        return SetConfig(config_id=config_id, value=value)
     if op == "input":
         _expect_keys(message, {"op", "data"})
         data: bytes = _field(message, "data", bytes)
@@ -168,6 +208,12 @@ def encode_request(request: Request) -> bytes:
             message = {"op": "permission", "request_id": request_id, "option_id": option_id}
         case Cancel():
             message = {"op": "cancel"}
+        case SetMode(mode_id=mode_id):
+            message = {"op": "set_mode", "mode_id": mode_id}
+        case SetModel(model_id=model_id):
+            message = {"op": "set_model", "model_id": model_id}
+        case SetConfig(config_id=config_id, value=value):
+            message = {"op": "set_config", "config_id": config_id, "value": value}
         case Input(data=data):
             message = {"op": "input", "data": data}
         case Resize(cols=cols, rows=rows):

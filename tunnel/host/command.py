@@ -4,13 +4,24 @@
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
+
+if TYPE_CHECKING:
+    from tunnel.agents.sandbox import SandboxSettings
+
+
+class SandboxNet(enum.StrEnum):
+    """What network a sandboxed agent has (--sandbox-net)."""
+
+    host = "host"
+    none = "none"
 
 
 def host_command(
@@ -31,14 +42,52 @@ def host_command(
             help='The agent to share: demo, "acp:COMMAND ARGS..." or "pty:COMMAND ARGS...".',
         ),
     ] = "demo",
+    agent_auth: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TUNNEL_HOST_AGENT_AUTH",
+            metavar="METHOD_ID",
+            show_default=False,
+            help="The login method an ACP agent uses first (one of those it lists when it needs"
+            " a login); without it, only a method that needs nobody is used, when needed.",
+        ),
+    ] = None,
     workspace: Annotated[
         Path,
         typer.Option(
             envvar="TUNNEL_HOST_WORKSPACE",
             metavar="DIR",
-            help="The agent's working directory; ACP agents get files inside it only.",
+            help="The agent's working directory; an ACP agent's file and terminal requests"
+            " stay inside it (its own tools are gated by approvals only).",
         ),
     ] = Path(),
+    sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--sandbox",
+            envvar="TUNNEL_HOST_SANDBOX",
+            help="Run the agent in a Linux sandbox (bubblewrap): it writes only in the"
+            " workspace, sees the system read-only and none of your home but its own config.",
+        ),
+    ] = False,
+    sandbox_allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="TUNNEL_HOST_SANDBOX_ALLOW",
+            metavar="PATH[:ro]",
+            show_default=False,
+            help="With --sandbox: also show the agent this path, writable or (:ro) read-only"
+            " (repeatable; the variable takes paths separated by spaces).",
+        ),
+    ] = None,
+    sandbox_net: Annotated[
+        SandboxNet,
+        typer.Option(
+            envvar="TUNNEL_HOST_SANDBOX_NET",
+            help="With --sandbox: host (the agent reaches what this machine reaches) or none"
+            " (no network at all).",
+        ),
+    ] = SandboxNet.host,
     log_db: Annotated[
         Path | None,
         typer.Option(
@@ -139,6 +188,11 @@ def host_command(
     except ValueError as exc:
         typer.echo(f"tunnel host: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
+    try:
+        sandbox_settings = _sandbox_settings(sandbox, sandbox_allow or [], sandbox_net)
+    except ValueError as exc:
+        typer.echo(f"tunnel host: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
     if echo:  # a bare echo handler: used to test the link layer on its own
         raise typer.Exit(run_host_command(host, serve_echo(host), new_links=new_links))
     settings = ShareSettings(
@@ -149,11 +203,33 @@ def host_command(
         conversation_id=conversation,
         approve=approve,
         interactive=interactive,
+        sandbox=sandbox_settings,
+        agent_auth=agent_auth,
     )
+    confined = ""
+    if sandbox_settings is not None:
+        confined = " in a sandbox" + ("" if sandbox_settings.network else " with no network")
     banner = (
-        f"[dim]sharing {escape(settings.agent)} in {escape(str(settings.workspace))};"
-        " type a prompt, /allow or /deny a request, /quit to stop[/dim]"
+        f"[dim]sharing {escape(settings.agent)} in {escape(str(settings.workspace))}{confined};"
+        " type a prompt, /allow or /deny a request, /help for more, /quit to stop[/dim]"
     )
     raise typer.Exit(
         run_host_command(host, serve_share(settings), new_links=new_links, banner=banner)
     )
+
+
+def _sandbox_settings(sandbox: bool, allow: list[str], net: SandboxNet) -> SandboxSettings | None:
+    """The --sandbox options as settings; ValueError (one line) for options without --sandbox."""
+    from tunnel.agents.sandbox import Allowance, SandboxSettings
+
+    if not sandbox:
+        if allow or net == SandboxNet.none:
+            raise ValueError("--sandbox-allow and --sandbox-net none need --sandbox")
+        return None
+    allowances = []
+    for text in allow:
+        try:
+            allowances.append(Allowance.parse(text))
+        except ValueError as exc:
+            raise ValueError(f"--sandbox-allow: {exc}") from None
+    return SandboxSettings(allow=tuple(allowances), network=net != SandboxNet.none)

@@ -17,13 +17,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from tunnel.agents import AgentSession, SessionError
-from tunnel.app.requests import Cancel, PermissionAnswer, Prompt
+from tunnel.app.requests import Cancel, PermissionAnswer, Prompt, SetConfig, SetMode, SetModel
 from tunnel.host.presence import Presence
 from tunnel.log import Event, Log
 from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line
 from tunnel.terminal.lines import stdin_lines
 from tunnel.terminal.render import render_event, render_item
-from tunnel.terminal.view import PendingPermission
+from tunnel.terminal.view import ConversationView, PendingPermission
 
 # How much earlier conversation the console shows when it starts.
 HISTORY_SHOWN = 20
@@ -127,7 +127,7 @@ class HostConsole:
             verdict = "admitted" if question.admit else "refused"
             self._console.print(f"[dim]{escape(question.who)} {verdict}[/dim]")
             return
-        command = parse_line(line, self._pending())
+        command = parse_line(line, self._view())
         if command is None:
             return
         try:
@@ -144,6 +144,12 @@ class HostConsole:
                     await self._session.answer_permission(request_id, option_id, by=self._host_name)
                 case Cancel():
                     await self._session.cancel(by=self._host_name)
+                case SetMode(mode_id=mode_id):
+                    await self._session.set_mode(mode_id, by=self._host_name)
+                case SetModel(model_id=model_id):
+                    await self._session.set_model(model_id, by=self._host_name)
+                case SetConfig(config_id=config_id, value=value):
+                    await self._session.set_config(config_id, value, by=self._host_name)
                 case _:
                     self._console.print(f"[dim]{HELP}[/dim]")
         except SessionError as exc:
@@ -156,12 +162,15 @@ class HostConsole:
         await self.revoke()
         self._console.print("[bold]links revoked; everyone attached was disconnected.[/bold]")
 
-    def _pending(self) -> dict[str, PendingPermission]:
-        requests = (
-            (str(item.data.get("request_id")), item.data)
-            for item in self._session.pending_permissions()
-        )
-        return {
-            request_id: PendingPermission.from_data(request_id, data)
-            for request_id, data in requests
+    def _view(self) -> ConversationView:
+        """What typed commands refer to, from the session itself: every open permission request
+        (answerable as soon as it exists), the agent's commands and settings."""
+        pending = {
+            str(data.get("request_id")): PendingPermission.from_data(
+                str(data.get("request_id")), data
+            )
+            for data in self._session.open_permissions()
         }
+        return ConversationView(
+            pending=pending, commands=self._session.commands(), settings=self._session.settings()
+        )

@@ -23,6 +23,9 @@ from tunnel.app.requests import (
     Prompt,
     Request,
     Resize,
+    SetConfig,
+    SetMode,
+    SetModel,
     Subscribe,
     decode_request,
 )
@@ -62,6 +65,14 @@ def _fit(wire: dict[str, Any]) -> dict[str, Any]:
     return {**wire, "data": {"truncated": True, "note": "item too large to send"}}
 
 
+def _sandbox_info(session: AgentSession) -> out.SandboxInfo:
+    """What the `ready` message says of the agent's sandbox (docs/application.md)."""
+    sandbox = session.sandbox
+    if sandbox is None:
+        return out.SandboxInfo(enabled=False)
+    return out.SandboxInfo(enabled=True, writable=sandbox.writable, network=sandbox.network)
+
+
 class SessionChannelHandler:
     """Serves one teammate on one channel; `run` returns when the channel ends."""
 
@@ -91,6 +102,7 @@ class SessionChannelHandler:
                 name=member.name,
                 agent_name=self._session.info.name,
                 agent_kind=self._session.info.kind,
+                sandbox=_sandbox_info(self._session),
             )
         )
         # Only a message that decrypted proves the keys, and with them the role and the name:
@@ -144,6 +156,12 @@ class SessionChannelHandler:
                 await self._session.answer_permission(request_id, option_id, by=by)
             case Cancel():
                 await self._session.cancel(by=by)
+            case SetMode(mode_id=mode_id):
+                await self._session.set_mode(mode_id, by=by)
+            case SetModel(model_id=model_id):
+                await self._session.set_model(model_id, by=by)
+            case SetConfig(config_id=config_id, value=value):
+                await self._session.set_config(config_id, value, by=by)
             case Input(data=data):
                 await self._session.input(data, by=by)
             case Resize(cols=cols, rows=rows):

@@ -7,6 +7,7 @@ the conversation log (SQLite), starts the agent session, registers with the rela
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,15 +17,21 @@ import anyio
 from anyio.abc import TaskStatus
 from rich.console import Console
 
-from tunnel.agents import AgentSession, check_agent, create_session
+from tunnel.agents import AgentSession, check_agent, create_session, parse_spec
 from tunnel.agents.demo_agent import DEFAULT_DELAY
+from tunnel.agents.sandbox import (
+    Sandbox,
+    SandboxSettings,
+    host_private_paths,
+    prepare_sandbox,
+)
 from tunnel.host.channel import HostChannel
 from tunnel.host.console import HostConsole
 from tunnel.host.presence import Member, Presence
 from tunnel.host.runner import Host
 from tunnel.host.session import SessionChannelHandler
 from tunnel.host.settings import HostSettings
-from tunnel.log import Log, SQLiteStore, default_db_path
+from tunnel.log import Log, SQLiteStore, StoreError, default_db_path
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +59,14 @@ class ShareSettings:
 
     demo_delay: float = DEFAULT_DELAY
     """Seconds between the demo agent's streamed chunks."""
+
+    agent_auth: str | None = None
+    """The login method an ACP agent is asked to use before its session starts (`--agent-auth`);
+    None: only when it says it needs one, and only the one that needs nobody (docs/agents.md)."""
+
+    sandbox: SandboxSettings | None = None
+    """Run the agent in a Linux sandbox (`--sandbox`, tunnel/agents/sandbox.py); None: it runs
+    with the host user's rights."""
 
     @property
     def resolved_log_db(self) -> Path:
@@ -86,10 +101,14 @@ async def run_share(
 
     Reports a `Shared` through task_status once the agent runs and the relay registered us.
     Raises ValueError, before anything is written or registered, for an agent that cannot
-    start or a `log_db` whose directory does not exist.
+    start, a `log_db` whose directory does not exist, or a log database that cannot be used
+    (not a log, a newer schema, unreadable or read-only: docs/log.md, "Faults").
     """
     workspace = settings.workspace.resolve()
     check_agent(settings.agent, workspace=workspace)
+    sandbox = None
+    if settings.sandbox is not None:
+        sandbox = await _prepare_sandbox(settings, workspace)
     db = settings.resolved_log_db
     if settings.log_db is None:
         db.parent.mkdir(parents=True, exist_ok=True)
@@ -99,13 +118,20 @@ async def run_share(
     console = console if console is not None else Console(highlight=False)
     if stdin is None and settings.interactive:
         stdin = sys.stdin
-    async with Log(SQLiteStore(db)) as log:
+    try:
+        store = await SQLiteStore.open(db)
+    except StoreError as exc:
+        # The command says a ValueError in one line (run_host_command): the file is the mistake.
+        raise ValueError(f"cannot use the log database: {exc}") from None
+    async with Log(store) as log:
         session = create_session(
             settings.agent,
             log,
             workspace=workspace,
             conversation_id=settings.conversation_id,
             demo_delay=settings.demo_delay,
+            sandbox=sandbox,
+            agent_auth=settings.agent_auth,
         )
         presence = Presence()
         host_console = HostConsole(
@@ -123,6 +149,8 @@ async def run_share(
         async def approve(channel: HostChannel) -> bool:
             return await host_console.approve_join(channel.name, channel.role)
 
+        # Makes the key and share secrets if missing: before the agent starts, so its sandbox
+        # finds them to hide (tunnel/agents/sandbox.py).
         host = Host(settings.host, handler, on_join=approve if settings.approve else None)
 
         async def revoke() -> None:
@@ -141,6 +169,29 @@ async def run_share(
             )
             await host_console.quit_requested.wait()
             tg.cancel_scope.cancel()
+
+
+async def _prepare_sandbox(settings: ShareSettings, workspace: Path) -> Sandbox:
+    """The agent's sandbox, checked (bubblewrap runs once): a SandboxError, a ValueError, says
+    in one line why there is none, before anything is registered or written."""
+    assert settings.sandbox is not None
+    kind, argv = parse_spec(settings.agent)
+    if kind == "demo":
+        raise ValueError("--sandbox needs an acp: or pty: agent; the demo agent runs no program")
+    hide = host_private_paths(
+        key_file=settings.host.resolved_key_file,
+        secrets_file=settings.host.resolved_secrets_file,
+        log_db=settings.resolved_log_db,
+    )
+    prepare = functools.partial(
+        prepare_sandbox,
+        settings.sandbox,
+        argv=argv,
+        workspace=workspace,
+        hide=hide,
+        terminal=kind == "pty",
+    )
+    return await anyio.to_thread.run_sync(prepare)
 
 
 async def share_until_quit(

@@ -30,7 +30,7 @@ from tunnel.process.groups import unwrap_group
 from tunnel.process.signals import exit_code_after, run_until_signal
 from tunnel.proto.codes import FINAL_CODES, CloseCode
 from tunnel.teammate.client import TeammateError, TeammateSession, connect_teammate
-from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line
+from tunnel.terminal.commands import Quit, Revoke, Say, parse_line
 from tunnel.terminal.lines import stdin_lines
 from tunnel.terminal.render import render_event, render_item
 from tunnel.terminal.view import ConversationView
@@ -42,6 +42,15 @@ HOST_GONE_HINT_AFTER = 3
 wrong: a mistyped host id looks exactly like a host that is not online."""
 
 HOST_GONE_HINT = "no host is online for this link: it may be wrong, or the host has not started"
+
+
+def sandbox_text(sandbox: incoming.SandboxInfo) -> str:
+    """The line that tells a teammate, on attach, how far the agent reaches on the host."""
+    if not sandbox.enabled:
+        return "the agent is not sandboxed: it can do whatever the host's user can"
+    writable = ", ".join(sandbox.writable) or "nothing"
+    network = "network on" if sandbox.network else "no network"
+    return f"the agent runs in a sandbox: it can write only in {writable}; {network}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,7 +186,7 @@ class Attachment:
 
     async def _forward_lines(self, channel: TeammateSession) -> None:
         async for line in self._lines_receive:
-            command = parse_line(line, self._view.pending)
+            command = parse_line(line, self._view)
             if command is None:
                 continue
             if isinstance(command, Quit):
@@ -206,8 +215,14 @@ class Attachment:
                 self._terminal = message.agent_kind == "terminal"
                 self._console.print(
                     f"[bold]attached as {escape(message.name)} ({escape(message.role)})[/bold]"
-                    + (f" [dim]{HELP}[/dim]" if self._settings.link.role == "drive" else "")
+                    + (
+                        " [dim]/help lists the commands[/dim]"
+                        if self._settings.link.role == "drive"
+                        else ""
+                    )
                 )
+                if message.sandbox is not None:
+                    self._console.print(f"[dim]{escape(sandbox_text(message.sandbox))}[/dim]")
             case incoming.Snapshot():
                 if message.reset:
                     # The host's log is not the one we saw (a new log under the same

@@ -1,20 +1,43 @@
 """What a line typed at the host console or in `tunnel attach` means.
 
-Plain text is a prompt; a few slash commands answer permissions, cancel, or quit. Both surfaces
-share this so the same words do the same thing everywhere.
+Both surfaces share this so the same words do the same thing everywhere. The rule
+(docs/agents.md, "Typed commands"): the local commands are /allow /deny /cancel /quit /revoke
+/help /mode /model; any other line starting with `/` (`/compact`, `/init`) is sent to the agent
+as a prompt, as it was typed; a line starting with `//` is sent with one `/` removed (`//help`
+sends `/help` to the agent); everything else is a prompt.
+
+Permission answers never pick an "always" or bypass option unless the person named exactly that:
+`/allow` picks the agent's allow-once option, `/allow always` its one allow-always option,
+`/allow N` the Nth option as listed, `/allow OPTION_ID` that option; `/deny` rejects once and
+`/deny always` always. A request id among the words picks that request instead of the latest.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from tunnel.app.requests import Cancel, PermissionAnswer, Prompt, Request
-from tunnel.terminal.view import PendingPermission
+from tunnel.app.requests import (
+    Cancel,
+    PermissionAnswer,
+    Prompt,
+    Request,
+    SetMode,
+    SetModel,
+)
+from tunnel.terminal.view import ConversationView, Option, PendingPermission
+
+LOCAL_COMMANDS = ("/allow", "/deny", "/cancel", "/quit", "/revoke", "/help", "/mode", "/model")
+"""Words handled here; any other `/word` goes to the agent."""
 
 HELP = (
-    "type a prompt and press Enter; /allow or /deny answers the latest permission request "
-    "(or /allow REQUEST_ID); /cancel stops the running turn; /revoke (host) replaces both links; "
-    "/quit leaves"
+    "type a prompt and press Enter. /allow answers the latest permission request with its"
+    " allow-once option (/allow always, /allow N for the Nth option, /allow OPTION_ID; add a"
+    " request id to answer another one); /deny rejects it (/deny always); /cancel stops the"
+    " running turn; /mode and /model show or switch the agent's mode and model (/mode ID);"
+    " /revoke (host) replaces both links; /quit leaves. Any other /command goes to the agent"
+    " (//x sends /x)."
 )
 
 
@@ -38,15 +61,20 @@ class Say:
 Command = Request | Quit | Revoke | Say
 
 
-def parse_line(line: str, pending: dict[str, PendingPermission]) -> Command | None:
+def parse_line(line: str, view: ConversationView) -> Command | None:
     """Interpret one typed line; None for a blank line."""
     text = line.strip()
     if not text:
         return None
+    if text.startswith("//"):
+        return Prompt(text=text[1:])
     if not text.startswith("/"):
         return Prompt(text=text)
     word, _, rest = text.partition(" ")
-    rest = rest.strip()
+    if word not in LOCAL_COMMANDS:
+        # The agent's own slash commands (/compact, /init, ...) are prompts to it.
+        return Prompt(text=text)
+    args = rest.split()
     if word == "/quit":
         return Quit()
     if word == "/revoke":
@@ -54,15 +82,102 @@ def parse_line(line: str, pending: dict[str, PendingPermission]) -> Command | No
     if word == "/cancel":
         return Cancel()
     if word == "/help":
-        return Say(text=HELP)
-    if word in ("/allow", "/deny"):
-        if not pending:
-            return Say(text="no permission request is waiting")
-        request = pending.get(rest) if rest else list(pending.values())[-1]
-        if request is None:
-            return Say(text=f"no waiting permission request {rest!r}")
-        option = request.first_option("allow" if word == "/allow" else "reject")
-        if option is None:
-            return Say(text=f"request {request.request_id} has no such option")
-        return PermissionAnswer(request_id=request.request_id, option_id=option)
-    return Say(text=f"unknown command {word}; {HELP}")
+        return Say(text=help_text(view))
+    if word == "/mode":
+        return _mode(args, view.settings)
+    if word == "/model":
+        return _model(args, view.settings)
+    return _answer(word, args, view.pending)
+
+
+def help_text(view: ConversationView) -> str:
+    """HELP, then the agent's own commands when it advertised some."""
+    if not view.commands:
+        return HELP
+    names = ", ".join(
+        f"/{command.get('name')}"
+        + (f" ({command.get('description')})" if command.get("description") else "")
+        for command in view.commands
+    )
+    return f"{HELP}\nthe agent's commands: {names}"
+
+
+def _answer(word: str, args: list[str], pending: dict[str, PendingPermission]) -> Command:
+    if not pending:
+        return Say(text="no permission request is waiting")
+    named = [a for a in args if a in pending]
+    rest = [a for a in args if a not in pending]
+    request = pending[named[-1]] if named else list(pending.values())[-1]
+    if len(named) > 1 or len(rest) > 1:
+        return Say(text=f"usage: {word} [always|N|OPTION_ID] [REQUEST_ID]")
+    choice = rest[0] if rest else None
+    option = _choose(word, choice, request)
+    if isinstance(option, Say):
+        return option
+    return PermissionAnswer(request_id=request.request_id, option_id=option.option_id)
+
+
+def _choose(word: str, choice: str | None, request: PendingPermission) -> Option | Say:
+    options = f"its options: {request.listing()}"
+    if word == "/deny":
+        if choice not in (None, "always"):
+            return Say(text=f"/deny takes nothing or 'always' (/allow N picks any); {options}")
+        kind = "reject_always" if choice == "always" else "reject_once"
+        return _single(request, kind, options)
+    if choice is None:
+        return _single(request, "allow_once", options)
+    if choice == "always":
+        return _single(request, "allow_always", options)
+    if choice.isdigit():
+        number = int(choice)
+        if 1 <= number <= len(request.options):
+            return request.options[number - 1]
+        return Say(text=f"request {request.request_id} has no option {number}; {options}")
+    option = request.option(choice)
+    if option is None:
+        return Say(text=f"request {request.request_id} has no option {choice!r}; {options}")
+    return option
+
+
+def _single(request: PendingPermission, kind: str, options: str) -> Option | Say:
+    """The one option of `kind` (bypass options never count); otherwise say what to type."""
+    found = request.of_kind(kind)
+    if len(found) == 1:
+        return found[0]
+    how_many = "no" if not found else str(len(found))
+    return Say(
+        text=f"request {request.request_id} has {how_many} {kind} options: use /allow N; {options}"
+    )
+
+
+def _mode(args: list[str], settings: Mapping[str, Any]) -> Command:
+    if len(args) > 1:
+        return Say(text="usage: /mode [MODE_ID]")
+    if args:
+        return SetMode(mode_id=args[0])
+    return Say(text=_choices("mode", settings.get("modes")))
+
+
+def _model(args: list[str], settings: Mapping[str, Any]) -> Command:
+    if len(args) > 1:
+        return Say(text="usage: /model [MODEL_ID]")
+    if args:
+        return SetModel(model_id=args[0])
+    return Say(text=_choices("model", settings.get("models")))
+
+
+def _choices(what: str, state: Any) -> str:
+    """`mode: plan (Plan); available: default (Default), plan (Plan)`, or that there is none."""
+    if not isinstance(state, Mapping):
+        return f"the agent offers no {what} choice"
+    available = state.get("available")
+    entries = available if isinstance(available, list) else []
+    names = {
+        str(a.get("id")): str(a.get("name") or a.get("id"))
+        for a in entries
+        if isinstance(a, Mapping)
+    }
+    current = str(state.get("current"))
+    listed = ", ".join(f"{id_} ({name})" for id_, name in names.items()) or "none"
+    shown = f"{current} ({names.get(current, current)})"
+    return f"{what}: {shown}; available: {listed}; /{what} ID switches"

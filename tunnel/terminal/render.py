@@ -6,6 +6,8 @@ Agent output is untrusted: it is rendered as plain text, never as rich markup.
 
 from __future__ import annotations
 
+import difflib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,16 +16,29 @@ from rich.text import Text
 # Long tool outputs and diffs are cut so one item cannot flood a terminal.
 MAX_SHOWN_CHARS = 4000
 
+# A diff is computed over at most this many lines of each side (difflib is quadratic).
+MAX_DIFF_LINES = 2000
 
-def _clip(text: str) -> str:
-    if len(text) <= MAX_SHOWN_CHARS:
+
+def _clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    if len(text) <= limit:
         return text
-    return text[:MAX_SHOWN_CHARS] + f"\n… ({len(text) - MAX_SHOWN_CHARS} more characters)"
+    return text[:limit] + f"\n… ({len(text) - limit} more characters)"
 
 
 def _str(data: Mapping[str, Any], key: str, default: str = "") -> str:
     value = data.get(key, default)
     return value if isinstance(value, str) else str(value)
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    """`old` to `new` as a unified diff of `path` (a file the agent creates has no old text)."""
+    before = old.splitlines()[:MAX_DIFF_LINES]
+    after = new.splitlines()[:MAX_DIFF_LINES]
+    lines = difflib.unified_diff(
+        before, after, fromfile=path if old else "/dev/null", tofile=path, lineterm=""
+    )
+    return "\n".join(lines)
 
 
 def _content_text(content: Any) -> str:
@@ -34,14 +49,136 @@ def _content_text(content: Any) -> str:
         if not isinstance(entry, Mapping):
             continue
         if entry.get("type") == "diff":
-            parts.append(f"diff {_str(entry, 'path')}")
-            old = entry.get("old_text") or ""
-            new = entry.get("new_text") or ""
-            parts.extend(f"- {line}" for line in str(old).splitlines())
-            parts.extend(f"+ {line}" for line in str(new).splitlines())
+            old = entry.get("old_text")
+            new = entry.get("new_text")
+            parts.append(
+                unified_diff(
+                    _str(entry, "path"),
+                    old if isinstance(old, str) else "",
+                    new if isinstance(new, str) else "",
+                )
+            )
+        elif entry.get("type") == "terminal":
+            parts.append(f"[terminal {_str(entry, 'terminal_id')}]")
         elif "text" in entry:
             parts.append(_str(entry, "text"))
     return "\n".join(parts)
+
+
+def _json(value: Any) -> str:
+    """A raw input or output, pretty-printed."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except ValueError:
+        return str(value)
+
+
+def _locations(locations: Any) -> str:
+    if not isinstance(locations, list):
+        return ""
+    shown = []
+    for location in locations:
+        if isinstance(location, Mapping):
+            line = location.get("line")
+            path = _str(location, "path")
+            shown.append(f"{path}:{line}" if isinstance(line, int) else path)
+    return ", ".join(shown)
+
+
+def _tool_call_details(head: Text, call: Mapping[str, Any]) -> None:
+    """Kind, locations, raw input and content (diffs as unified diffs) of a tool call."""
+    kind = _str(call, "kind")
+    if kind:
+        head.append(f"\n  kind: {kind}", style="dim")
+    where = _locations(call.get("locations"))
+    if where:
+        head.append(f"\n  where: {where}", style="dim")
+    if call.get("input") is not None:
+        head.append("\n  input:\n")
+        head.append(_clip(_json(call["input"])))
+    body = _content_text(call.get("content"))
+    if body:
+        head.append("\n" + _clip(body))
+    if call.get("truncated") is True:
+        head.append("\n  (cut: too large to store whole)", style="dim")
+
+
+def _permission_request(head: Text, data: Mapping[str, Any]) -> None:
+    head.append("permission? ", style="bold magenta")
+    head.append(_str(data, "title"))
+    call = data.get("tool_call")
+    if isinstance(call, Mapping):
+        _tool_call_details(head, call)
+    options = data.get("options")
+    if isinstance(options, list):
+        for number, option in enumerate(options, 1):
+            if isinstance(option, Mapping):
+                head.append(f"\n  {number}. {_str(option, 'name')}")
+                head.append(
+                    f" ({_str(option, 'kind')}, id {_str(option, 'option_id')})", style="dim"
+                )
+    head.append(
+        f"\n  request {_str(data, 'request_id')}: /allow (allow once), /allow always,"
+        " /allow N, /deny, /deny always",
+        style="dim",
+    )
+
+
+def _choice_text(state: Any) -> str | None:
+    if not isinstance(state, Mapping):
+        return None
+    current = _str(state, "current")
+    for entry in state.get("available") or ():
+        if isinstance(entry, Mapping) and entry.get("id") == current:
+            return f"{current} ({_str(entry, 'name')})"
+    return current
+
+
+def _session_event(head: Text, who: str, data: Mapping[str, Any]) -> None:
+    what = _str(data, "what")
+    if what == "settings":
+        change = data.get("change")
+        if isinstance(change, Mapping) and change:
+            ((key, value),) = list(change.items())[:1]
+            if isinstance(value, Mapping):
+                value = f"{_str(value, 'id')} = {value.get('value')}"
+            head.append(f"{who} set the {key} to {value}", style="bold")
+        else:
+            head.append("agent settings", style="bold")
+        for name in ("mode", "model"):
+            shown = _choice_text(data.get(f"{name}s"))
+            if shown is not None:
+                head.append(f"  {name}: {shown}", style="dim")
+        return
+    if what == "commands":
+        commands = data.get("commands")
+        names = ["/" + _str(c, "name") for c in (commands or ()) if isinstance(c, Mapping)]
+        head.append("the agent's commands: ", style="bold")
+        head.append(_clip(", ".join(names) or "none"), style="dim")
+        return
+    if what == "unsupported_update":
+        head.append(f"unsupported update: {_str(data, 'kind')}", style="dim")
+        return
+    head.append(what or "session event", style="bold")
+    details = ", ".join(f"{k}={v}" for k, v in data.items() if k not in ("what", "turn"))
+    if details:
+        head.append(" " + _clip(details, 500), style="dim")
+
+
+def _tool_terminal(head: Text, data: Mapping[str, Any]) -> None:
+    command = data.get("command")
+    line = " ".join(str(a) for a in command) if isinstance(command, list) else ""
+    head.append("terminal ", style="bold yellow")
+    head.append(_clip(line, 500))
+    code, sig = data.get("exit_code"), data.get("signal")
+    end = f"killed by {sig}" if sig else f"exit code {code}" if code is not None else "released"
+    head.append(f" [{end}]", style="yellow")
+    output = _str(data, "output")
+    if output:
+        cut = "… (earlier output not kept)\n" if data.get("truncated") is True else ""
+        head.append("\n" + cut + _clip(output[-MAX_SHOWN_CHARS:]))
 
 
 def render_item(item: Mapping[str, Any]) -> Text:
@@ -68,27 +205,25 @@ def render_item(item: Mapping[str, Any]) -> Text:
         head.append(title)
         if status:
             head.append(f" [{status}]", style="yellow")
-        body = _content_text(data.get("content"))
-        if body:
-            head.append("\n" + _clip(body))
+        if kind == "tool_call":
+            _tool_call_details(head, data)
+        else:
+            body = _content_text(data.get("content"))
+            if body:
+                head.append("\n" + _clip(body))
     elif kind == "tool_result":
         ok = data.get("ok") is True
         head.append("result ", style="bold green" if ok else "bold red")
         head.append(_clip(_str(data, "output")))
+    elif kind == "tool_terminal":
+        _tool_terminal(head, data)
     elif kind == "permission_request":
-        head.append("permission? ", style="bold magenta")
-        head.append(_str(data, "title"))
-        options = data.get("options")
-        if isinstance(options, list):
-            names = [
-                f"{_str(option, 'option_id')} ({_str(option, 'name')})"
-                for option in options
-                if isinstance(option, Mapping)
-            ]
-            head.append(f"  [request {_str(data, 'request_id')}: {', '.join(names)}]", style="dim")
+        _permission_request(head, data)
     elif kind == "permission_decision":
         head.append("decision ", style="bold magenta")
-        head.append(f"{who} chose {_str(data, 'option_name') or _str(data, 'option_id')}")
+        name = _str(data, "option_name") or _str(data, "option_id")
+        option_kind = _str(data, "option_kind")
+        head.append(f"{who} chose {name}" + (f" ({option_kind})" if option_kind else ""))
     elif kind == "plan":
         head.append("plan", style="bold blue")
         entries = data.get("entries")
@@ -98,6 +233,8 @@ def render_item(item: Mapping[str, Any]) -> Text:
     elif kind == "error":
         head.append("error: ", style="bold red")
         head.append(_clip(_str(data, "message")))
+    elif kind == "session_event":
+        _session_event(head, who, data)
     elif kind == "terminal":
         head = Text(_str(data, "text"))
     elif kind == "terminal_exit":

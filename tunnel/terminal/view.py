@@ -1,24 +1,43 @@
-"""A teammate's local view of the conversation: items by seq, pending permission requests.
+"""A local view of the conversation: the last seq seen, the open permission requests, and the
+agent's latest commands and settings (modes, models, config options).
 
-Used by `tunnel attach` to de-duplicate across reconnects (it resubscribes with the last seq it
-holds) and to know which permission requests are still open when the user types /allow or /deny.
+`tunnel attach` keeps one, fed with every item it receives, to de-duplicate across reconnects (it
+resubscribes with the last seq it holds) and to know what /allow, /deny, /mode, /model and /help
+refer to. The host console builds one from the session's own state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Option:
+    """One choice of a permission request, as the agent offered it."""
+
+    option_id: str
+    name: str
+    kind: str
+    """allow_once, allow_always, reject_once or reject_always."""
+
+    @property
+    def bypass(self) -> bool:
+        """Whether choosing it turns permission checks off (Claude Code's "bypass permissions").
+
+        Such an option is never picked by a keyword (/allow always): only by its number or id.
+        """
+        return "bypass" in self.option_id.lower() or "bypass" in self.name.lower()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PendingPermission:
-    """An open permission request and its options."""
+    """An open permission request and its options, in the agent's order."""
 
     request_id: str
     title: str
-    options: tuple[tuple[str, str, str], ...]
-    """(option_id, name, kind) in the agent's order."""
+    options: tuple[Option, ...]
 
     @classmethod
     def from_data(cls, request_id: str, data: Mapping[str, Any]) -> PendingPermission:
@@ -28,26 +47,40 @@ class PendingPermission:
             request_id=request_id,
             title=str(data.get("title", "")),
             options=tuple(
-                (str(o.get("option_id")), str(o.get("name")), str(o.get("kind", "")))
+                Option(
+                    option_id=str(o.get("option_id")),
+                    name=str(o.get("name")),
+                    kind=str(o.get("kind", "")),
+                )
                 for o in (options if isinstance(options, list) else [])
                 if isinstance(o, Mapping)
             ),
         )
 
-    def first_option(self, prefix: str) -> str | None:
-        """The first option whose kind starts with `prefix` (`allow` or `reject`)."""
-        for option_id, _name, kind in self.options:
-            if kind.startswith(prefix):
-                return option_id
-        return None
+    def of_kind(self, kind: str) -> list[Option]:
+        """The options of exactly this kind, bypass options left out."""
+        return [o for o in self.options if o.kind == kind and not o.bypass]
+
+    def option(self, option_id: str) -> Option | None:
+        return next((o for o in self.options if o.option_id == option_id), None)
+
+    def listing(self) -> str:
+        """The options numbered as /allow N counts them: `1. Allow once (allow_once, id yes)`."""
+        return "; ".join(
+            f"{n}. {o.name} ({o.kind}, id {o.option_id})" for n, o in enumerate(self.options, 1)
+        )
 
 
 @dataclass(slots=True)
 class ConversationView:
-    """Items seen so far (only the last seq is kept, not the items) and open permissions."""
+    """What the typed commands refer to: open permissions, the agent's commands and settings."""
 
     last_seq: int | None = None
     pending: dict[str, PendingPermission] = field(default_factory=dict)
+    commands: Sequence[Mapping[str, Any]] = field(default_factory=list)
+    """The agent's latest advertised commands (`name`, `description`, `hint`)."""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """The latest `settings` session event's data: `modes`, `models`, `config_options`."""
 
     def accept(self, item: Mapping[str, Any]) -> bool:
         """Take one item; False if it was already seen (a duplicate to drop)."""
@@ -57,11 +90,19 @@ class ConversationView:
         self.last_seq = seq
         data = item.get("data")
         data = data if isinstance(data, Mapping) else {}
+        kind = item.get("type")
+        if kind == "session_event":
+            what = data.get("what")
+            if what == "commands" and isinstance(data.get("commands"), list):
+                self.commands = [c for c in data["commands"] if isinstance(c, Mapping)]
+            elif what == "settings":
+                self.settings = data
+            return True
         request_id = data.get("request_id")
         if not isinstance(request_id, str):
             return True
-        if item.get("type") == "permission_request":
+        if kind == "permission_request":
             self.pending[request_id] = PendingPermission.from_data(request_id, data)
-        elif item.get("type") == "permission_decision":
+        elif kind == "permission_decision":
             self.pending.pop(request_id, None)
         return True
