@@ -92,6 +92,8 @@ class Scenario:
     first_data: bytes | None = None
     hold_nonce: bool = False
     agent: dict[str, str] = field(default_factory=lambda: {"name": "scripted", "kind": "chat"})
+    # The `sandbox` of the ready message; None leaves it out, as a host before it did.
+    sandbox: dict[str, Any] | None = None
     items: list[dict[str, Any]] = field(default_factory=list)
     # How many items go in each snapshot page (the page must handle `more: true`).
     page_size: int = 3
@@ -319,16 +321,16 @@ class FakeRelay:
             await self._flush(attachment.websocket, connection)
             return
         self.attachments.append(attachment)
-        await self._send(
-            attachment,
-            {
-                "op": "ready",
-                "conversation_id": CONVERSATION,
-                "role": attachment.role,
-                "name": attachment.name,
-                "agent": self.scenario.agent,
-            },
-        )
+        ready = {
+            "op": "ready",
+            "conversation_id": CONVERSATION,
+            "role": attachment.role,
+            "name": attachment.name,
+            "agent": self.scenario.agent,
+        }
+        if self.scenario.sandbox is not None:
+            ready["sandbox"] = self.scenario.sandbox
+        await self._send(attachment, ready)
 
     async def _release_nonce(self) -> None:
         held, self.held = self.held, []

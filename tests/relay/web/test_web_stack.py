@@ -17,6 +17,8 @@ from .stack import Host, Relay
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
 MARKUP_AGENT = Path(__file__).resolve().parent / "markup_acp_agent.py"
+# The ACP agent of the agent tests: modes, models, commands, permissions, terminals on demand.
+FAKE_ACP_AGENT = Path(__file__).resolve().parents[2] / "agents" / "fake_acp_agent.py"
 
 
 @pytest.fixture
@@ -191,6 +193,83 @@ def test_agent_markup_renders_inert(page: Page, tmp_path: Path, relay: Relay) ->
         reply.locator("a", has_text="click me").click()
         page.wait_for_timeout(200)
         assert page.evaluate("window.__pwned") is None
+    finally:
+        host.process.stop()
+
+
+def test_an_acp_agents_settings_commands_permissions_and_terminals_reach_the_page(
+    page: Page, tmp_path: Path, relay: Relay
+) -> None:
+    agent = "acp:" + shlex.join([sys.executable, str(FAKE_ACP_AGENT)])
+    host = start_host(tmp_path, relay, agent=agent)
+    try:
+        page.goto(named(host.drive_link, "alice"))
+        connected(page)
+        agent_says = page.locator("[data-testid=message][data-role=agent]")
+
+        # Modes and models: the current ones, switched by a driver, recorded with her name.
+        mode = page.locator("[data-setting=mode] [data-testid=setting-select]")
+        expect(mode).to_have_value("default", timeout=30_000)
+        mode.select_option("plan")
+        notes = page.get_by_test_id("settings-note")
+        expect(notes.filter(has_text="alice switched the mode to Plan")).to_have_count(1)
+        expect(mode).to_have_value("plan")
+        model = page.locator("[data-setting=model] [data-testid=setting-select]")
+        model.select_option("smart")
+        expect(notes.filter(has_text="alice switched the model to Smart model")).to_have_count(1)
+        prompt(page, "settings")
+        expect(agent_says.filter(has_text="mode plan model smart")).to_have_count(1)
+
+        # The agent's commands complete in the composer, and run as a prompt.
+        box = page.get_by_test_id("composer-input")
+        box.press_sequentially("/re")
+        expect(page.get_by_test_id("command-option")).to_contain_text("Review a change")
+        box.press("Enter")
+        expect(box).to_have_value("/review ")
+        box.press_sequentially("the diff")
+        box.press("Enter")
+        expect(agent_says.filter(has_text="echo: /review the diff")).to_have_count(1)
+
+        # A permission request arrives whole; the option clicked is the one the agent gets.
+        prompt(page, "ask")
+        card = page.locator("[data-testid=permission-request][data-state=pending]")
+        expect(card).to_be_visible(timeout=30_000)
+        expect(card.get_by_test_id("tool-kind")).to_have_text("edit")
+        expect(card.get_by_test_id("tool-locations")).to_contain_text("notes.txt:1")
+        expect(card.get_by_test_id("tool-input")).to_contain_text('"old_string": "milk"')
+        expect(card.get_by_test_id("diff").locator(".diff-add")).to_have_text(["+ bread"])
+        options = card.get_by_test_id("permission-option")
+        kinds = options.evaluate_all("bs => bs.map(b => b.dataset.kind)")
+        assert kinds == ["allow_always", "allow_always", "allow_once", "reject_once"]
+        card.locator("[data-option-id=default]").click()
+        expect(page.get_by_test_id("permission-decision")).to_contain_text(
+            "alice answered: Yes, and manually approve edits"
+        )
+        expect(agent_says.filter(has_text="chose default")).to_have_count(1)
+
+        # The same tool call id in two turns: two cards.
+        prompt(page, "tool")
+        calls = page.locator("[data-testid=tool-call][data-tool-call-id=call_1]")
+        expect(calls).to_have_count(1, timeout=30_000)
+        prompt(page, "tool")
+        expect(calls).to_have_count(2, timeout=30_000)
+
+        prompt(page, "weird")
+        expect(page.get_by_test_id("unsupported-update")).to_contain_text(
+            "unsupported update: future_thing", timeout=30_000
+        )
+
+        # A terminal the agent runs through the host shows in its tool call.
+        prompt(page, "term")
+        terminal = page.locator(
+            "[data-testid=tool-call][data-tool-call-id=call_term] [data-testid=tool-terminal]"
+        )
+        expect(terminal).to_have_attribute("data-state", "exited", timeout=30_000)
+        expect(terminal.get_by_test_id("tool-terminal-state")).to_have_text("exit code 3")
+        expect(terminal.get_by_test_id("tool-terminal-output")).to_contain_text("out")
+        expect(terminal.get_by_test_id("tool-terminal-output")).to_contain_text("err")
+        shown = seqs(page)
+        assert len(shown) == len(set(shown))
     finally:
         host.process.stop()
 

@@ -90,6 +90,11 @@ function boot() {
     onCancel: () => session.send({ op: "cancel" }),
     onPermission: (requestId, optionId) =>
       session.send({ op: "permission", request_id: requestId, option_id: optionId }),
+    onSetting: (setting, value) => {
+      if (setting.key === "mode") return session.send({ op: "set_mode", mode_id: value });
+      if (setting.key === "model") return session.send({ op: "set_model", model_id: value });
+      return session.send({ op: "set_config", config_id: setting.configId, value });
+    },
     onRetry: () => session.connect(),
     onRename: (newName) => {
       const cleaned = cleanName(newName);

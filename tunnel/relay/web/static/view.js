@@ -1,44 +1,26 @@
-// The page's DOM: header (agent, role, connection, presence), the conversation, the composer for
-// drivers, and the full-page screens. Every piece of remote text goes in as textContent or through
-// the markdown sanitizer; nothing remote is ever assigned to innerHTML.
+// The page's DOM: header (agent, sandbox, role, connection, presence), the conversation, the
+// agent's settings, the composer for drivers, and the full-page screens. Every piece of remote
+// text goes in as textContent or through the markdown sanitizer; nothing remote is ever assigned
+// to innerHTML.
 
+import { CommandCompletion, commandList } from "./completion.js";
+import { arr, el, formatTime, obj, pretty, str } from "./dom.js";
 import { setMarkdown } from "./markdown.js";
-import { renderDiff } from "./diff.js";
+import { SettingsBar, settingsText } from "./settings.js";
+import { ToolTerminals, toolDetails, toolHead } from "./tools.js";
 import { MAX_NAME_LENGTH } from "./wire.js";
 
 const ROLE_LABEL = { drive: "driver", view: "viewer" };
 const OP_ERROR_MS = 8000;
-
-function el(tag, attributes = {}, ...children) {
-  const element = document.createElement(tag);
-  for (const [key, value] of Object.entries(attributes)) {
-    if (value === null || value === undefined || value === false) continue;
-    if (key === "class") element.className = value;
-    else if (key === "text") element.textContent = value;
-    else if (key === "testid") element.dataset.testid = value;
-    else if (key.startsWith("on")) element.addEventListener(key.slice(2), value);
-    else element.setAttribute(key, value === true ? "" : String(value));
-  }
-  element.append(...children.filter((child) => child !== null && child !== undefined));
-  return element;
-}
-
-function str(value, fallback = "") {
-  return typeof value === "string" ? value : fallback;
-}
-
-function formatTime(iso) {
-  const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? "" : date.toLocaleTimeString();
-}
-
-function pretty(value) {
-  try {
-    return JSON.stringify(value, (_key, v) => (v instanceof Uint8Array ? `<${v.length} bytes>` : v), 2);
-  } catch {
-    return String(value);
-  }
-}
+// Commands named in the conversation's note about the agent's commands; the rest are counted.
+const COMMANDS_NAMED = 12;
+// What each permission option kind means, shown on its button.
+const OPTION_KIND_HINT = {
+  allow_once: "Allow this once",
+  allow_always: "Allow, and let the agent do this again without asking",
+  reject_once: "Reject this once",
+  reject_always: "Reject, and let the agent not ask for this again",
+};
 
 /** The full-page screens by name; session.js FINAL_SCREENS picks one for each final ending. */
 export const SCREENS = {
@@ -73,12 +55,14 @@ export const SCREENS = {
 };
 
 export class View {
-  constructor(root, { role, name, onPrompt, onCancel, onPermission, onRetry, onRename,
+  constructor(root, { role, name, onPrompt, onCancel, onPermission, onSetting, onRetry, onRename,
     onTerminal }) {
-    Object.assign(this, { root, role, name, onPrompt, onCancel, onPermission, onRetry, onRename,
-      onTerminal });
+    Object.assign(this, { root, role, name, onPrompt, onCancel, onPermission, onSetting, onRetry,
+      onRename, onTerminal });
     this.isDriver = role === "drive";
+    // Tool calls by (turn, tool_call_id): an agent may reuse an id in a later turn.
     this.toolCards = new Map();
+    this.toolTerminals = new ToolTerminals();
     this.permissions = new Map();
     this.decisions = new Map();
     this.streams = new Map();
@@ -92,6 +76,8 @@ export class View {
     this.status = el("span", { class: "conn", testid: "connection-status", "data-state": "connecting", text: "Connecting…" });
     this.agentName = el("span", { class: "agent-name", testid: "agent-name", text: "" });
     this.agentStatus = el("span", { class: "agent-status", testid: "agent-status", "data-state": "idle", text: "idle" });
+    // How far the agent reaches on the host (the ready message's `sandbox`); hidden until known.
+    this.sandboxBadge = el("span", { class: "sandbox", testid: "sandbox", hidden: true });
     this.roleBadge = el("span", { class: `role role-${this.role}`, testid: "role-badge", text: ROLE_LABEL[this.role] ?? this.role });
     this.nameInput = el("input", {
       class: "name-input", testid: "name-input", value: this.name, maxlength: MAX_NAME_LENGTH,
@@ -101,7 +87,7 @@ export class View {
     this.presenceList = el("ul", { class: "presence", testid: "presence" });
     const header = el("header", { class: "top" },
       el("span", { class: "brand", text: "agent-tunnel" }),
-      this.agentName, this.agentStatus,
+      this.agentName, this.agentStatus, this.sandboxBadge,
       el("span", { class: "spacer" }),
       this.roleBadge, this.nameInput, this.status);
 
@@ -116,12 +102,22 @@ export class View {
         this.planPanel));
 
     this.footer = el("footer", { class: "bottom" });
+    this.settings = new SettingsBar({
+      editable: this.isDriver,
+      onChange: (entry, value) => {
+        if (this.onSetting(entry, value)) return true;
+        this.opError("not_connected", "Not connected to the host; the change was not sent.");
+        return false;
+      },
+    });
+    this.footer.append(this.settings.element);
     if (this.isDriver) {
       this.input = el("textarea", {
         class: "composer-input", testid: "composer-input", rows: 2,
-        placeholder: "Message the agent (Enter sends, Shift+Enter for a new line)",
+        placeholder: "Message the agent (Enter sends, Shift+Enter for a new line, / for the agent's commands)",
         "aria-label": "Message",
         onkeydown: (event) => {
+          if (this.completion.keydown(event)) return;
           if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
             event.preventDefault();
             this.submit();
@@ -133,10 +129,11 @@ export class View {
         class: "cancel", testid: "cancel-button", type: "button", text: "Cancel", disabled: true,
         onclick: () => this.onCancel(),
       });
+      this.completion = new CommandCompletion(this.input);
       this.composer = el("form", {
         class: "composer", testid: "composer",
         onsubmit: (event) => { event.preventDefault(); this.submit(); },
-      }, this.input, this.sendButton, this.cancelButton);
+      }, this.completion.element, this.input, this.sendButton, this.cancelButton);
       this.footer.append(this.composer);
     } else {
       this.footer.append(el("div", {
@@ -154,6 +151,7 @@ export class View {
     if (!text.trim()) return;
     if (this.onPrompt(text)) {
       this.input.value = "";
+      this.completion.close();
     } else {
       this.opError("not_connected", "Not connected to the host; the message was not sent.");
     }
@@ -172,7 +170,10 @@ export class View {
     this.status.dataset.state = state;
     this.status.textContent = labels[state] ?? state;
     this.root.dataset.connection = state;
-    if (state === "connected") this.clearScreen("host-offline");
+    if (state === "connected") {
+      this.clearScreen("host-offline");
+      this.releasePending();
+    }
     if (state === "host-offline") this.hostOffline(detail.retryInMs ?? 0);
     if (this.composer) {
       const live = state === "connected";
@@ -218,15 +219,43 @@ export class View {
     document.title = `${str(agent.name, "agent")} · agent-tunnel`;
     if (this.agentKind === "terminal") this.ensureTerminal();
     if (this.composer) this.composer.hidden = this.agentKind === "terminal";
+    this.showSandbox(info.sandbox);
+  }
+
+  showSandbox(sandbox) {
+    const badge = this.sandboxBadge;
+    // A host too old to say: claim nothing either way.
+    badge.hidden = !sandbox || typeof sandbox !== "object";
+    if (badge.hidden) return;
+    const enabled = sandbox.enabled === true;
+    badge.dataset.enabled = String(enabled);
+    if (!enabled) {
+      badge.textContent = "not sandboxed";
+      badge.title = "The agent runs with the host user's rights: a driver can make it read, " +
+        "change or send anything that user can.";
+      return;
+    }
+    const writable = Array.isArray(sandbox.writable)
+      ? sandbox.writable.filter((path) => typeof path === "string") : [];
+    const where = writable.length ? writable.join(", ") : "nothing";
+    const network = sandbox.network !== false;
+    badge.dataset.network = String(network);
+    badge.textContent = `sandboxed · writes ${where} · ${network ? "network on" : "no network"}`;
+    badge.title = `The agent runs in a sandbox on the host: it can write only in ${where}, sees ` +
+      "the system read-only and none of the host user's files but those the host allowed; " +
+      (network ? "it can reach the network." : "it has no network.");
   }
 
   resetConversation() {
     this.conversation.replaceChildren();
     this.streamArea.replaceChildren();
     this.toolCards.clear();
+    this.toolTerminals.clear();
     this.permissions.clear();
     this.decisions.clear();
     this.streams.clear();
+    this.settings.reset();
+    if (this.completion) this.completion.reset();
     if (this.terminal) this.terminal.reset();
   }
 
@@ -246,8 +275,26 @@ export class View {
     this.toast.hidden = false;
     this.toast.dataset.code = code;
     this.toast.textContent = message ? `${message} (${code})` : code;
+    // Perhaps a change of setting or an answer the host refused.
+    this.releasePending();
     clearTimeout(this.opErrorTimer);
     this.opErrorTimer = setTimeout(() => { this.toast.hidden = true; }, OP_ERROR_MS);
+  }
+
+  /**
+   * Settings and permission answers sent and waiting for the host's record: show what is
+   * recorded and let a driver choose again. After an error (the host refused), and after a
+   * reconnect (an answer to what was sent may have been lost with the old attachment).
+   */
+  releasePending() {
+    this.settings.refresh();
+    for (const entry of this.permissions.values()) {
+      if (entry.element.dataset.state !== "pending") continue;
+      for (const button of entry.buttons) {
+        button.disabled = false;
+        button.classList.remove("sent");
+      }
+    }
   }
 
   event(event) {
@@ -265,6 +312,9 @@ export class View {
         break;
       case "plan":
         this.livePlan(Array.isArray(data.entries) ? data.entries : []);
+        break;
+      case "tool_terminal":
+        this.toolTerminals.event(data);
         break;
       default:
         break;
@@ -340,6 +390,9 @@ export class View {
       case "tool_result":
         element = this.toolResult(item, data);
         break;
+      case "tool_terminal":
+        element = this.toolTerminal(item, data);
+        break;
       case "permission_request":
         element = this.permissionRequest(item, data);
         break;
@@ -369,7 +422,10 @@ export class View {
           ? "The terminal program exited." : `The terminal program exited with code ${data.code}.`);
         break;
       case "session_event":
-        element = this.note(item, this.sessionEventText(data));
+        element = this.sessionEvent(item, data);
+        break;
+      case "unsupported_update":
+        element = this.note(item, `unsupported update: ${str(data.kind, "?")}`, "unsupported-update");
         break;
       default:
         element = el("article", { class: "item generic", testid: "item-generic" },
@@ -385,18 +441,51 @@ export class View {
     }
   }
 
+  sessionEvent(item, data) {
+    const element = this.sessionEventElement(item, data);
+    element.dataset.what = str(data.what);
+    return element;
+  }
+
+  sessionEventElement(item, data) {
+    const by = str(item.created_by, "someone");
+    switch (data.what) {
+      case "settings": {
+        this.settings.update(data, by);
+        const note = this.note(item, settingsText(data, by), "settings-note");
+        if (data.change && typeof data.change === "object") note.dataset.changedBy = by;
+        return note;
+      }
+      case "commands": {
+        const commands = commandList(data);
+        if (this.completion) this.completion.setCommands(commands);
+        const named = commands.slice(0, COMMANDS_NAMED).map((command) => `/${command.name}`);
+        const more = commands.length - named.length;
+        const text = commands.length === 0 ? "The agent offers no commands."
+          : `The agent's commands: ${named.join(", ")}${more > 0 ? ` and ${more} more` : ""}`;
+        return this.note(item, text, "commands-note");
+      }
+      case "unsupported_update":
+        return this.note(item, `unsupported update: ${str(data.kind, "?")}`, "unsupported-update");
+      default:
+        return this.note(item, this.sessionEventText(data));
+    }
+  }
+
   sessionEventText(data) {
     const what = str(data.what, "event");
     const text = {
       agent_started: "The agent started.",
       agent_exited: "The agent exited.",
       cancelled: "The turn was cancelled.",
+      fs_refused: `Refused: the agent's ${str(data.op, "access")} of ${str(data.path, "?")} is outside the workspace.`,
+      terminal_refused: `Refused: the agent's command ${str(data.command, "?")} would run in ${str(data.cwd, "?")}, outside the workspace.`,
     }[what];
     return text ?? what.replace(/_/g, " ");
   }
 
-  note(item, text) {
-    return el("div", { class: "item note", testid: "note" },
+  note(item, text, testid = "note") {
+    return el("div", { class: "item note", testid },
       el("span", { text }),
       el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) }));
   }
@@ -417,29 +506,43 @@ export class View {
       this.markdownBlock(data.text));
   }
 
+  /** The key of a tool call: (turn, tool_call_id), since ids may repeat across turns. */
+  toolKey(data) {
+    const turn = Number.isInteger(data.turn) ? String(data.turn) : "";
+    return `${turn}\u0000${str(data.tool_call_id)}`;
+  }
+
   toolCall(item, data) {
-    const id = str(data.tool_call_id);
-    let card = this.toolCards.get(id);
+    const key = this.toolKey(data);
+    let card = this.toolCards.get(key);
     const created = !card;
     if (!card) {
+      const id = str(data.tool_call_id);
       card = {
-        element: el("article", { class: "item tool", testid: "tool-call", "data-tool-call-id": id }),
-        title: "", kind: "", status: "pending", input: undefined, content: [], result: null,
+        element: el("article", { class: "item tool", testid: "tool-call", "data-tool-call-id": id,
+          "data-turn": Number.isInteger(data.turn) ? data.turn : null }),
+        call: { title: "", kind: "", status: "pending", input: undefined, content: [],
+          locations: undefined, output: undefined, truncated: false },
+        result: null,
       };
-      this.toolCards.set(id, card);
+      this.toolCards.set(key, card);
     }
-    if (typeof data.title === "string") card.title = data.title;
-    if (typeof data.kind === "string") card.kind = data.kind;
-    if (typeof data.status === "string") card.status = data.status;
-    if ("input" in data) card.input = data.input;
-    if (Array.isArray(data.content)) card.content = data.content;
+    const { call } = card;
+    if (typeof data.title === "string") call.title = data.title;
+    if (typeof data.kind === "string") call.kind = data.kind;
+    if (typeof data.status === "string") call.status = data.status;
+    if ("input" in data) call.input = data.input;
+    if (Array.isArray(data.content)) call.content = data.content;
+    if (Array.isArray(data.locations)) call.locations = data.locations;
+    if ("output" in data) call.output = data.output;
+    if (data.truncated === true) call.truncated = true;
     this.renderTool(card);
     // An update re-renders the card where it first appeared; only a new card is appended.
     return created ? card.element : null;
   }
 
   toolResult(item, data) {
-    const card = this.toolCards.get(str(data.tool_call_id));
+    const card = this.toolCards.get(this.toolKey(data));
     if (!card) {
       return el("article", { class: "item tool orphan", testid: "tool-result" },
         el("div", { class: "label", text: data.ok === false ? "Tool failed" : "Tool result" }),
@@ -451,52 +554,54 @@ export class View {
   }
 
   renderTool(card) {
-    const { element } = card;
-    element.dataset.status = card.status;
-    const parts = [el("div", { class: "tool-head" },
-      el("span", { class: "tool-kind", text: card.kind || "tool" }),
-      el("span", { class: "tool-title", text: card.title || "tool call" }),
-      el("span", { class: `tool-status status-${card.status}`, testid: "tool-status", text: card.status }))];
-    if (card.input !== undefined && card.input !== null) {
-      parts.push(el("details", { class: "tool-input" }, el("summary", { text: "Input" }),
-        el("pre", { text: pretty(card.input) })));
-    }
-    for (const block of card.content) {
-      if (block && block.type === "diff") {
-        parts.push(renderDiff(str(block.path), typeof block.old_text === "string" ? block.old_text : null,
-          str(block.new_text)));
-      } else if (block && block.type === "text") {
-        // A tool that reports its output both as content and as its result shows it once.
-        if (card.result && block.text === card.result.output) continue;
-        parts.push(el("pre", { class: "tool-text", text: str(block.text) }));
-      } else if (block) {
-        parts.push(el("pre", { class: "tool-text", text: pretty(block) }));
-      }
-    }
-    if (card.result) {
-      parts.push(el("div", { class: `tool-result ${card.result.ok ? "ok" : "failed"}`, testid: "tool-result" },
-        el("div", { class: "label", text: card.result.ok ? "Result" : "Failed" }),
-        el("pre", { text: card.result.output })));
+    const { element, call, result } = card;
+    element.dataset.status = call.status;
+    const parts = [toolHead(call,
+      el("span", { class: `tool-status status-${call.status}`, testid: "tool-status", text: call.status }))];
+    // A tool that reports its output both as content (or raw output) and as its result shows it
+    // once, as the result.
+    parts.push(...toolDetails(call, this.toolTerminals,
+      { showOutput: !result, skipText: result ? result.output : null }));
+    if (result) {
+      parts.push(el("div", { class: `tool-result ${result.ok ? "ok" : "failed"}`, testid: "tool-result" },
+        el("div", { class: "label", text: result.ok ? "Result" : "Failed" }),
+        el("pre", { text: result.output })));
     }
     element.replaceChildren(...parts);
   }
 
+  toolTerminal(item, data) {
+    // Shown inside the tool call whose content names it; on its own only if none does (yet).
+    if (this.toolTerminals.item(data)) return null;
+    return el("article", { class: "item tool terminal-only", testid: "tool-terminal-item" },
+      el("div", { class: "label", text: "Terminal" }),
+      this.toolTerminals.block(str(data.terminal_id), { standalone: true }));
+  }
+
   permissionRequest(item, data) {
     const requestId = str(data.request_id);
-    const options = Array.isArray(data.options) ? data.options : [];
+    const call = obj(data.tool_call);
+    const options = arr(data.options).map(obj);
     const buttons = [];
-    const optionsBox = el("div", { class: "options" });
+    const optionsBox = el("div", { class: "options", role: "group", "aria-label": "Answers" });
+    // Every option the agent offered, in its order, each sending exactly its own id. None is
+    // focused or chosen by default and no key picks one: an "always" answer is given only by
+    // a person who clicks exactly it.
     for (const option of options) {
       const optionId = str(option.option_id);
       const kind = str(option.kind);
+      const label = str(option.name, optionId);
+      const hint = OPTION_KIND_HINT[kind] ?? kind;
       if (this.isDriver) {
         const button = el("button", {
           type: "button", class: `option kind-${kind}`, testid: "permission-option",
-          "data-option-id": optionId, "data-kind": kind, text: str(option.name, optionId),
+          "data-option-id": optionId, "data-kind": kind, text: label, title: hint,
           onclick: () => {
             for (const b of buttons) b.disabled = true;
+            button.classList.add("sent");
             if (!this.onPermission(requestId, optionId)) {
               for (const b of buttons) b.disabled = false;
+              button.classList.remove("sent");
               this.opError("not_connected", "Not connected to the host; the answer was not sent.");
             }
           },
@@ -504,16 +609,24 @@ export class View {
         buttons.push(button);
         optionsBox.append(button);
       } else {
-        optionsBox.append(el("span", { class: `option kind-${kind}`, text: str(option.name, optionId) }));
+        optionsBox.append(el("span", { class: `option kind-${kind}`, testid: "permission-option",
+          "data-option-id": optionId, "data-kind": kind, text: label, title: hint }));
       }
     }
     const outcome = el("div", { class: "outcome", testid: "permission-outcome",
       text: this.isDriver ? "Waiting for an answer." : "Waiting for a driver to answer." });
+    const title = str(data.title) || str(call.title) || "The agent asks for permission";
     const element = el("article", {
       class: "item permission", testid: "permission-request", "data-request-id": requestId,
-      "data-state": "pending",
+      "data-state": "pending", "data-tool-kind": str(call.kind) || null,
     }, el("div", { class: "label", text: "Permission requested" }),
-    el("div", { class: "permission-title", text: str(data.title, "The agent asks for permission") }),
+    el("div", { class: "permission-title", testid: "permission-title" },
+      call.kind ? el("span", { class: "tool-kind", testid: "tool-kind", text: str(call.kind) }) : null,
+      el("span", { text: title })),
+    el("div", { class: "permission-tool", testid: "permission-tool" },
+      str(call.title) && call.title !== title
+        ? el("div", { class: "tool-title", testid: "tool-title", text: call.title }) : null,
+      ...toolDetails(call, this.toolTerminals, { open: true })),
     optionsBox, outcome);
     const entry = { element, buttons, outcome };
     this.permissions.set(requestId, entry);
@@ -524,22 +637,39 @@ export class View {
 
   permissionDecision(item, data) {
     const requestId = str(data.request_id);
-    const decision = { by: str(item.created_by, "someone"), name: str(data.option_name, str(data.option_id)), optionId: str(data.option_id) };
+    const cancelled = data.outcome === "cancelled";
+    const decision = {
+      by: str(item.created_by, "someone"),
+      name: str(data.option_name, str(data.option_id)),
+      optionId: str(data.option_id),
+      kind: str(data.option_kind),
+      cancelled,
+    };
     this.decisions.set(requestId, decision);
     const entry = this.permissions.get(requestId);
     if (entry) this.markDecided(entry, decision);
-    return el("div", { class: "item note decision", testid: "permission-decision", "data-request-id": requestId },
-      el("span", { text: `${decision.by} answered: ${decision.name}` }),
-      el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) }));
+    const text = cancelled
+      ? `The permission request was cancelled (${decision.by}).`
+      : `${decision.by} answered: ${decision.name}`;
+    return el("div", {
+      class: "item note decision", testid: "permission-decision", "data-request-id": requestId,
+      "data-option-id": decision.optionId, "data-option-kind": decision.kind || null,
+      "data-outcome": cancelled ? "cancelled" : "selected", "data-by": decision.by,
+    }, el("span", { text }),
+    el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) }));
   }
 
   markDecided(entry, decision) {
     entry.element.dataset.state = "answered";
+    entry.element.dataset.outcome = decision.cancelled ? "cancelled" : "selected";
     for (const button of entry.buttons) {
       button.disabled = true;
-      if (button.dataset.optionId === decision.optionId) button.classList.add("chosen");
+      button.classList.remove("sent");
+      if (!decision.cancelled && button.dataset.optionId === decision.optionId) button.classList.add("chosen");
     }
-    entry.outcome.textContent = `${decision.name}, answered by ${decision.by}`;
+    entry.outcome.textContent = decision.cancelled
+      ? `Cancelled (${decision.by})`
+      : `${decision.name}, answered by ${decision.by}`;
   }
 
   // ---- terminal ----
