@@ -2,7 +2,8 @@
 
 The host user is a co-driver like any teammate: typed lines go to the same shared session, and
 permission requests can be answered here. With `--approve`, each joining teammate waits until the
-host user admits them.
+host user admits them. Names, items and messages come from others: all are printed through
+`printable()` (tunnel/terminal/sanitize.py), a terminal agent's screen output included.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TextIO
 import anyio
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from tunnel.agents import AgentSession, SessionError
 from tunnel.app.requests import Cancel, PermissionAnswer, Prompt, SetConfig, SetMode, SetModel
@@ -23,6 +25,7 @@ from tunnel.log import Event, Log
 from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line
 from tunnel.terminal.lines import stdin_lines
 from tunnel.terminal.render import render_event, render_item
+from tunnel.terminal.sanitize import printable
 from tunnel.terminal.view import ConversationView, PendingPermission
 
 # How much earlier conversation the console shows when it starts.
@@ -77,9 +80,11 @@ class HostConsole:
             return False
         question = _Question(who=who)
         self._questions.append(question)
+        # The name is the joiner's own choice: it must not be able to redraw this question. A
+        # Text, not markup: a name that ends in a backslash is shown as it is.
+        verb = "drive" if role == "drive" else "watch"
         self._console.print(
-            f"[bold magenta]{escape(who)} wants to {'drive' if role == 'drive' else 'watch'}."
-            " Admit? \\[y/N][/bold magenta]"
+            Text(f"{printable(who)} wants to {verb}. Admit? [y/N]", style="bold magenta")
         )
         try:
             with anyio.move_on_after(APPROVAL_TIMEOUT):
@@ -101,16 +106,16 @@ class HostConsole:
                 elif entry.type != "terminal":
                     self._console.print(render_item(entry.to_wire()))
                 else:
-                    # The host's own terminal shows the program's output as it is.
-                    self._console.file.write(str(entry.data.get("text", "")))
-                    self._console.file.flush()
+                    # A terminal agent's output is typed by whoever drives it: escaped here too,
+                    # and its chunks follow each other with no line break of their own.
+                    self._console.print(render_item(entry.to_wire()), end="", soft_wrap=True)
 
     async def _show_presence(self) -> None:
         seen = self._presence.version
         while True:
             seen = await self._presence.wait_changed(seen)
             names = ", ".join(f"{m.name} ({m.role})" for m in self._presence.members())
-            self._console.print(f"[dim]attached: {escape(names) or 'nobody'}[/dim]")
+            self._console.print(f"[dim]attached: {escape(printable(names)) or 'nobody'}[/dim]")
 
     async def _read_lines(self) -> None:
         assert self._stdin is not None
@@ -125,7 +130,7 @@ class HostConsole:
             question.admit = line.strip().lower() in ("y", "yes")
             question.answered.set()
             verdict = "admitted" if question.admit else "refused"
-            self._console.print(f"[dim]{escape(question.who)} {verdict}[/dim]")
+            self._console.print(Text(f"{printable(question.who)} {verdict}", style="dim"))
             return
         command = parse_line(line, self._view())
         if command is None:
@@ -137,7 +142,8 @@ class HostConsole:
                 case Revoke():
                     await self._revoke()
                 case Say(text=text):
-                    self._console.print(f"[dim]{escape(text)}[/dim]")
+                    # It may echo what the agent named: option names and ids, its commands.
+                    self._console.print(f"[dim]{escape(printable(text))}[/dim]")
                 case Prompt(text=text):
                     await self._session.prompt(text, by=self._host_name)
                 case PermissionAnswer(request_id=request_id, option_id=option_id):
@@ -153,7 +159,7 @@ class HostConsole:
                 case _:
                     self._console.print(f"[dim]{HELP}[/dim]")
         except SessionError as exc:
-            self._console.print(f"[red]{escape(str(exc))}[/red]")
+            self._console.print(f"[red]{escape(printable(str(exc)))}[/red]")
 
     async def _revoke(self) -> None:
         if self.revoke is None:

@@ -23,6 +23,7 @@ from tunnel.host.settings import HostSettings
 from tunnel.host.share import Shared, ShareSettings, print_links, share_until_quit
 from tunnel.process.exit_codes import EXIT_CONFIG, EXIT_REFUSED
 from tunnel.process.signals import exit_code_after, run_until_signal
+from tunnel.terminal.sanitize import printable
 
 
 class Serve(Protocol):
@@ -77,9 +78,10 @@ def run_host_command(
         stopped_by = anyio.run(run_until_signal, main)
     except (KeyFileError, OSError, ValueError) as exc:
         # Unusable key file, log file, workspace or agent spec: say which, no traceback.
-        typer.echo(f"tunnel host: {exc}", err=True)
+        typer.echo(f"tunnel host: {printable(str(exc))}", err=True)
         return EXIT_CONFIG
     except HostRefusedError as exc:
-        typer.echo(f"tunnel host: {exc}", err=True)
+        # The reason came from the relay: printed as text, never as terminal controls.
+        typer.echo(f"tunnel host: {printable(str(exc))}", err=True)
         return EXIT_REFUSED
     return exit_code_after(stopped_by)

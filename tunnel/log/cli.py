@@ -5,7 +5,6 @@ Every command but `import` opens the database read-only and changes nothing in i
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,10 @@ import typer
 from tunnel.log.errors import StoreError
 from tunnel.log.paths import DB_ENV_VAR, default_db_path
 from tunnel.process.exit_codes import EXIT_CONFIG, EXIT_CORRUPT
+
+# Stored text may hold terminal escapes; printed raw they would drive the reader's terminal.
+# (A light import: it loads nothing but `re`.)
+from tunnel.terminal.sanitize import printable
 
 if TYPE_CHECKING:
     from tunnel.log.check import CheckReport
@@ -79,7 +82,7 @@ def list_command(db: DbOption = None) -> None:
     typer.echo(f"{'CONVERSATION':<{width}}  {'ITEMS':>7}  UPDATED")
     for info in infos:
         updated = format_time(info.updated_at) if info.updated_at else "-"
-        typer.echo(f"{_clean(info.conversation_id):<{width}}  {info.item_count:>7}  {updated}")
+        typer.echo(f"{printable(info.conversation_id):<{width}}  {info.item_count:>7}  {updated}")
 
 
 @log_app.command("show")
@@ -162,7 +165,7 @@ def check_command(
 
     report = _run(path, check)
     for problem in report.problems:
-        typer.echo(_clean(str(problem)))
+        typer.echo(printable(str(problem)))
     if report.problem_count > len(report.problems):
         typer.echo(f"... and {report.problem_count - len(report.problems)} more", err=True)
     checked = f"checked {report.items} items in {report.conversations} conversation(s)"
@@ -210,7 +213,7 @@ def export_command(
         return await export_conversation(store, conversation_id, out)
 
     summary = _run(path, export)
-    typer.echo(f"exported {summary.items} items of {_clean(conversation_id)}", err=True)
+    typer.echo(f"exported {summary.items} items of {printable(conversation_id)}", err=True)
     _say_unreadable(summary.corrupt, "exported")
 
 
@@ -245,7 +248,7 @@ def import_command(
     except ImportRejectedError as exc:
         typer.echo(f"tunnel log: {file}: not imported, nothing was written:", err=True)
         for problem in exc.problems:
-            typer.echo(f"  {_clean(str(problem))}", err=True)
+            typer.echo(f"  {printable(str(problem))}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
     except OSError as exc:
         _fail(f"cannot read {file}: {exc.strerror or exc}")
@@ -264,8 +267,8 @@ def render_item(item: Item) -> str:
 
     status = f" [{item.status}]" if item.status else ""
     header = (
-        f"#{item.seq}  {format_time(item.created_at)}  {_clean(item.created_by)}  "
-        f"{_clean(item.type)}{_clean(status)}"
+        f"#{item.seq}  {format_time(item.created_at)}  {printable(item.created_by)}  "
+        f"{printable(item.type)}{printable(status)}"
     )
     text = item.data.get("text")
     if isinstance(item, CorruptItem):
@@ -274,15 +277,7 @@ def render_item(item: Item) -> str:
         body = text
     else:
         body = json.dumps(item.data, ensure_ascii=False)
-    return header + "\n" + "\n".join("    " + _clean(line) for line in body.splitlines() or [""])
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def _clean(text: str) -> str:
-    # Stored text may hold terminal escapes; printed raw they would drive the reader's terminal.
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return header + "\n" + "\n".join("    " + printable(line) for line in body.splitlines() or [""])
 
 
 def _require_db(path: Path) -> None:
@@ -320,5 +315,5 @@ def _run(path: Path, work: Callable[[SQLiteStore], Awaitable[T]], *, readonly: b
 
 def _fail(message: str, code: int = EXIT_CONFIG) -> NoReturn:
     """Say the user's mistake (a name, a file) in one line, as every command does, and exit."""
-    typer.echo(f"tunnel log: {_clean(message)}", err=True)
+    typer.echo(f"tunnel log: {printable(message)}", err=True)
     raise typer.Exit(code)

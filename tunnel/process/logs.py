@@ -7,13 +7,22 @@ import logging
 import sys
 
 
+class PrintableFormatter(logging.Formatter):
+    """A formatter whose lines cannot drive a terminal: a record may quote what came over the
+    wire (a teammate's name, an agent's error), so the finished line goes through `printable`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        # Imported here: the sanitiser is small, but logging is set up before anything else.
+        from tunnel.terminal.sanitize import printable
+
+        return printable(super().format(record))
+
+
 def configure_logging(level: str) -> None:
     """Log to stderr at `level`; websockets' own chatter only when debugging."""
-    logging.basicConfig(
-        level=level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     if level.lower() != "debug":
         logging.getLogger("websockets").setLevel(logging.WARNING)
 

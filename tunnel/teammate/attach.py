@@ -3,7 +3,9 @@
 Watches the shared session and, with a drive link, prompts and answers permissions from the
 keyboard. Reconnects by itself and resubscribes after the last item it holds, so a dropped link
 shows no gap and no duplicate. The conversation goes to stdout; what it is waiting for (a relay
-it cannot reach, a host that is offline) and why it stops go to stderr.
+it cannot reach, a host that is offline) and why it stops go to stderr. Everything that came over
+the wire is printed through `printable()` (tunnel/terminal/sanitize.py); only a `pty:` agent's
+own screen, and only with `--raw`, reaches the terminal as it is.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tunnel.teammate.client import TeammateError, TeammateSession, connect_teamm
 from tunnel.terminal.commands import Quit, Revoke, Say, parse_line
 from tunnel.terminal.lines import stdin_lines
 from tunnel.terminal.render import render_event, render_item
+from tunnel.terminal.sanitize import printable
 from tunnel.terminal.view import ConversationView
 
 logger = logging.getLogger("tunnel.attach")
@@ -70,6 +73,11 @@ class AttachSettings:
     give_up_after: float | None = None
     """Seconds without being attached (relay unreachable, host offline) after which to stop
     with EXIT_UNREACHABLE; None keeps trying."""
+
+    raw: bool = False
+    """Write a `pty:` agent's screen output to this terminal as it is, its escape sequences
+    included, so the program draws its own screen. Off, it is escaped like everything else;
+    on, everything else still is."""
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -162,7 +170,8 @@ class Attachment:
                 # The last attempt is made at the deadline, not after it.
                 delay = min(delay, settings.give_up_after - waited)
             self._status.print(
-                f"[yellow]{escape(problem)}; retrying in {delay:.1f} s[/yellow]", soft_wrap=True
+                f"[yellow]{escape(printable(problem))}; retrying in {delay:.1f} s[/yellow]",
+                soft_wrap=True,
             )
             await anyio.sleep(delay)
 
@@ -174,7 +183,8 @@ class Attachment:
 
     def _stop(self, reason: str) -> None:
         """Say why attach stops: one line on stderr, like every command's last word."""
-        print(f"tunnel attach: {reason}", file=sys.stderr, flush=True)
+        # The reason may be a close reason the relay or the host chose.
+        print(f"tunnel attach: {printable(reason)}", file=sys.stderr, flush=True)
 
     async def _attach_once(self) -> None:
         async with connect_teammate(self._settings.link, name=self._settings.name) as channel:
@@ -192,7 +202,8 @@ class Attachment:
             if isinstance(command, Quit):
                 raise _Quit
             if isinstance(command, Say):
-                self._console.print(f"[dim]{escape(command.text)}[/dim]")
+                # It may echo what the agent named: option names and ids, its commands.
+                self._console.print(f"[dim]{escape(printable(command.text))}[/dim]")
                 continue
             if isinstance(command, Revoke):
                 self._console.print("[dim]only the host can revoke the links[/dim]")
@@ -213,8 +224,9 @@ class Attachment:
                 self._attached = True
                 self._host_gone = 0
                 self._terminal = message.agent_kind == "terminal"
+                name, role = printable(message.name), printable(message.role)
                 self._console.print(
-                    f"[bold]attached as {escape(message.name)} ({escape(message.role)})[/bold]"
+                    f"[bold]attached as {escape(name)} ({escape(role)})[/bold]"
                     + (
                         " [dim]/help lists the commands[/dim]"
                         if self._settings.link.role == "drive"
@@ -222,7 +234,13 @@ class Attachment:
                     )
                 )
                 if message.sandbox is not None:
-                    self._console.print(f"[dim]{escape(sandbox_text(message.sandbox))}[/dim]")
+                    sandbox = printable(sandbox_text(message.sandbox))
+                    self._console.print(f"[dim]{escape(sandbox)}[/dim]")
+                if self._terminal and not self._settings.raw:
+                    self._console.print(
+                        "[dim]the agent is a terminal program: its screen is shown with escape"
+                        " sequences made visible (--raw shows it as it is)[/dim]"
+                    )
             case incoming.Snapshot():
                 if message.reset:
                     # The host's log is not the one we saw (a new log under the same
@@ -239,20 +257,25 @@ class Attachment:
                     self._console.print(line)
             case incoming.PresenceMessage():
                 names = ", ".join(f"{m.name} ({m.role})" for m in message.members)
-                self._console.print(f"[dim]attached: {escape(names)}[/dim]")
+                self._console.print(f"[dim]attached: {escape(printable(names))}[/dim]")
             case incoming.Error():
-                self._console.print(f"[red]refused: {escape(message.message)}[/red]")
+                self._console.print(f"[red]refused: {escape(printable(message.message))}[/red]")
 
     def _show_item(self, item: Any) -> None:
         if not isinstance(item, Mapping) or not self._view.accept(item):
             return
+        if item.get("type") != "terminal":
+            self._console.print(render_item(item))
+            return
         data = item.get("data")
-        if self._terminal and item.get("type") == "terminal" and isinstance(data, Mapping):
-            # Terminal output is shown raw so the program's own escapes draw the screen.
+        if self._settings.raw and self._terminal and isinstance(data, Mapping):
+            # The one exception (docs/security.md, "What a terminal prints"): with --raw, a
+            # terminal agent's screen output is written as it is, so its escapes draw the screen.
             self._console.file.write(str(data.get("text", "")))
             self._console.file.flush()
             return
-        self._console.print(render_item(item))
+        # Output chunks follow each other with no line break of their own.
+        self._console.print(render_item(item), end="", soft_wrap=True)
 
 
 async def run_attach(settings: AttachSettings) -> int:

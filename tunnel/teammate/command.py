@@ -45,6 +45,15 @@ def attach_command(
             show_default=False,
         ),
     ] = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="Show a terminal (pty:) agent's screen as it is, its escape sequences included,"
+            " so the program draws it in this terminal. Names, prompts, errors and a chat"
+            " agent's output are shown with control characters made visible either way.",
+        ),
+    ] = False,
 ) -> None:
     """Attach to a shared session from this terminal: watch, and drive with a drive link."""
     # The client loads only now, so that `tunnel --help` and the other commands never do.
@@ -78,6 +87,6 @@ def attach_command(
         typer.echo(f"tunnel attach: --name: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
     settings = AttachSettings(
-        link=parsed, name=name, reconnect=reconnect, give_up_after=give_up_after
+        link=parsed, name=name, reconnect=reconnect, give_up_after=give_up_after, raw=raw
     )
     raise typer.Exit(anyio.run(run_attach, settings))

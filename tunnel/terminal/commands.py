@@ -56,6 +56,8 @@ class Say:
     """Nothing to send; show this text to the user instead."""
 
     text: str
+    """It may echo what the agent named (option names and ids, its commands, modes, models):
+    print it through `printable()` (tunnel/terminal/sanitize.py), as every surface does."""
 
 
 Command = Request | Quit | Revoke | Say

@@ -1,7 +1,9 @@
 """Turns items and events (their wire maps, docs/application.md) into terminal text.
 
 Shared by the host console and `tunnel attach`, so both show a conversation the same way.
-Agent output is untrusted: it is rendered as plain text, never as rich markup.
+Agent output is untrusted: every string of an item or event is made printable (control and
+invisible characters escaped, tunnel/terminal/sanitize.py) before anything is built from it, and
+it is rendered as plain text, never as rich markup.
 """
 
 from __future__ import annotations
@@ -13,11 +15,40 @@ from typing import Any
 
 from rich.text import Text
 
+from tunnel.terminal.sanitize import printable
+
 # Long tool outputs and diffs are cut so one item cannot flood a terminal.
 MAX_SHOWN_CHARS = 4000
 
 # A diff is computed over at most this many lines of each side (difflib is quadratic).
 MAX_DIFF_LINES = 2000
+
+# Deeper values are shown as "…": the log refuses items nested deeper than 64 levels, and a
+# message from elsewhere must not exhaust the stack.
+MAX_SHOWN_DEPTH = 64
+
+
+def _printable_data(value: Any, depth: int = 0) -> Any:
+    """`value` with every string in it, keys included, made printable: whatever is built from
+    the result (labels, JSON, diffs, `str()` of a value) prints no control character."""
+    if isinstance(value, str):
+        return printable(value)
+    if depth >= MAX_SHOWN_DEPTH:
+        return "…"
+    if isinstance(value, Mapping):
+        return {_printable_key(k): _printable_data(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_printable_data(v, depth + 1) for v in value]
+    if value is None or isinstance(value, int | float):
+        return value
+    # bytes, msgpack's ExtType, anything else: its repr, escaped like any text.
+    return printable(repr(value))
+
+
+def _printable_key(key: Any) -> Any:
+    if isinstance(key, str):
+        return printable(key)
+    return key if key is None or isinstance(key, int | float) else printable(repr(key))
 
 
 def _clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
@@ -182,7 +213,8 @@ def _tool_terminal(head: Text, data: Mapping[str, Any]) -> None:
 
 
 def render_item(item: Mapping[str, Any]) -> Text:
-    """One item as styled text: who, what kind, and its content."""
+    """One item as styled text: who, what kind, and its content; safe to print."""
+    item = _printable_data(item)
     kind = _str(item, "type", "?")
     data = item.get("data")
     data = data if isinstance(data, Mapping) else {}
@@ -246,7 +278,9 @@ def render_item(item: Mapping[str, Any]) -> Text:
 
 
 def render_event(event: Mapping[str, Any]) -> Text | None:
-    """An ephemeral event worth a line of its own, or None (deltas are shown by the item)."""
+    """An ephemeral event worth a line of its own, or None (deltas are shown by the item);
+    safe to print."""
+    event = _printable_data(event)
     kind = event.get("kind")
     data = event.get("data")
     data = data if isinstance(data, Mapping) else {}

@@ -1,0 +1,189 @@
+"""The host console prints nothing a joiner, a teammate or the agent chose as terminal control:
+the `--approve` question, who is attached, prompts, items, tool content, said texts and errors
+are all escaped.
+
+The last test runs `tunnel host --approve` on a pseudo-terminal with a hostile agent and hostile
+joiners, and reads every byte the host user's terminal received.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+import pytest
+from rich.console import Console
+
+from tests.support import RelayProcess
+from tests.terminal.hostile import NAMES, WIRE, dangerous
+from tests.terminal.pty_process import TERMINAL_ENV, pty_process
+from tunnel.app.requests import Prompt
+from tunnel.host.console import HostConsole
+from tunnel.host.presence import Member, Presence
+from tunnel.process.groups import unwrap_group
+from tunnel.teammate.client import RefusedError
+from tunnel.terminal.sanitize import printable
+
+from .teammate import attached
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+TUNNEL = (sys.executable, "-m", "tunnel.cli")
+HOSTILE_AGENT = ROOT / "tests" / "terminal" / "hostile_acp_agent.py"
+
+
+def _console(presence: Presence | None = None) -> tuple[HostConsole, io.StringIO]:
+    out = io.StringIO()
+    console = HostConsole(
+        # The question and who is attached need neither the session nor the log.
+        session=cast(Any, None),
+        log=cast(Any, None),
+        presence=presence or Presence(),
+        host_name="hannah",
+        console=Console(file=out, width=10_000, color_system=None),
+        stdin=io.StringIO(),
+    )
+    return console, out
+
+
+@pytest.mark.parametrize("answer", ["y", "n"])
+async def test_the_approve_question_shows_a_hostile_name_escaped(answer: str) -> None:
+    console, out = _console()
+    admitted: list[bool] = []
+
+    async def ask() -> None:
+        admitted.append(await console.approve_join(NAMES[0], "drive"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask)
+        with anyio.fail_after(5):
+            while "Admit?" not in out.getvalue():
+                await anyio.sleep(0.01)
+        await console._handle_line(answer)
+    printed = out.getvalue()
+    assert admitted == [answer == "y"]
+    assert dangerous(printed) == []
+    assert f"{printable(NAMES[0])} wants to drive. Admit? [y/N]" in printed
+    verdict = "admitted" if answer == "y" else "refused"
+    assert f"{printable(NAMES[0])} {verdict}" in printed
+
+
+async def test_who_is_attached_is_shown_escaped() -> None:
+    presence = Presence()
+    console, out = _console(presence)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(console._show_presence)
+        await anyio.sleep(0)
+        for name in NAMES:
+            presence.join(Member(name=name, role="drive"))
+        with anyio.fail_after(5):
+            while printable(NAMES[-1]) not in out.getvalue():
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert dangerous(out.getvalue()) == []
+
+
+# -- the real command on a real terminal ---------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+async def test_the_host_console_on_a_terminal_receives_no_control_sequence(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("milk\n")
+    argv = [
+        *TUNNEL,
+        "host",
+        "--relay",
+        relay.url,
+        "--agent",
+        f"acp:{sys.executable} {HOSTILE_AGENT}",
+        "--workspace",
+        str(workspace),
+        "--log-db",
+        str(tmp_path / "log.db"),
+        "--key-file",
+        str(tmp_path / "key"),
+        "--name",
+        "hannah",
+        "--approve",
+    ]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **TERMINAL_ENV)
+    with pty_process(argv, env=env, cwd=ROOT) as host:
+        link = (await host.wait_for(r"drive link: (\S+)")).group(1)
+        async with contextlib.AsyncExitStack() as stack:
+            joined = []
+            for name in NAMES[:2]:
+                teammate = await stack.enter_async_context(attached(link, name, subscribe=False))
+                await host.wait_for(re.escape(f"{printable(name)} wants to drive. Admit? [y/N]"))
+                host.type("y")
+                await teammate.wait_for(lambda t: t.ready is not None)
+                joined.append(teammate)
+
+            async def refused_joiner() -> None:
+                async with unwrap_group(), attached(link, NAMES[2], subscribe=False) as refused:
+                    await host.wait_for(re.escape(f"{printable(NAMES[2])} wants to drive."))
+                    host.type("n")
+                    await refused.wait_for(lambda t: t.ready is not None)
+
+            with pytest.raises(RefusedError):
+                await refused_joiner()
+            await host.wait_for(re.escape(f"{printable(NAMES[2])} refused"))
+
+            await joined[0].send(Prompt(text=f"<prompt>{WIRE} ask"))
+            await host.wait_for(r"/allow \(allow once\)")
+            for line, expect in [
+                ("/allow nope", r"has no option 'nope'; its options: 1\. <allow-name>"),
+                ("/mode", r"mode: default \(<mode-name>"),
+                ("/help", r"the agent's commands: /<command-name>.*\(<command-desc>"),
+                ("/mode trap", r"the agent refused: <refusal>"),
+                ("/allow", r"chose ok"),
+            ]:
+                host.type(line)
+                await host.wait_for(expect)
+            await host.wait_for(r"turn over")
+            await joined[1].send(Prompt(text="fail"))
+            await host.wait_for(r"the agent failed the prompt: <failure>")
+        host.type("/quit")
+        with anyio.fail_after(20):
+            while host.process.poll() is None:
+                await anyio.sleep(0.05)
+        assert host.process.returncode == 0
+    received = host.received
+
+    text = received.decode("utf-8")  # strict: no stray byte a terminal could read as C1
+    assert b"\x1b" not in received
+    assert dangerous(text.replace("\r\n", "\n")) == []
+    shown = printable(WIRE)
+    for label in [
+        "prompt",
+        "message",
+        "thought",
+        "plan",
+        "tool-title",
+        "location",
+        "content",
+        "diff-new",
+        "result",
+        "permission",
+        "allow-name",
+        "reject-id",
+        "refusal",
+        "failure",
+    ]:
+        assert f"<{label}>{shown}" in text, label
+    assert "<terminal-out>" + printable(WIRE.replace("\x00", "")) in text
+    for label in ["input-key", "input-value", "diff-old", "terminal-arg", "update-kind"]:
+        assert f"<{label}>" in text, label
+    presence = [line for line in text.splitlines() if line.startswith("attached: ")]
+    for name in NAMES[:2]:
+        assert any(printable(name) in line for line in presence), name

