@@ -6,6 +6,7 @@ output is collected line by line so a test can wait for what it prints.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -16,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[3]
 LISTENING = re.compile(r"relay listening on (http://127\.0\.0\.1:(\d+))")
@@ -138,11 +140,25 @@ class Host:
     db: Path
 
     @classmethod
-    def start(cls, home: Path, relay_url: str, agent: str = "demo", name: str = "hana") -> Host:
+    def start(
+        cls,
+        home: Path,
+        relay_url: str,
+        agent: str = "demo",
+        name: str = "hana",
+        *,
+        env: dict[str, str] | None = None,
+        workspace: Path | None = None,
+        timeout: float = 20.0,
+    ) -> Host:
+        """`tunnel host` with its key and log in `home`. `env` replaces the isolated environment
+        (a real agent's, pointed at a fake model); a `workspace` given is shared as it is, else
+        a demo one is made in `home`. `timeout`: how long to wait for the links."""
         db = home / "log.sqlite3"
-        workspace = home / "workspace"
-        workspace.mkdir(exist_ok=True)
-        (workspace / "README.md").write_text("# demo\n\nline three\n")
+        if workspace is None:
+            workspace = home / "workspace"
+            workspace.mkdir(exist_ok=True)
+            (workspace / "README.md").write_text("# demo\n\nline three\n")
         args = [
             "host",
             "--relay",
@@ -159,9 +175,9 @@ class Host:
             str(workspace),
             "--no-interactive",
         ]
-        process = Process.start("host", args, isolated_env(home))
+        process = Process.start("host", args, isolated_env(home) if env is None else env)
         # The view link is printed first, the drive link last.
-        process.wait_for(re.compile(r"drive link:"))
+        process.wait_for(re.compile(r"drive link:"), timeout)
         links = {m.group(1): m.group(2) for line in process.seen if (m := LINK.search(line))}
         return cls(process=process, view_link=links["view"], drive_link=links["drive"], db=db)
 
@@ -189,3 +205,25 @@ class Host:
             return ""
         assert result.returncode == 0, result.stderr
         return result.stdout
+
+    def log_items(self, conversation_id: str) -> list[dict[str, Any]]:
+        """Every item of the conversation as the host stored it (`tunnel log export`)."""
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tunnel.cli",
+                "log",
+                "export",
+                conversation_id,
+                "--db",
+                str(self.db),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
