@@ -111,6 +111,10 @@ class Relay:
         elif closed.code == CloseCode.SLOW_CONSUMER and not closed.by_peer:
             self.metrics.frames_rejected.labels(reason="slow_consumer").inc()
             logger.warning("closed %s: %d stopped reading", peer.describe(), closed.code)
+        elif not closed.by_peer and closed.code == CloseCode.INTERNAL_ERROR:
+            # websockets' keepalive: a peer that reads nothing answers no ping (docs/relay.md).
+            self.metrics.frames_rejected.labels(reason="keepalive_timeout").inc()
+            logger.warning("closed %s: 1011 no answer to the keepalive ping", peer.describe())
         elif not closed.by_peer and closed.code == CloseCode.MESSAGE_TOO_BIG:
             self.metrics.frames_rejected.labels(reason="message_too_big").inc()
             logger.warning("closed %s: 1009 message too big", peer.describe())
