@@ -350,7 +350,8 @@ def workspace(tmp_path: Path) -> Path:
 
 
 StartSession = Callable[..., contextlib.AbstractAsyncContextManager[Session]]
-"""`share(agent, *host_args)`: the agent shared by `tunnel host` with these extra options."""
+"""`share(agent, *host_args, key_file=..., log_db=...)`: the agent shared by `tunnel host` with
+these extra options (the host's key and log default to files in the test's tmp_path)."""
 
 
 @pytest.fixture
@@ -366,7 +367,12 @@ def share(
     bin_dir = agents_bin()
 
     @contextlib.asynccontextmanager
-    async def start(agent: Agent, *host_args: str) -> AsyncIterator[Session]:
+    async def start(
+        agent: Agent,
+        *host_args: str,
+        key_file: Path | None = None,
+        log_db: Path | None = None,
+    ) -> AsyncIterator[Session]:
         home = tmp_path / "home"
         home.mkdir(exist_ok=True)
         env = base_environment(model.url, home)
@@ -384,9 +390,9 @@ def share(
                     "--workspace",
                     str(workspace),
                     "--log-db",
-                    str(tmp_path / "log.db"),
+                    str(log_db or tmp_path / "log.db"),
                     "--key-file",
-                    str(tmp_path / "host_key"),
+                    str(key_file or tmp_path / "host_key"),
                     "--no-interactive",
                     "--log-level",
                     "debug",
