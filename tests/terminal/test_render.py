@@ -9,7 +9,7 @@ from rich.console import Console
 from tunnel.app.host_messages import Error, Member, PresenceMessage, Ready, encode
 from tunnel.e2e.crypto import ShareLink, new_secret
 from tunnel.teammate.attach import Attachment, AttachSettings
-from tunnel.terminal.render import render_item
+from tunnel.terminal.render import render_event, render_item
 
 
 def _attachment() -> tuple[Attachment, io.StringIO]:
@@ -154,3 +154,20 @@ def test_decisions_settings_commands_and_terminals_read_as_sentences() -> None:
         }
     )
     assert "terminal make test [exit code 2]\nok" in terminal
+
+
+def test_the_hosts_storage_state_is_a_line_of_its_own() -> None:
+    failing = render_event(
+        {
+            "kind": "storage",
+            "data": {"state": "failing", "reason": "disk I/O error", "retry_in": 1.5},
+        }
+    )
+    assert failing is not None
+    assert (
+        failing.plain
+        == "[the host's log cannot be written (disk I/O error): paused; retrying in 1.5s]"
+    )
+    back = render_event({"kind": "storage", "data": {"state": "ok", "reason": "disk I/O error"}})
+    assert back is not None
+    assert "writes again" in back.plain

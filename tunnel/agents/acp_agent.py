@@ -307,7 +307,10 @@ class AcpSession(ChatSession):
             await self._recorder.flush()
             if response.stop_reason != "end_turn":
                 await self._recorder.session_event(
-                    "turn_ended", by="agent", stop_reason=response.stop_reason
+                    "turn_ended",
+                    by="agent",
+                    stop_reason=response.stop_reason,
+                    turn=self._recorder.turn,
                 )
             if response.usage is not None:
                 await self._recorder.usage(
@@ -346,6 +349,8 @@ class AcpSession(ChatSession):
             raise SessionError(
                 "agent_unavailable", "the agent is not running; a prompt starts it again"
             )
+        # A change nobody could see recorded is not made.
+        self._recorder.writer.check_writable()
         async with self._change_lock:
             change = plan()
             # What the agent reports while it changes is recorded once, with who asked.
@@ -397,7 +402,8 @@ class AcpSession(ChatSession):
             return
         # No flush: a stream the agent is sending goes on; its message is stored when it ends.
         details = {**snapshot, "change": change} if change is not None else snapshot
-        await self._recorder.session_event("settings", by=by, **details)
+        # A person's change is made already: its record never keeps them waiting.
+        await self._recorder.session_event("settings", by=by, hold=change is not None, **details)
         self._recorded_settings = snapshot
 
     async def _record_commands(self) -> None:
@@ -614,6 +620,13 @@ class AcpSession(ChatSession):
     # -- requests from the agent ---------------------------------------------------------------
 
     async def _on_update(self, update: Any) -> None:
+        # Each update is its own task waiting for the lock: while the log cannot be written,
+        # the writer bounds how many may wait (past that the turn is cancelled).
+        with self._recorder.writer.admitting() as admitted:
+            if admitted:
+                await self._record_update(update)
+
+    async def _record_update(self, update: Any) -> None:
         async with self._update_lock:
             try:
                 if isinstance(update, _STATE_UPDATES):
@@ -663,22 +676,28 @@ class AcpSession(ChatSession):
             self._late_deadline = None
 
     async def _record_unsupported(self, kind: str) -> None:
-        async with self._update_lock:
-            await self._recorder.session_event("unsupported_update", by="agent", kind=kind)
+        with self._recorder.writer.admitting() as admitted:
+            if not admitted:
+                return
+            async with self._update_lock:
+                await self._recorder.session_event("unsupported_update", by="agent", kind=kind)
 
     async def _on_permission(
         self, tool_call: schema.ToolCallUpdate, options: list[schema.PermissionOption]
     ) -> schema.RequestPermissionResponse:
-        async with self._update_lock:
-            pending = await self._permissions.open(
-                title=tool_call.title or "The agent asks for permission",
-                tool_call_id=tool_call.tool_call_id,
-                options=[
-                    PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind)
-                    for o in options
-                ],
-                details=permission_details(tool_call),
-            )
+        pending = None
+        with self._recorder.writer.admitting() as admitted:
+            if admitted:
+                async with self._update_lock:
+                    pending = await self._permissions.open(
+                        title=tool_call.title or "The agent asks for permission",
+                        tool_call_id=tool_call.tool_call_id,
+                        options=[
+                            PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind)
+                            for o in options
+                        ],
+                        details=permission_details(tool_call),
+                    )
         decision = await self._permissions.wait(pending) if pending is not None else None
         if decision is None or decision.option is None:
             return schema.RequestPermissionResponse(

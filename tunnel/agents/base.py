@@ -84,6 +84,8 @@ class AgentSession(abc.ABC):
         `SessionError("unknown_request")` for an unknown request or option.
         """
         check_by(by)
+        # The answer would run the tool with no decision in the log: wait until it can be written.
+        self._recorder.writer.check_writable()
         await self._permissions.answer(request_id, option_id, by=by)
 
     async def set_mode(self, mode_id: str, *, by: str) -> None:
@@ -114,6 +116,11 @@ class AgentSession(abc.ABC):
     async def resize(self, cols: int, rows: int, *, by: str) -> None:
         """Resize the agent's terminal (terminal agents only)."""
         raise SessionError("not_supported", f"{self.info.name} is a chat agent: it has no terminal")
+
+    def storage(self) -> dict[str, Any] | None:
+        """The data of a `storage` event while the log cannot be written (docs/agents.md, "When
+        the log cannot be written"); None while it can."""
+        return self._recorder.writer.state()
 
     def pending_permissions(self) -> list[Item]:
         """The `permission_request` items still waiting for an answer, oldest first."""

@@ -3,28 +3,41 @@
 A prompt is recorded the moment it is accepted; it then waits in a bounded queue until the turn
 before it ends. Every change of state publishes a `status` event (`running`/`idle` and how many
 prompts wait), so every surface can show "agent busy, 2 queued".
+
+Faults: while the log cannot be written, prompts are refused and the running turn waits for its
+items to be stored (`tunnel.agents.writer`); a session starting after a host that stopped
+mid-turn first closes what that host left open (`tunnel.agents.recovery`). Every turn leaves at
+least one item carrying its `turn`, so the next start can tell a prompt that ran from one that
+never did.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
+import functools
 import logging
 from dataclasses import dataclass
 
 import anyio
 import anyio.abc
 
-from tunnel.log import Log
+from tunnel.log import Log, LogClosedError, StoreError
 
 from .base import AgentInfo, AgentSession
 from .errors import SessionError, check_by, check_prompt
 from .permissions import PermissionBroker
 from .recorder import Recorder
+from .recovery import close_interrupted
+from .writer import reason_of
 
 logger = logging.getLogger("tunnel.agents.chat")
 
 MAX_QUEUED_PROMPTS = 16
 """Prompts that may wait behind the running turn; one more is refused (`agent_unavailable`)."""
+
+STOP_FLUSH_TIMEOUT = 2.0
+"""How long a stopping session may spend storing the text its agent was streaming."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +61,9 @@ class ChatSession(AgentSession):
             recorder=recorder,
             permissions=PermissionBroker(recorder),
         )
+        self._chat_log = log
+        self._session_tasks: anyio.abc.TaskGroup | None = None
+        recorder.writer.on_overflow = self._on_storage_overflow
         self._send, self._receive = anyio.create_memory_object_stream[Prompt](MAX_QUEUED_PROMPTS)
         # FIFO: the queue order is the order the prompts were stored in the log.
         self._accept_lock = anyio.Lock()
@@ -82,6 +98,13 @@ class ChatSession(AgentSession):
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         async with anyio.create_task_group() as tg:
+            self._session_tasks = tg
+            await tg.start(self._recorder.writer.run)
+            try:
+                await close_interrupted(self._chat_log, self._recorder)
+            except StoreError as exc:
+                # Unreadable: serve anyway; what a stopped host left open stays so.
+                logger.warning("could not check what the previous host left open: %s", exc)
             await self._start(tg)
             self._serving = True
             try:
@@ -89,12 +112,19 @@ class ChatSession(AgentSession):
                 await self._serve()
             finally:
                 self._serving = False
+                # Stopping mid-stream: keep what the agent said so far.
+                with (
+                    anyio.move_on_after(STOP_FLUSH_TIMEOUT, shield=True),
+                    contextlib.suppress(StoreError, LogClosedError),
+                ):
+                    await self._recorder.flush()
                 tg.cancel_scope.cancel()
 
     async def prompt(self, text: str, *, by: str) -> None:
         check_prompt(text, by)
         if not self._serving:
             raise SessionError("agent_unavailable", "the agent session is not running")
+        self._recorder.writer.check_writable()
         if self._queued >= MAX_QUEUED_PROMPTS:
             raise SessionError(
                 "agent_unavailable",
@@ -109,6 +139,12 @@ class ChatSession(AgentSession):
         except ValueError as exc:
             self._queued -= 1
             raise SessionError("bad_request", f"the prompt cannot be stored: {exc}") from None
+        except StoreError as exc:
+            self._queued -= 1
+            raise SessionError(
+                "agent_unavailable",
+                f"the prompt was not stored: the log cannot be written ({reason_of(exc)})",
+            ) from None
         except BaseException:
             self._queued -= 1
             raise
@@ -120,7 +156,8 @@ class ChatSession(AgentSession):
         check_by(by)
         if not self._busy:
             return
-        await self._recorder.session_event("cancelled", by=by)
+        # Held, not waited for, while the log cannot be written: a cancel always works.
+        await self._recorder.session_event("cancelled", by=by, hold=True)
         await self._cancel_turn(by=by)
 
     # -- internals -----------------------------------------------------------------------------
@@ -142,7 +179,18 @@ class ChatSession(AgentSession):
                 self._turn_scope = None
                 self._busy = False
             await self._recorder.flush()
+            if prompt.seq is not None and self._recorder.turn_items == 0:
+                # The turn left nothing of its own: say it ended, so a restart never takes
+                # this prompt for one that never ran (tunnel.agents.recovery).
+                await self._recorder.session_event(
+                    "turn_ended", by="host", hold=True, turn=prompt.seq
+                )
             await self._publish_status()
+
+    def _on_storage_overflow(self) -> None:
+        """Too much waits for a log that cannot be written: cancel the running turn."""
+        if self._busy and self._session_tasks is not None:
+            self._session_tasks.start_soon(functools.partial(self._cancel_turn, by="host"))
 
     async def _publish_status(self) -> None:
         await self._recorder.status(running=self._busy, queued=self._queued)

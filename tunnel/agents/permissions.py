@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from tunnel.log import Item
+from tunnel.log import Item, StoreError
 
 from .errors import SessionError
 from .recorder import Recorder, new_id
@@ -183,6 +183,10 @@ class PermissionBroker:
                 outcome="selected" if option else "cancelled",
                 by=decision.by,
             )
+        except StoreError as exc:
+            # Only when the session is stopping (otherwise the writer holds it): the next
+            # host closes the request as interrupted (tunnel.agents.recovery).
+            logger.warning("the decision on %s was not stored: %s", entry.request_id, exc)
         finally:
             # The agent goes on even if the decision could not be stored.
             entry.answered.set()

@@ -27,12 +27,13 @@ import anyio
 import anyio.abc
 
 from tunnel.app.requests import MAX_INPUT_SIZE, MAX_TERMINAL_SIDE
-from tunnel.log import Log
+from tunnel.log import Log, StoreError
 
 from .base import AgentInfo, AgentSession
 from .errors import SessionError, check_by, check_prompt
 from .permissions import PermissionBroker
 from .recorder import Recorder
+from .writer import reason_of
 
 logger = logging.getLogger("tunnel.agents.pty")
 
@@ -120,28 +121,37 @@ class PtySession(AgentSession):
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        self._serving = True
-        try:
-            program = await self._spawn()
-            task_status.started()
-            while True:
-                if program is not None:
-                    await self._serve(program)
-                await self._restart.wait()
+        async with anyio.create_task_group() as tg:
+            await tg.start(self._recorder.writer.run)
+            self._serving = True
+            try:
                 program = await self._spawn()
-        finally:
-            self._serving = False
-            self._started.set()  # release prompts waiting for a restart
+                task_status.started()
+                while True:
+                    if program is not None:
+                        await self._serve(program)
+                    await self._restart.wait()
+                    program = await self._spawn()
+            finally:
+                self._serving = False
+                self._started.set()  # release prompts waiting for a restart
+                tg.cancel_scope.cancel()
 
     async def prompt(self, text: str, *, by: str) -> None:
         """Record the prompt, then type it into the program followed by Enter."""
         check_prompt(text, by)
         if not self._serving:
             raise SessionError("agent_unavailable", "the terminal session is not running")
+        # Typed only once stored: nothing reaches the program that the log does not show.
+        self._recorder.writer.check_writable()
         try:
             await self._recorder.user_message(text, by=by)
         except ValueError as exc:
             raise SessionError("bad_request", f"the prompt cannot be stored: {exc}") from None
+        except StoreError as exc:
+            raise SessionError(
+                "agent_unavailable", f"the prompt was not stored: {reason_of(exc)}"
+            ) from None
         if self._program is None:
             self._restart.set()
             with anyio.move_on_after(START_TIMEOUT):
@@ -153,7 +163,7 @@ class PtySession(AgentSession):
         check_by(by)
         if self._program is None:
             return
-        await self._recorder.session_event("cancelled", by=by)
+        await self._recorder.session_event("cancelled", by=by, hold=True)
         await self._write(b"\x03")
 
     async def input(self, data: bytes, *, by: str) -> None:
@@ -162,6 +172,8 @@ class PtySession(AgentSession):
             raise SessionError("bad_request", "input must be bytes")
         if len(data) > MAX_INPUT_SIZE:
             raise SessionError("bad_request", f"input is limited to {MAX_INPUT_SIZE} bytes")
+        # Its echo could not be recorded: typing waits until the log writes again.
+        self._recorder.writer.check_writable()
         await self._write(data)
 
     async def resize(self, cols: int, rows: int, *, by: str) -> None:

@@ -7,8 +7,16 @@ usage updates are published as events. The shapes are those of docs/application.
 Streaming: text arrives in chunks on one of two channels (`message`, `reasoning`). Each chunk is
 published as a `delta` event; the chunks of one stream are collected and stored as ONE final item
 with the same `response_id` when the stream ends (`flush()`, or a chunk on another channel or of
-another message). The recorder is not meant to be driven by several tasks at once: each session
-serialises its calls.
+another message). So that a host killed mid-stream loses little, a stream still going after
+`STREAM_PART_SECONDS`, or longer than `MAX_STREAM_CHARS`, is stored in parts as it goes: each part
+is an item of its own (with its own response id) whose data says `continued: true`, and the next
+part says `continues: <that response id>`. The recorder is not meant to be driven by several
+tasks at once: each session serialises its calls.
+
+Writing: every append goes through the recorder's `LogWriter` (`.writer`), which holds items and
+retries while the log cannot be written. Agent output waits for its item to be stored; notes of
+the host's own (`error`, permission decisions, `session_event(..., hold=True)`) are held and
+never make their caller wait; a prompt is stored at once or refused (`user_message`).
 
 Turns: while `turn` is set (the seq of the prompt a chat agent is answering), every item the agent
 produces (messages, reasoning, tool calls, their updates and results, permission requests, plans)
@@ -23,13 +31,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import anyio
+
 from tunnel.log import Event, Item, Log, NewItem
+
+from .writer import LogWriter
 
 Channel = Literal["message", "reasoning"]
 
-MAX_STREAM_CHARS = 256 * 1024
+MAX_STREAM_CHARS = 16 * 1024
 """A stream longer than this is stored as several consecutive items (each with its own response
-id): it bounds the text held in memory while an agent streams."""
+id): it bounds the text held in memory, and lost if the host is killed, while an agent streams."""
+
+STREAM_PART_SECONDS = 10.0
+"""A stream whose unstored text started this long ago is stored up to there when its next chunk
+arrives: a host killed mid-stream loses at most this long of the agent's streaming."""
 
 AGENT = "agent"
 """`created_by` of everything the agent itself produced."""
@@ -46,6 +62,10 @@ class _Stream:
     key: str | None
     response_id: str
     turn: int | None
+    started: float
+    """When its first chunk arrived (the event loop's clock)."""
+    continues: str | None = None
+    """The response id of the part stored before this one, if the stream was stored in parts."""
     parts: list[str] = field(default_factory=list)
     size: int = 0
 
@@ -56,11 +76,26 @@ class Recorder:
     def __init__(self, log: Log, conversation_id: str) -> None:
         self._log = log
         self.conversation_id = conversation_id
+        self.writer = LogWriter(log, conversation_id)
+        """Every append goes through it; the session runs its `run()`."""
         self._stream: _Stream | None = None
+        # (channel, key, response id) of the part just stored: the next part continues it.
+        self._previous_part: tuple[Channel, str | None, str] | None = None
         # The last plan stored, so an unchanged plan is only published, not stored again.
         self._last_plan: list[dict[str, Any]] | None = None
-        self.turn: int | None = None
+        self._turn: int | None = None
+        self.turn_items = 0
+        """Items recorded with the current `turn` since it was set."""
+
+    @property
+    def turn(self) -> int | None:
         """The seq of the prompt the agent is answering (or answered last); None before any."""
+        return self._turn
+
+    @turn.setter
+    def turn(self, value: int | None) -> None:
+        self._turn = value
+        self.turn_items = 0
 
     @property
     def streaming(self) -> bool:
@@ -71,6 +106,20 @@ class Recorder:
         turn = self.turn if turn is None else turn
         return {**data, "turn": turn} if turn is not None else dict(data)
 
+    def _new(
+        self,
+        type: str,
+        data: Mapping[str, Any],
+        by: str,
+        status: str | None,
+        response_id: str | None,
+    ) -> NewItem:
+        if self._turn is not None and data.get("turn") == self._turn:
+            self.turn_items += 1
+        return NewItem(
+            type=type, data=dict(data), created_by=by, status=status, response_id=response_id
+        )
+
     async def append(
         self,
         type: str,
@@ -80,12 +129,21 @@ class Recorder:
         status: str | None = None,
         response_id: str | None = None,
     ) -> Item:
-        """Store one item and return it as stored."""
-        new = NewItem(
-            type=type, data=dict(data), created_by=by, status=status, response_id=response_id
-        )
-        (item,) = await self._log.append(self.conversation_id, new)
-        return item
+        """Store one item and return it as stored; while the log cannot be written, wait."""
+        return await self.writer.append(self._new(type, data, by, status, response_id))
+
+    async def append_or_hold(
+        self,
+        type: str,
+        data: Mapping[str, Any],
+        *,
+        by: str = AGENT,
+        status: str | None = None,
+        response_id: str | None = None,
+    ) -> Item | None:
+        """Store one item and return it; while the log cannot be written, keep it to store
+        later and return None at once (`LogWriter.append_or_hold`)."""
+        return await self.writer.append_or_hold(self._new(type, data, by, status, response_id))
 
     async def publish(self, kind: str, data: Mapping[str, Any]) -> None:
         """Broadcast one ephemeral event to live subscribers."""
@@ -96,10 +154,10 @@ class Recorder:
     # -- conversation ------------------------------------------------------------------------
 
     async def user_message(self, text: str, *, by: str) -> Item:
-        """The prompt a driver or the host sent."""
-        return await self.append(
-            "message", {"role": "user", "text": text}, by=by, status="completed"
-        )
+        """The prompt a driver or the host sent: stored now, or `StoreError` (never held: the
+        sender must be told it was not stored)."""
+        new = self._new("message", {"role": "user", "text": text}, by, "completed", None)
+        return await self.writer.try_append(new)
 
     async def delta(self, channel: Channel, text: str, *, key: str | None = None) -> None:
         """One streamed chunk. `key` groups chunks (an agent's message id): a new key or channel
@@ -109,9 +167,21 @@ class Recorder:
             await self.flush()
         while text:
             stream = self._stream
+            if stream is not None and (
+                stream.size >= MAX_STREAM_CHARS
+                or anyio.current_time() - stream.started >= STREAM_PART_SECONDS
+            ):
+                # Stored only now that more text follows, so a part is never the last one.
+                await self._store_part(stream)
+                stream = None
             if stream is None:
                 stream = self._stream = _Stream(
-                    channel=channel, key=key, response_id=new_id("resp"), turn=self.turn
+                    channel=channel,
+                    key=key,
+                    response_id=new_id("resp"),
+                    turn=self.turn,
+                    started=anyio.current_time(),
+                    continues=self._continues(channel, key),
                 )
             room = MAX_STREAM_CHARS - stream.size
             piece, text = text[:room], text[room:]
@@ -120,14 +190,29 @@ class Recorder:
             await self.publish(
                 "delta", {"response_id": stream.response_id, "channel": channel, "text": piece}
             )
-            if stream.size >= MAX_STREAM_CHARS:
-                await self.flush()
+
+    def _continues(self, channel: Channel, key: str | None) -> str | None:
+        previous = self._previous_part
+        self._previous_part = None
+        if previous is not None and previous[:2] == (channel, key):
+            return previous[2]
+        return None
+
+    async def _store_part(self, stream: _Stream) -> None:
+        """Store the text so far as one part of a stream that goes on."""
+        self._stream = None
+        await self._store_stream(stream, continued=True)
+        self._previous_part = (stream.channel, stream.key, stream.response_id)
 
     async def flush(self) -> Item | None:
         """End the open stream, if any, by storing its final item."""
         stream, self._stream = self._stream, None
+        self._previous_part = None
         if stream is None:
             return None
+        return await self._store_stream(stream, continued=False)
+
+    async def _store_stream(self, stream: _Stream, *, continued: bool) -> Item:
         text = "".join(stream.parts)
         if stream.channel == "message":
             data: dict[str, Any] = {"role": "agent", "text": text}
@@ -135,6 +220,10 @@ class Recorder:
         else:
             data = {"text": text}
             type_ = "reasoning"
+        if stream.continues is not None:
+            data["continues"] = stream.continues
+        if continued:
+            data["continued"] = True
         return await self.append(
             type_,
             self._in_turn(data, stream.turn),
@@ -204,8 +293,9 @@ class Recorder:
         option_kind: str,
         outcome: str,
         by: str,
-    ) -> Item:
-        return await self.append(
+    ) -> Item | None:
+        """Held, never waited for, while the log cannot be written: the agent goes on."""
+        return await self.append_or_hold(
             "permission_decision",
             {
                 "request_id": request_id,
@@ -238,12 +328,23 @@ class Recorder:
 
     # -- session life --------------------------------------------------------------------------
 
-    async def error(self, message: str, **details: Any) -> Item:
+    async def error(self, message: str, **details: Any) -> Item | None:
+        """The host's note that something failed; held, never waited for, while the log
+        cannot be written. In a turn it carries the turn."""
         await self.flush()
-        return await self.append("error", {"message": message, **details}, by="host")
+        return await self.append_or_hold(
+            "error", self._in_turn({"message": message, **details}), by="host"
+        )
 
-    async def session_event(self, what: str, *, by: str = "host", **details: Any) -> Item:
-        return await self.append("session_event", {"what": what, **details}, by=by)
+    async def session_event(
+        self, what: str, *, by: str = "host", hold: bool = False, **details: Any
+    ) -> Item | None:
+        """A change of the session; with `hold`, held rather than waited for while the log
+        cannot be written (and None returned)."""
+        data = {"what": what, **details}
+        if hold:
+            return await self.append_or_hold("session_event", data, by=by)
+        return await self.append("session_event", data, by=by)
 
     async def terminal(self, text: str) -> Item:
         return await self.append("terminal", {"text": text})

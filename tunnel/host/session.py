@@ -3,16 +3,23 @@
 One task per channel (docs/application.md). The conversation log is the only source of what the
 teammate sees: a snapshot in pages, then the live tail, every item exactly once; requests from a
 driver go to the shared agent session, requests from a viewer are refused and change nothing.
+
+Replays share the host: every channel's snapshot pages are read and encoded under one
+`ReplayBudget`, a few pages at a time host-wide, and a joiner holds nothing of the log while it
+waits for its turn; live tails never wait for it. So ten late joiners replaying a long log take
+turns instead of starving the teammates who follow the conversation live, and the memory they
+use is that of the budget's pages, not of ten replays at once.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import anyio
 
 from tunnel.agents import AgentSession
+from tunnel.agents.writer import STORAGE_EVENT
 from tunnel.app import host_messages as out
 from tunnel.app.errors import AppError, BadRequest
 from tunnel.app.requests import (
@@ -30,7 +37,7 @@ from tunnel.app.requests import (
     decode_request,
 )
 from tunnel.host.presence import Member, Presence
-from tunnel.log import Event, Item, Log, Subscription
+from tunnel.log import Event, Item, Log, StoreError
 from tunnel.process.groups import unwrap_group
 
 logger = logging.getLogger("tunnel.session")
@@ -42,6 +49,44 @@ SNAPSHOT_PAGE_ITEMS = 200
 # An item larger than a page (a huge diff) is sent with its data cut down to a note, so the
 # sequence still has no gap.
 MAX_ITEM_BYTES = SNAPSHOT_PAGE_BYTES
+
+REPLAY_PAGES = 2
+"""Snapshot pages the whole host reads and encodes at once, whatever the number of joiners."""
+
+# What an item is guessed to weigh before a replay has seen any: each page asks the store for
+# about as many items as fit, so a page of large items does not read (and drop) 200 of them.
+FIRST_ITEM_ESTIMATE = 1024
+
+
+class ReplayStatistics(NamedTuple):
+    """The state of a host's `ReplayBudget`."""
+
+    pages: int
+    """Snapshot pages being read and encoded now (at most the budget's size)."""
+    waiting: int
+    """Replays waiting for a page of the budget."""
+
+
+class ReplayBudget:
+    """What every channel's history replay shares, so that replays take turns.
+
+    A replay reads and encodes one snapshot page at a time inside `page()`; at most `pages`
+    pages are in progress host-wide, the others wait their turn in order (FIFO). Sending a page
+    happens outside it, so a joiner that reads slowly holds up nobody's replay but its own.
+    """
+
+    def __init__(self, pages: int = REPLAY_PAGES) -> None:
+        if type(pages) is not int or pages < 1:
+            raise ValueError("a replay budget needs at least one page")
+        self._limiter = anyio.CapacityLimiter(pages)
+
+    def page(self) -> anyio.CapacityLimiter:
+        """`async with budget.page():` around reading and encoding one page."""
+        return self._limiter
+
+    def statistics(self) -> ReplayStatistics:
+        stats = self._limiter.statistics()
+        return ReplayStatistics(pages=stats.borrowed_tokens, waiting=stats.tasks_waiting)
 
 
 class SessionChannel(Protocol):
@@ -58,11 +103,14 @@ class SessionChannel(Protocol):
     async def send(self, plaintext: bytes) -> None: ...
 
 
-def _fit(wire: dict[str, Any]) -> dict[str, Any]:
-    """The item's wire map, with its data replaced by a note if it could never fit a message."""
-    if len(out.pack(wire)) <= MAX_ITEM_BYTES:
-        return wire
-    return {**wire, "data": {"truncated": True, "note": "item too large to send"}}
+def _fit(wire: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The item's wire map, with its data replaced by a note if it could never fit a message,
+    and its packed size."""
+    size = len(out.pack(wire))
+    if size <= MAX_ITEM_BYTES:
+        return wire, size
+    wire = {**wire, "data": {"truncated": True, "note": "item too large to send"}}
+    return wire, len(out.pack(wire))
 
 
 def _sandbox_info(session: AgentSession) -> out.SandboxInfo:
@@ -83,11 +131,15 @@ class SessionChannelHandler:
         session: AgentSession,
         log: Log,
         presence: Presence,
+        replay: ReplayBudget | None = None,
     ) -> None:
+        """`replay` is the host's budget shared by every channel; None gives this channel one
+        of its own."""
         self._channel = channel
         self._session = session
         self._log = log
         self._presence = presence
+        self._replay = replay if replay is not None else ReplayBudget()
         # Sends come from the request loop, the stream and the presence pump; one at a time
         # keeps each message whole and in order per sender.
         self._send_lock = anyio.Lock()
@@ -146,6 +198,13 @@ class SessionChannelHandler:
                 await self._drive(request)
             except AppError as exc:
                 await self._send(out.Error(code=exc.code, message=exc.message))
+            except StoreError:
+                # The session says this itself (agent_unavailable); should anything else get
+                # through, the teammate is told, and the channel stays.
+                logger.warning("a request of %s failed on the log", self._channel.name)
+                await self._send(
+                    out.Error(code="agent_unavailable", message="the log cannot be written")
+                )
 
     async def _drive(self, request: Request) -> None:
         by = self._channel.name
@@ -184,41 +243,67 @@ class SessionChannelHandler:
             # A cursor past the end means the teammate saw a log this host does not have (a new
             # log file under the same conversation id): tell it to start over, from the start.
             reset = after is not None and after > head
-            async with self._log.subscribe(conversation, after=None if reset else after) as sub:
-                await self._send_snapshot(sub, -1 if reset or after is None else after, reset)
+            start = -1 if reset or after is None else after
+            last = await self._send_snapshot(conversation, start, head, reset)
+            # Subscribed only now, after exactly the items the snapshot sent: what was appended
+            # meanwhile comes from the store, then the live tail; a joiner waiting for its
+            # replay holds no live buffer.
+            async with self._log.subscribe(conversation, after=last) as sub:
+                storage = self._session.storage()
+                if storage is not None:
+                    # Said when it began, before this teammate came: say it again.
+                    await self._send_entry(
+                        Event(conversation_id=conversation, kind=STORAGE_EVENT, data=storage)
+                    )
                 while True:  # the live tail
                     for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
                         await self._send_entry(entry)
 
-    async def _send_snapshot(self, sub: Subscription, last: int, reset: bool) -> None:
-        """Every stored item up to the subscription's head, in pages that each fit a message."""
-        head = sub.head_seq
-        page: list[dict[str, Any]] = []
-        page_bytes = 0
-        while last < head:
-            for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
-                if isinstance(entry, Event):
-                    continue  # ephemeral; what it said is in the items that follow
-                wire = _fit(entry.to_wire())
-                size = len(out.pack(wire))
-                if page and (
-                    page_bytes + size > SNAPSHOT_PAGE_BYTES or len(page) >= SNAPSHOT_PAGE_ITEMS
-                ):
-                    await self._send(
-                        out.Snapshot(items=page, last_seq=last, more=True, reset=reset)
+    async def _send_snapshot(self, conversation: str, last: int, head: int, reset: bool) -> int:
+        """Every stored item after `last`, in pages that each fit a message, up to the head
+        (read again at the end, so a long replay also sends what came meanwhile); returns the
+        last seq the snapshot covers. Each page is read and encoded with a page of the host's
+        replay budget, and sent after it is given back."""
+        estimate = FIRST_ITEM_ESTIMATE
+        while True:
+            async with self._replay.page():
+                page: list[dict[str, Any]] = []
+                page_bytes = 0
+                if last < head:
+                    # About as many as fit: what does not fit is read again for the next page.
+                    limit = min(SNAPSHOT_PAGE_ITEMS, SNAPSHOT_PAGE_BYTES // estimate + 1)
+                    items = await self._log.query(
+                        conversation, after=last, before=head + 1, limit=limit
                     )
-                    reset = False  # said once, on the first page
-                    page, page_bytes = [], 0
-                page.append(wire)
-                page_bytes += size
-                last = entry.seq
-        await self._send(
-            out.Snapshot(items=page, last_seq=max(last, head), more=False, reset=reset)
-        )
+                    if not items:
+                        raise StoreError(
+                            f"conversation {conversation}: items {last + 1} to {head} are "
+                            "missing from the store"
+                        )
+                    for item in items:
+                        wire, size = _fit(item.to_wire())
+                        if page and page_bytes + size > SNAPSHOT_PAGE_BYTES:
+                            break
+                        page.append(wire)
+                        page_bytes += size
+                        last = item.seq
+                    estimate = max(1, page_bytes // len(page))
+                if last >= head:
+                    info = await self._log.get_conversation(conversation)
+                    head = max(head, -1 if info is None else info.last_seq)
+                more = last < head
+                plaintext = out.encode(
+                    out.Snapshot(items=page, last_seq=last, more=more, reset=reset)
+                )
+                del page  # only the encoded page waits for the channel's window
+            await self._send_plaintext(plaintext)
+            reset = False  # said once, on the first page
+            if not more:
+                return last
 
     async def _send_entry(self, entry: Item | Event) -> None:
         if isinstance(entry, Item):
-            await self._send(out.ItemMessage(item=_fit(entry.to_wire())))
+            await self._send(out.ItemMessage(item=_fit(entry.to_wire())[0]))
             return
         plaintext = out.encode(out.EventMessage(event=entry.to_wire()))
         # An event is ephemeral and its content arrives again in the item that follows it: one

@@ -29,7 +29,7 @@ from tunnel.host.channel import HostChannel
 from tunnel.host.console import HostConsole
 from tunnel.host.presence import Member, Presence
 from tunnel.host.runner import Host
-from tunnel.host.session import SessionChannelHandler
+from tunnel.host.session import ReplayBudget, SessionChannelHandler
 from tunnel.host.settings import HostSettings
 from tunnel.log import Log, SQLiteStore, StoreError, default_db_path
 
@@ -143,8 +143,13 @@ async def run_share(
             stdin=stdin if settings.interactive else None,
         )
 
+        # One for the whole host: late joiners' replays take turns (tunnel/host/session.py).
+        replay = ReplayBudget()
+
         async def handler(channel: HostChannel) -> None:
-            await SessionChannelHandler(channel, session=session, log=log, presence=presence).run()
+            await SessionChannelHandler(
+                channel, session=session, log=log, presence=presence, replay=replay
+            ).run()
 
         async def approve(channel: HostChannel) -> bool:
             return await host_console.approve_join(channel.name, channel.role)

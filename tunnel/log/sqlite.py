@@ -722,6 +722,8 @@ class _Transaction:
 
     def __enter__(self) -> sqlite3.Connection:
         try:
+            # Left open only if rolling back a failed write failed too: try again first.
+            self._rollback()
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot start a write transaction: {exc}") from exc
@@ -743,8 +745,13 @@ class _Transaction:
             raise StoreError(f"the write transaction failed: {exc}") from exc
 
     def _rollback(self) -> None:
-        if self._conn.in_transaction:
+        if not self._conn.in_transaction:
+            return  # SQLite rolled back by itself, as after most I/O errors
+        try:
             self._conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            # Never a raw sqlite3 error out of the store; the next transaction tries again.
+            logger.warning("could not roll back a failed write: %s", exc)
 
 
 def select_sql(*, typed: bool, before: bool, order: Order) -> str:

@@ -288,4 +288,14 @@ def render_event(event: Mapping[str, Any]) -> Text | None:
         queued = data.get("queued")
         suffix = f", {queued} queued" if isinstance(queued, int) and queued else ""
         return Text(f"[agent {_str(data, 'state')}{suffix}]", style="dim")
+    if kind == "storage":
+        # The host's log cannot be written (disk full, unwritable file): it pauses, then resumes.
+        if data.get("state") == "ok":
+            return Text("[the host's log writes again; the session goes on]", style="yellow")
+        retry = data.get("retry_in")
+        when = f"; retrying in {retry:g}s" if isinstance(retry, int | float) else ""
+        return Text(
+            f"[the host's log cannot be written ({_str(data, 'reason')}): paused{when}]",
+            style="bold yellow",
+        )
     return None

@@ -613,3 +613,22 @@ def test_presence_is_cleared_while_disconnected_and_sent_again_on_return(
     relay.send_presence([{"name": "bob", "role": "view"}])
     expect(members).to_have_count(1)
     expect(members.nth(0)).to_contain_text("bob")
+
+
+def test_the_agent_status_says_when_the_hosts_log_cannot_be_written(
+    page: Page, relay: FakeRelay
+) -> None:
+    open_page(page, relay.page_url("view"))
+    expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "connected")
+    relay.send_event(
+        {
+            "conversation_id": "c",
+            "kind": "storage",
+            "data": {"state": "failing", "reason": "<b>disk</b>"},
+        }
+    )
+    status = page.get_by_test_id("agent-status")
+    expect(status).to_have_attribute("data-state", "paused")
+    expect(status).to_contain_text("paused: the host's log cannot be written (<b>disk</b>)")
+    relay.send_event({"conversation_id": "c", "kind": "storage", "data": {"state": "ok"}})
+    expect(status).to_have_attribute("data-state", "idle")

@@ -310,6 +310,16 @@ export class View {
           : "idle";
         if (this.cancelButton) this.cancelButton.disabled = data.state !== "running";
         break;
+      case "storage":
+        // The host's log cannot be written: it pauses the session until it can (docs/log.md).
+        if (data.state === "ok") {
+          this.agentStatus.dataset.state = "idle";
+          this.agentStatus.textContent = "idle";
+        } else {
+          this.agentStatus.dataset.state = "paused";
+          this.agentStatus.textContent = `paused: the host's log cannot be written (${str(data.reason, "error")})`;
+        }
+        break;
       case "plan":
         this.livePlan(Array.isArray(data.entries) ? data.entries : []);
         break;

@@ -1,0 +1,273 @@
+"""A log that cannot be written pauses the session, never ends it: appends are held and retried,
+prompts refused, everyone told, and nothing acknowledged lost. The fault is injected at the
+store's boundary (`FaultyStore`); tests/host/test_faults.py makes a real one."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tunnel.agents import AcpSession, DemoSession, SessionError
+from tunnel.agents.writer import OUTAGE_EVENT, STORAGE_EVENT, LogWriter
+from tunnel.log import Event, Log, NewItem, StoreError
+
+from .conftest import Recording, running
+from .faulty_store import FaultyStore
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+FAKE_AGENT = Path(__file__).with_name("fake_acp_agent.py")
+
+
+@pytest.fixture
+def store() -> FaultyStore:
+    return FaultyStore()
+
+
+@pytest.fixture
+async def log(store: FaultyStore) -> AsyncIterator[Log]:
+    the_log = Log(store)
+    try:
+        yield the_log
+    finally:
+        await the_log.aclose()
+
+
+def new(text: str, by: str = "agent") -> NewItem:
+    return NewItem(type="message", data={"role": "agent", "text": text}, created_by=by)
+
+
+def quick(writer: LogWriter) -> LogWriter:
+    """Retry every few milliseconds: the tests wait for the log, not for the backoff."""
+    writer._retry_initial, writer._retry_maximum = 0.01, 0.05
+    return writer
+
+
+def storage_events(rec: Recording) -> list[dict[str, object]]:
+    return [e.data for e in rec.events if e.kind == STORAGE_EVENT]
+
+
+async def test_a_failed_append_waits_and_is_stored_in_order_when_the_log_writes_again(
+    log: Log, store: FaultyStore
+) -> None:
+    writer = quick(LogWriter(log, "c"))
+    rec = Recording(log, "c")
+    stored: list[str] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(rec.pump)
+        await tg.start(writer.run)
+        await writer.append(new("before"))
+        store.failing = True
+
+        async def waiter() -> None:
+            item = await writer.append(new("first"))
+            stored.append(item.data["text"])
+
+        tg.start_soon(waiter)
+        await rec.wait_until(lambda: writer.failing and writer.held == 1)
+        # Held, not waited for: the caller goes on at once.
+        assert await writer.append_or_hold(new("second", by="host")) is None
+        assert writer.held == 2
+        state = writer.state()
+        assert state is not None
+        assert (state["state"], state["reason"]) == ("failing", "database or disk is full")
+        await rec.wait_until(lambda: store.failures >= 3)  # retried, with backoff
+        assert stored == []
+        store.failing = False
+        await rec.wait_until(lambda: any(e["state"] == "ok" for e in storage_events(rec)))
+        assert stored == ["first"]
+        assert not writer.failing
+        assert writer.state() is None
+        tg.cancel_scope.cancel()
+    texts = [(i.type, i.data.get("text") or i.data.get("what")) for i in rec.items]
+    assert texts == [
+        ("message", "before"),
+        ("session_event", OUTAGE_EVENT),
+        ("message", "first"),
+        ("message", "second"),
+    ]
+    record = rec.items[1]
+    assert record.created_by == "host"
+    assert record.data["held"] == 2
+    assert record.data["dropped"] == 0
+    assert record.data["reason"] == "database or disk is full"
+    assert record.data["attempts"] >= 3
+    # When it happened: the outage's start, and each held item's own moment.
+    assert rec.items[0].created_at <= record.created_at <= rec.items[2].created_at
+    events = storage_events(rec)
+    assert events[0]["state"] == "failing"
+    assert events[-1]["state"] == "ok"
+    assert events[-1]["held"] == 2
+
+
+async def test_without_run_a_failed_append_raises_as_the_log_does(
+    log: Log, store: FaultyStore
+) -> None:
+    writer = LogWriter(log, "c")
+    store.fail_next = 1
+    with pytest.raises(StoreError):
+        await writer.append(new("x"))
+    assert not writer.failing
+    assert (await writer.append(new("y"))).seq == 0
+
+
+async def test_a_waiter_cancelled_while_held_leaves_nothing_behind(
+    log: Log, store: FaultyStore
+) -> None:
+    writer = quick(LogWriter(log, "c"))
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        store.failing = True
+        with anyio.move_on_after(0.2):
+            await writer.append(new("abandoned"))
+        assert writer.held == 0
+        store.failing = False
+        with anyio.fail_after(5):
+            while writer.failing:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    items = await log.query("c")
+    assert [i.data["what"] for i in items] == [OUTAGE_EVENT]
+
+
+async def test_past_the_bound_output_is_dropped_counted_and_the_turn_cancelled_once(
+    log: Log, store: FaultyStore
+) -> None:
+    writer = quick(LogWriter(log, "c", max_held=3))
+    overflows: list[int] = []
+    writer.on_overflow = lambda: overflows.append(writer.held)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        store.failing = True
+        for n in range(5):
+            await writer.append_or_hold(new(f"n{n}"))
+        with writer.admitting() as admitted:
+            assert not admitted
+        assert writer.held == 3
+        assert overflows == [3]
+        store.failing = False
+        with anyio.fail_after(5):
+            while writer.failing:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    items = await log.query("c")
+    assert [i.data.get("text") for i in items[1:]] == ["n0", "n1", "n2"]
+    record = items[0].data
+    assert (record["held"], record["dropped"], record["turn_cancelled"]) == (3, 3, True)
+
+
+async def test_an_invalid_item_is_refused_at_once_never_held(log: Log, store: FaultyStore) -> None:
+    writer = quick(LogWriter(log, "c"))
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        store.failing = True
+        await writer.append_or_hold(new("held"))
+        with pytest.raises(ValueError, match="surrogate"):
+            await writer.append_or_hold(new("\ud800"))
+        assert writer.held == 1
+        tg.cancel_scope.cancel()
+
+
+def demo(log: Log, workspace: Path) -> DemoSession:
+    session = DemoSession(log=log, workspace=workspace, conversation_id="c1", delay=0)
+    quick(session._recorder.writer)
+    return session
+
+
+async def test_prompts_are_refused_while_the_log_cannot_be_written_and_accepted_after(
+    log: Log, store: FaultyStore, workspace: Path
+) -> None:
+    session = demo(log, workspace)
+    async with running(session, log) as rec:
+        store.failing = True
+        with pytest.raises(SessionError) as refused:
+            await session.prompt("hello", by="alice")
+        assert refused.value.code == "agent_unavailable"
+        assert "the prompt was not stored" in refused.value.message
+        # Everyone was told; the next prompt is refused before anything is tried.
+        await rec.wait_until(lambda: any(e["state"] == "failing" for e in storage_events(rec)))
+        with pytest.raises(SessionError, match="the log cannot be written"):
+            await session.prompt("again", by="bob")
+        assert session.storage() is not None
+        store.failing = False
+        await rec.wait_until(lambda: any(e["state"] == "ok" for e in storage_events(rec)))
+        assert session.storage() is None
+        await session.prompt("now", by="alice")
+        await rec.wait_item("permission_request")
+    prompts = [i.data["text"] for i in rec.of_type("message") if i.data["role"] == "user"]
+    assert prompts == ["now"]  # nothing refused was recorded
+    whats = [i.data["what"] for i in rec.of_type("session_event")]
+    assert whats == [OUTAGE_EVENT]
+
+
+async def test_the_running_turn_pauses_while_the_log_fails_and_finishes_after(
+    log: Log, store: FaultyStore, workspace: Path
+) -> None:
+    (workspace / "README.md").write_text("one\ntwo\n")
+    session = demo(log, workspace)
+    async with running(session, log) as rec:
+        await session.prompt("count", by="alice")
+        request = await rec.wait_item("permission_request")
+        store.failing = True
+        # Answered as the log fails: the decision is held, the tool runs, its items wait.
+        await session.answer_permission(request.data["request_id"], "allow_once", by="bob")
+        await rec.wait_until(lambda: session._recorder.writer.held >= 2)
+        with pytest.raises(SessionError, match="the log cannot be written"):
+            await session.answer_permission(request.data["request_id"], "allow_once", by="c")
+        assert not rec.of_type("tool_result")
+        store.failing = False
+        await rec.wait_item("tool_result")
+        await rec.wait_idle()
+    types = [i.type for i in rec.items]
+    start = types.index("session_event")
+    assert types[start:] == [
+        "session_event",
+        "permission_decision",
+        "tool_call_update",
+        "tool_call_update",
+        "tool_result",
+        "plan",
+        "message",
+        "plan",
+    ]
+    decision = rec.of_type("permission_decision")[0]
+    assert (decision.data["outcome"], decision.created_by) == ("selected", "bob")
+    seqs = [i.seq for i in rec.items]
+    assert seqs == list(range(len(seqs)))
+
+
+async def test_an_agent_flooding_a_log_that_cannot_be_written_has_its_turn_cancelled(
+    log: Log, store: FaultyStore, workspace: Path
+) -> None:
+    session = AcpSession(
+        argv=[sys.executable, str(FAKE_AGENT)],
+        log=log,
+        workspace=workspace,
+        conversation_id="c1",
+    )
+    writer = quick(session._recorder.writer)
+    writer.max_held = 20
+    async with running(session, log) as rec:
+        await session.prompt("wait", by="alice")
+        await rec.wait_until(lambda: any(e.kind == "delta" for e in rec.events))
+        store.failing = True
+        # The stream is stored in parts: force one, so the recorder needs the log.
+        session._recorder._stream.started -= 3600  # type: ignore[union-attr]
+        await rec.wait_until(
+            lambda: any(
+                isinstance(e, Event) and e.kind == STORAGE_EVENT and e.data["state"] == "failing"
+                for e in rec.events
+            )
+        )
+        with anyio.fail_after(20):
+            while not writer._outage or not writer._outage.turn_cancelled:  # type: ignore[union-attr]
+                await anyio.sleep(0.02)
+        store.failing = False
+        await rec.wait_idle()
+    record = next(i for i in rec.of_type("session_event") if i.data["what"] == OUTAGE_EVENT)
+    assert record.data["turn_cancelled"] is True
+    assert record.data["dropped"] > 0
