@@ -21,7 +21,7 @@ import pytest
 from rich.console import Console
 
 from tests.support import RelayProcess
-from tests.terminal.hostile import NAMES, WIRE, dangerous
+from tests.terminal.hostile import NAMES, WIRE, assert_every_label_shown_escaped, dangerous
 from tests.terminal.pty_process import TERMINAL_ENV, pty_process
 from tunnel.app.requests import Prompt
 from tunnel.host.console import HostConsole
@@ -163,27 +163,7 @@ async def test_the_host_console_on_a_terminal_receives_no_control_sequence(
     text = received.decode("utf-8")  # strict: no stray byte a terminal could read as C1
     assert b"\x1b" not in received
     assert dangerous(text.replace("\r\n", "\n")) == []
-    shown = printable(WIRE)
-    for label in [
-        "prompt",
-        "message",
-        "thought",
-        "plan",
-        "tool-title",
-        "location",
-        "content",
-        "diff-new",
-        "result",
-        "permission",
-        "allow-name",
-        "reject-id",
-        "refusal",
-        "failure",
-    ]:
-        assert f"<{label}>{shown}" in text, label
-    assert "<terminal-out>" + printable(WIRE.replace("\x00", "")) in text
-    for label in ["input-key", "input-value", "diff-old", "terminal-arg", "update-kind"]:
-        assert f"<{label}>" in text, label
+    assert_every_label_shown_escaped(text, extra=("refusal",))
     presence = [line for line in text.splitlines() if line.startswith("attached: ")]
     for name in NAMES[:2]:
         assert any(printable(name) in line for line in presence), name

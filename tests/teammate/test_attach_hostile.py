@@ -22,7 +22,7 @@ from rich.console import Console
 
 from tests.host.teammate import attached
 from tests.support import RelayProcess, read_line
-from tests.terminal.hostile import NAMES, WIRE, dangerous
+from tests.terminal.hostile import NAMES, WIRE, assert_every_label_shown_escaped, dangerous
 from tests.terminal.pty_process import TERMINAL_ENV, pty_process
 from tunnel.app.host_messages import (
     Error,
@@ -252,27 +252,6 @@ async def test_tunnel_attach_on_a_terminal_receives_no_control_sequence(
     assert b"\x1b" not in received
     assert dangerous(text.replace("\r\n", "\n")) == []
     # Each surface showed its hostile text, escaped (so the check above checked something).
-    shown = printable(WIRE)
-    for label in [
-        "prompt",  # a teammate's prompt
-        "message",  # the agent's reply
-        "thought",
-        "plan",
-        "tool-title",
-        "location",
-        "content",
-        "diff-new",
-        "result",
-        "permission",
-        "allow-name",
-        "reject-id",
-        "failure",
-    ]:
-        assert f"<{label}>{shown}" in text, label
-    # A command's output: what its argument held, which cannot hold NUL.
-    assert "<terminal-out>" + printable(WIRE.replace("\x00", "")) in text
-    # Cut (an unknown update's kind) or quoted (JSON input): the label is enough.
-    for label in ["input-key", "input-value", "diff-old", "terminal-arg", "update-kind"]:
-        assert f"<{label}>" in text, label
+    assert_every_label_shown_escaped(text)
     for name in NAMES:
         assert printable(name) in text

@@ -65,3 +65,38 @@ def is_dangerous(char: str) -> bool:
 def dangerous(text: str) -> list[str]:
     """The dangerous characters of `text`, as escapes (empty when it is safe to print)."""
     return sorted({f"U+{ord(c):04X}" for c in text if is_dangerous(c)})
+
+
+SHOWN_WHOLE = (
+    "prompt",  # a teammate's prompt
+    "message",  # the agent's reply
+    "thought",
+    "plan",
+    "tool-title",
+    "location",
+    "content",
+    "diff-new",
+    "result",
+    "permission",
+    "allow-name",
+    "reject-id",
+    "failure",
+)
+"""Labels of hostile_acp_agent.py whose whole hostile text every surface shows, escaped."""
+
+SHOWN_CUT = ("input-key", "input-value", "diff-old", "terminal-arg", "update-kind")
+"""Labels a surface shows cut (an unknown update's kind) or quoted (JSON input): the label is
+enough."""
+
+
+def assert_every_label_shown_escaped(text: str, extra: tuple[str, ...] = ()) -> None:
+    """Every labelled hostile string of the agent reached `text` escaped, none raw."""
+    from tunnel.terminal.sanitize import printable
+
+    shown = printable(WIRE)
+    for label in (*SHOWN_WHOLE, *extra):
+        assert f"<{label}>{shown}" in text, label
+    # A command's output: what its argument held, which cannot hold NUL.
+    assert "<terminal-out>" + printable(WIRE.replace("\x00", "")) in text
+    for label in SHOWN_CUT:
+        assert f"<{label}>" in text, label
