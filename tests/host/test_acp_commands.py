@@ -14,7 +14,7 @@ from tunnel.app.requests import SetMode
 
 from .conftest import acp_spec, sharing
 from .teammate import attached
-from .test_host_and_attach_commands import ENV, ROOT, TUNNEL, _read_until, _start_host, _stop
+from .test_host_and_attach_commands import _read_until, _start_attach, _start_host, _stop
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -32,14 +32,7 @@ async def test_attach_sees_the_tool_call_answers_allow_once_and_drives_modes_and
     attach = None
     try:
         drive_link = (await _read_until(host, r"drive link: (\S+)")).group(1)
-        attach = subprocess.Popen(
-            [*TUNNEL, "attach", "--name", "alice"],
-            cwd=ROOT,
-            env=dict(ENV, TUNNEL_LINK=drive_link),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        attach = _start_attach(drive_link, "alice")
         await _read_until(attach, r"attached as alice \(drive\)")
         _type(attach, "ask")
         await _read_until(attach, r"permission\? Edit notes\.txt", lines=200)

@@ -56,6 +56,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.returncode
 
 
+def _start_attach(link: str, name: str) -> subprocess.Popen[bytes]:
+    """`tunnel attach` as a subprocess: the link in its environment, stdin and stdout piped."""
+    return subprocess.Popen(
+        [*TUNNEL, "attach", "--name", name],
+        cwd=ROOT,
+        env=dict(ENV, TUNNEL_LINK=link),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def _start_host(
     relay: RelayProcess, tmp_path: Path, workspace: Path, *args: str
 ) -> subprocess.Popen[bytes]:
@@ -128,14 +140,7 @@ async def test_tunnel_attach_prompts_from_the_keyboard_and_shows_the_reply(
     attach = None
     try:
         drive_link = (await _read_until(host, r"drive link: (\S+)")).group(1)
-        attach = subprocess.Popen(
-            [*TUNNEL, "attach", "--name", "alice"],
-            cwd=ROOT,
-            env=dict(ENV, TUNNEL_LINK=drive_link),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        attach = _start_attach(drive_link, "alice")
         assert attach.stdin is not None
         await _read_until(attach, r"attached as alice \(drive\)")
         attach.stdin.write(b"what is up\n")
