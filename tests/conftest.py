@@ -7,11 +7,15 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.support import RelayProcess
+
+if TYPE_CHECKING:
+    from tests.relay.cluster.support import RedisServer
 
 # Property tests check behaviour, not speed: on a busy 2-core machine a slow example is not a
 # failure (speed is measured in bench/).
@@ -20,7 +24,7 @@ settings.register_profile(
 )
 settings.load_profile("agent-tunnel")
 
-REQUIRED_MARKERS = ("browser", "sandbox", "agents_real")
+REQUIRED_MARKERS = ("browser", "sandbox", "agents_real", "cluster")
 _skipped: list[str] = []
 
 
@@ -55,6 +59,39 @@ def bwrap() -> str:
     if _require_all():
         pytest.fail(f"the sandbox tests need bubblewrap: {problem}", pytrace=False)
     pytest.skip(f"the sandbox tests need bubblewrap: {problem}")
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """Debian's redis-server on a free loopback port, in memory only, stopped after the test.
+    The `cluster` suite is required: under TUNNEL_REQUIRE_ALL=1 it fails without one."""
+    if shutil.which("redis-server") is None:
+        problem = "the cluster tests need redis-server (apt-get install -y redis-server)"
+        if _require_all():
+            pytest.fail(problem, pytrace=False)
+        pytest.skip(problem)
+    # Imported here: only the cluster suite needs it, and it loads the host's modules.
+    from tests.relay.cluster.support import RedisServer
+
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def haproxy() -> str:
+    """Debian's haproxy, the load balancer the cluster tests put in front of their nodes. The
+    `cluster` suite is required: under TUNNEL_REQUIRE_ALL=1 it fails without one."""
+    # Debian installs it in /usr/sbin, which is not on every user's PATH.
+    path = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/sbin")
+    if path is None:
+        problem = "the cluster tests need haproxy (apt-get install -y haproxy)"
+        if _require_all():
+            pytest.fail(problem, pytrace=False)
+        pytest.skip(problem)
+    return path
 
 
 def _require_all() -> bool:

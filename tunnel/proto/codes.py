@@ -58,6 +58,9 @@ class CloseCode(enum.IntEnum):
     """Another host process is online with the same key: a newcomer is refused, unless it asked to
     replace that one, which is then closed with this code."""
 
+    CLUSTER_UNAVAILABLE = 4010
+    """The relay node cannot reach the cluster's shared state to find the host's node; retry."""
+
 
 FINAL_CODES = frozenset(
     {

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
+
+if TYPE_CHECKING:
+    from tunnel.relay.settings import ClusterSettings
+
+CLUSTER_SECRET_VARIABLE = "TUNNEL_RELAY_CLUSTER_SECRET"  # noqa: S105 (a variable's name)
+"""The environment variable that may hold the cluster secret (never a command-line option)."""
 
 
 def _limit(value: int) -> int | None:
@@ -25,6 +32,48 @@ def _metrics_token(token: str | None, path: Path | None) -> str | None:
         return path.read_text().strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read the metrics token from {path}: {exc}") from None
+
+
+def _cluster_secret(path: Path | None) -> bytes:
+    """The cluster secret, from `path` or TUNNEL_RELAY_CLUSTER_SECRET; ValueError if neither or
+    both. Surrounding whitespace is ignored."""
+    variable = os.environ.get(CLUSTER_SECRET_VARIABLE)
+    if path is not None and variable is not None:
+        raise ValueError(f"give --cluster-secret-file or {CLUSTER_SECRET_VARIABLE}, not both")
+    if path is not None:
+        try:
+            return path.read_bytes().strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read the cluster secret from {path}: {exc}") from None
+    if variable is None:
+        raise ValueError(
+            "--cluster needs the cluster secret: --cluster-secret-file or "
+            + CLUSTER_SECRET_VARIABLE
+        )
+    return variable.strip().encode()
+
+
+def _cluster(
+    redis_url: str | None, node_url: str | None, secret_file: Path | None
+) -> ClusterSettings | None:
+    """The cluster settings from the options, or None without --cluster."""
+    if redis_url is None:
+        if node_url is not None or secret_file is not None:
+            raise ValueError("--node-url and --cluster-secret-file go with --cluster")
+        return None
+    if node_url is None:
+        raise ValueError("--cluster needs --node-url: the ws:// address other nodes reach this on")
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            "--cluster needs the redis package: pip install 'agent-tunnel[cluster]'"
+        ) from None
+    from tunnel.relay.settings import ClusterSettings
+
+    return ClusterSettings(
+        redis_url=redis_url, node_url=node_url, secret=_cluster_secret(secret_file)
+    )
 
 
 def relay_command(
@@ -163,6 +212,36 @@ def relay_command(
             help="Seconds a peer may stop reading its socket before it is cut off (0: never).",
         ),
     ] = 30.0,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TUNNEL_RELAY_CLUSTER",
+            metavar="REDIS_URL",
+            show_default=False,
+            help="Join a cluster of relay nodes through Redis (redis://HOST:PORT/DB; default: run"
+            " alone). A URL with a password belongs in the variable: ps shows the command line.",
+        ),
+    ] = None,
+    node_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TUNNEL_RELAY_NODE_URL",
+            metavar="URL",
+            show_default=False,
+            help="With --cluster: ws://ADDRESS:PORT where the other nodes reach this one.",
+        ),
+    ] = None,
+    cluster_secret_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="TUNNEL_RELAY_CLUSTER_SECRET_FILE",
+            exists=True,
+            dir_okay=False,
+            metavar="FILE",
+            help="With --cluster: the secret every node shares, in a file that holds only it"
+            f" (or set {CLUSTER_SECRET_VARIABLE}).",
+        ),
+    ] = None,
     log_level: Annotated[
         LogLevel, typer.Option(envvar="TUNNEL_RELAY_LOG_LEVEL", help="Log verbosity.")
     ] = LogLevel.info,
@@ -195,6 +274,7 @@ def relay_command(
             send_timeout=None if send_timeout <= 0 else send_timeout,
             limits=Limits(max_channels=_limit(max_channels_per_link)),
             log_level=log_level.value,
+            cluster=_cluster(cluster, node_url, cluster_secret_file),
         )
     except ValueError as exc:
         typer.echo(f"tunnel relay: {exc}", err=True)

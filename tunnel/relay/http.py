@@ -13,13 +13,18 @@ import http
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from websockets.datastructures import Headers, MultipleValuesError
 from websockets.http11 import Request, Response
 
 from tunnel.relay.metrics import CONTENT_TYPE_LATEST, RelayMetrics
+from tunnel.relay.node_forward import NODE_ATTACH_PATH, verified_client
 from tunnel.relay.settings import url_origin
+
+if TYPE_CHECKING:
+    from tunnel.relay.cluster import Cluster
 
 logger = logging.getLogger("relay.http")
 
@@ -102,8 +107,10 @@ class HttpRouter:
         metrics: RelayMetrics,
         static: StaticHandler | bool | None = True,
         metrics_token: str | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self._origins = origins
+        self._cluster = cluster
         self._metrics = metrics
         self._metrics_token = None if metrics_token is None else metrics_token.encode()
         self._static: StaticHandler | None
@@ -129,8 +136,14 @@ class HttpRouter:
                 logger.info("refused a WebSocket from origin %.100r", origin)
                 return text_response(403, "Forbidden origin.\n")
             return None
+        if path == NODE_ATTACH_PATH and self._cluster is not None:
+            if self._node_signed(request):
+                return None
+            self._metrics.frames_rejected.labels(reason="node_auth").inc()
+            logger.warning("refused a node-to-node connection with a bad or stale signature")
+            return text_response(403, "Forbidden.\n")
         if path == "/healthz":
-            return text_response(200, "ok\n")
+            return text_response(200, self._health())
         if path == "/metrics":
             if not self._may_read_metrics(request):
                 return response(
@@ -150,6 +163,28 @@ class HttpRouter:
                         content_type = value
                 return response(status, body, content_type, headers)
         return text_response(404, "Not found.\n")
+
+    def _health(self) -> str:
+        """The /healthz body: "ok", and on a cluster node whether it is in the cluster.
+
+        Always 200 while the process serves: a node cut off from Redis still serves its own hosts
+        and teammates, and taking every node out of a load balancer when Redis is away would
+        stop those too."""
+        if self._cluster is None:
+            return "ok\n"
+        return "ok\ncluster: " + ("member\n" if self._cluster.member else "unavailable\n")
+
+    def _node_signed(self, request: Request) -> bool:
+        """Tell whether a request to NODE_ATTACH_PATH carries a valid signature of a node."""
+        assert self._cluster is not None
+        settings = self._cluster.settings
+        client = verified_client(
+            request.headers,
+            settings.secret,
+            node_url=settings.node_url,
+            max_skew=settings.max_clock_skew,
+        )
+        return client is not None
 
     def _may_read_metrics(self, request: Request) -> bool:
         """Tell whether the request may read /metrics: always without a metrics token, else only

@@ -14,6 +14,7 @@ import socket
 import ssl
 from collections.abc import Iterable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskStatus
@@ -27,8 +28,12 @@ from tunnel.proto import Connection, Side
 from tunnel.proto.codes import CloseCode
 from tunnel.relay.http import HOST_PATH, HttpRouter, OriginPolicy
 from tunnel.relay.metrics import RelayMetrics
+from tunnel.relay.node_forward import CLIENT_HEADER, NODE_ATTACH_PATH
 from tunnel.relay.settings import RelaySettings
 from tunnel.relay.switch import Kind, Peer, Switch, SwitchLimits
+
+if TYPE_CHECKING:
+    from tunnel.relay.cluster import Cluster
 
 logger = logging.getLogger("relay.server")
 
@@ -62,10 +67,20 @@ class Relay:
             metrics=self.metrics,
             authorized_keys=authorized,
         )
+        self.cluster: Cluster | None = None
+        """This node's part in a relay cluster (docs/cluster.md); None for a relay on its own."""
+        if settings.cluster is not None:
+            # Imported only here: Redis is an optional dependency of cluster nodes alone.
+            from tunnel.relay.cluster import Cluster
+
+            self.cluster = Cluster(
+                settings.cluster, relay=settings, switch=self.switch, relay_metrics=self.metrics
+            )
         self.router = HttpRouter(
             origins=OriginPolicy.build(public_url, settings.allowed_origins),
             metrics=self.metrics,
             metrics_token=settings.metrics_token,
+            cluster=self.cluster,
         )
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -76,9 +91,15 @@ class Relay:
         """Serve one WebSocket connection from its hello to its close."""
         request = websocket.request
         assert request is not None
-        kind = Kind.HOST if request.path.split("?", 1)[0] == HOST_PATH else Kind.TEAMMATE
+        path = request.path.split("?", 1)[0]
+        kind = Kind.HOST if path == HOST_PATH else Kind.TEAMMATE
         address = websocket.remote_address
         ip = str(address[0]) if address else "unknown"
+        # A teammate forwarded by another node: the router let it through only with a valid
+        # node signature, which covers the client's own address.
+        forwarded = path == NODE_ATTACH_PATH
+        if forwarded:
+            ip = request.headers.get(CLIENT_HEADER, ip)
         link = Link(
             websocket,
             Connection(Side.ACCEPTER, limits=self.settings.limits),
@@ -95,12 +116,16 @@ class Relay:
         try:
             link.connection.send_hello(relay_hello(peer.challenge, self.settings.limits))
             link.flush()
+            if self.cluster is not None and not forwarded and await self.cluster.route(peer):
+                return  # carried to the host's node, or refused there: the socket is closed
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._hello_deadline, peer)
                 closed = await link.run(partial(self.switch.on_event, peer))
                 tg.cancel_scope.cancel()
         finally:
             self.switch.disconnect(peer)
+            if self.cluster is not None:
+                await self.cluster.host_left(peer)
         failure = link.failure
         if failure is not None:
             # The one log line for a peer that broke the protocol; the others never notice.
@@ -205,8 +230,16 @@ async def run(
                 " TUNNEL_RELAY_METRICS_TOKEN) makes it require a token",
                 listening,
             )
-        task_status.started(port)
-        await anyio.sleep_forever()
+        async with anyio.create_task_group() as tg:
+            if relay.cluster is not None:
+                logger.info(
+                    "cluster node %s, Redis at %s",
+                    relay.cluster.node_url,
+                    relay.cluster.settings.redis_address,
+                )
+                await tg.start(relay.cluster.run)
+            task_status.started(port)
+            await anyio.sleep_forever()
     finally:
         server.close()
         with anyio.move_on_after(SHUTDOWN_GRACE, shield=True):

@@ -17,6 +17,65 @@ _METRICS_TOKEN = re.compile(r"[\x21-\x7e]+")
 """What a bearer token may hold here: visible ASCII, no spaces (it travels in a header)."""
 
 
+MIN_CLUSTER_SECRET = 16
+"""Bytes a cluster secret has at least: it authenticates every node-to-node connection."""
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSettings:
+    """How one relay node joins a cluster of nodes behind one address (docs/cluster.md)."""
+
+    redis_url: str = field(repr=False)
+    """redis://HOST:PORT/DB (rediss:// for TLS, unix:// for a socket). Kept out of repr: it may
+    hold a password."""
+
+    node_url: str
+    """How the other nodes reach this one (ws:// or wss://, this node's own address, not the
+    load balancer's), in the normal form of `http_base_url`."""
+
+    secret: bytes = field(repr=False)
+    """The secret every node shares; it signs node-to-node connections. Never logged."""
+
+    ownership_ttl: float = 15.0
+    """Seconds a host's ownership record lives in Redis unless its node refreshes it: how long a
+    dead node's hosts keep pointing at it."""
+
+    refresh_interval: float = 5.0
+    """Seconds between refreshes of this node's ownership records (well under the TTL)."""
+
+    redis_timeout: float = 2.0
+    """Seconds one Redis command or connection attempt may take before Redis counts as down."""
+
+    forward_timeout: float = 5.0
+    """Seconds to open a forwarded connection to the owner node and get its hello."""
+
+    max_clock_skew: float = 30.0
+    """Seconds a node-to-node signature's timestamp may differ from this node's clock."""
+
+    def __post_init__(self) -> None:
+        scheme = urlsplit(self.redis_url).scheme
+        if scheme not in _REDIS_SCHEMES:
+            raise ValueError("the cluster URL starts with redis://, rediss:// or unix://")
+        if urlsplit(self.node_url.strip()).scheme not in ("ws", "wss", "http", "https"):
+            raise ValueError(f"the node URL starts with ws:// or wss://: {self.node_url!r}")
+        object.__setattr__(self, "node_url", http_base_url(self.node_url))
+        if len(self.secret) < MIN_CLUSTER_SECRET:
+            raise ValueError(f"the cluster secret has at least {MIN_CLUSTER_SECRET} bytes")
+        if not 0 < self.refresh_interval < self.ownership_ttl:
+            raise ValueError("the refresh interval is positive and shorter than the TTL")
+
+    @property
+    def redis_address(self) -> str:
+        """The Redis server for log lines: host, port and database, never a password."""
+        parts = urlsplit(self.redis_url)
+        if parts.scheme == "unix":
+            return parts.path
+        host = parts.hostname or "localhost"
+        return f"{host}:{parts.port or 6379}{parts.path or '/0'}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RelaySettings:
     """Everything `tunnel.relay.server.run` needs. Every limit is a named field; `None` is off."""
@@ -78,6 +137,9 @@ class RelaySettings:
 
     log_level: str = "info"
     """One of LOG_LEVELS."""
+
+    cluster: ClusterSettings | None = None
+    """Join a cluster of relay nodes through Redis; None runs one relay on its own."""
 
     def __post_init__(self) -> None:
         if (self.certfile is None) != (self.keyfile is None):

@@ -1,0 +1,519 @@
+"""One relay node in a cluster: who serves which host, kept in Redis (docs/cluster.md).
+
+The node that admits a host records `host id -> node` in Redis with a TTL it keeps refreshing,
+and announces the change on a pub/sub channel, so the node that served the host before drops its
+stale link and the teammates it served (they reconnect). A teammate that reaches a node without
+its host is forwarded to the owner node (`tunnel.relay.node_forward`); while Redis cannot be
+reached, a node keeps serving what it holds and refuses cross-node attaches with 4010.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import TaskStatus
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from websockets.exceptions import ConnectionClosed
+
+from tunnel.handshake import (
+    HelloError,
+    HostHello,
+    advertised,
+    parse_host_hello,
+    parse_teammate_hello,
+)
+from tunnel.process.backoff import Backoff
+from tunnel.proto import Event, HelloReceived, RemoteProtocolError
+from tunnel.proto.codes import CloseCode
+from tunnel.relay.admission import match_role
+from tunnel.relay.metrics import ClusterMetrics, RelayMetrics
+from tunnel.relay.node_forward import close_websocket, forward
+from tunnel.relay.settings import ClusterSettings, RelaySettings
+from tunnel.relay.switch import Kind, Peer, Switch
+
+__all__ = ["Cluster", "ClusterUnavailableError", "Owner"]
+
+logger = logging.getLogger("relay.cluster")
+
+KEY_PREFIX = "agent-tunnel:host:"
+"""Redis key of a host's ownership record: this prefix and the host id."""
+
+OWNERS_CHANNEL = "agent-tunnel:owners"
+"""Redis pub/sub channel on which a node announces that it took a host over."""
+
+REFRESH_BATCH = 500
+"""Ownership records refreshed per Redis call: one round trip for most nodes, bounded work."""
+
+_RECONNECT_MAX = 5.0
+"""Cap of the wait between attempts to reach Redis again, in seconds: Redis is this relay's own
+infrastructure, and while it is away no teammate can be forwarded."""
+
+# Keep each record only while it is still this node's; an absent record is this node's again
+# (Redis restarted empty, or the record expired while Redis was out of reach). Returns, per key,
+# 1 when the record is ours now and 0 when another node owns the host.
+_REFRESH = """
+local result = {}
+for i, key in ipairs(KEYS) do
+  local mine = ARGV[i + 1]
+  local current = redis.call('GET', key)
+  if current == false then
+    redis.call('SET', key, mine, 'PX', ARGV[1])
+    result[i] = 1
+  elseif current == mine then
+    redis.call('PEXPIRE', key, ARGV[1])
+    result[i] = 1
+  else
+    result[i] = 0
+  end
+end
+return result
+"""
+
+# Delete a record only while it is still ours: a host that moved on belongs to its new node.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+_DROP_REASONS = {
+    CloseCode.GOING_AWAY: "replaced by a newer connection",
+    CloseCode.HOST_ID_IN_USE: "another host took over this key",
+}
+
+
+class ClusterUnavailableError(Exception):
+    """Redis cannot be reached now, so the node serving a host cannot be found."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Owner:
+    """A host's ownership record in Redis: which node serves it, and which host process."""
+
+    node_url: str
+    """The owner node's URL for other nodes (its `--node-url`, normal form)."""
+
+    run: str
+    """Random per node process: a record a node wrote before it restarted is not its own."""
+
+    instance: bytes | None
+    """The host process's instance (from its hello): a reconnect of the same process."""
+
+    def encode(self) -> str:
+        """The record as stored: compact JSON with sorted keys, so equal records are equal bytes."""
+        instance = None if self.instance is None else self.instance.hex()
+        return json.dumps(
+            {"instance": instance, "node": self.node_url, "run": self.run},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Owner | None:
+        """Read a stored record; None for anything that is not one."""
+        try:
+            value = json.loads(raw)
+            instance = value["instance"]
+            return cls(
+                node_url=str(value["node"]),
+                run=str(value["run"]),
+                instance=None if instance is None else bytes.fromhex(instance),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def _key(host_id: str) -> str:
+    return KEY_PREFIX + host_id
+
+
+class Cluster:
+    """This node's part in the cluster: its ownership records, the Redis link, the entry logic.
+
+    `run()` keeps the Redis link (reconnecting with backoff), listens for ownership changes and
+    refreshes this node's records. `route(peer)` decides, once a connection said hello, whether
+    the host is served here or the teammate must be forwarded.
+    """
+
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        *,
+        relay: RelaySettings,
+        switch: Switch,
+        relay_metrics: RelayMetrics,
+    ) -> None:
+        self.settings = settings
+        self._relay = relay
+        self._switch = switch
+        self._relay_metrics = relay_metrics
+        self.metrics = ClusterMetrics(relay_metrics.registry)
+        self.node_url = settings.node_url
+        self.run_id = secrets.token_hex(8)
+        """Distinguishes this process from an earlier run of the node at the same URL."""
+        self.member = False
+        """Whether Redis is reachable and this node's records are current."""
+        # Bounded by the hosts this node serves (max_hosts): one record per local host.
+        self._owned: dict[str, str] = {}
+        self._redis = Redis.from_url(
+            settings.redis_url,
+            socket_timeout=settings.redis_timeout,
+            socket_connect_timeout=settings.redis_timeout,
+            # One attempt per command: this node's own backoff decides when to try again, and a
+            # teammate waiting on a lookup gets 4010 at once rather than after retries.
+            retry=Retry(NoBackoff(), 0),
+        )
+        self._refresh_script = self._redis.register_script(_REFRESH)
+        self._release_script = self._redis.register_script(_RELEASE)
+
+    # -- the Redis link -----------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Stay in the cluster until cancelled: reconnect to Redis with backoff while it is away.
+
+        Reports started at once: the node serves its own hosts and teammates with or without
+        Redis.
+        """
+        backoff = Backoff(maximum=_RECONNECT_MAX)
+        task_status.started()
+        away_logged = False
+        try:
+            while True:
+                try:
+                    await self._session(backoff)
+                except Exception as exc:
+                    # Whatever went wrong with Redis (or with what it answered), this node's own
+                    # hosts and teammates must keep being served: leave the cluster and retry.
+                    self._set_member(False)
+                    self.metrics.redis_errors.inc()
+                    if not isinstance(exc, RedisError | OSError):
+                        logger.exception("cluster session failed")
+                    if not away_logged:
+                        logger.warning(
+                            "Redis at %s is unreachable (%s): serving this node's hosts and"
+                            " teammates only, cross-node attaches get %d; retrying",
+                            self.settings.redis_address,
+                            type(exc).__name__,
+                            CloseCode.CLUSTER_UNAVAILABLE,
+                        )
+                        away_logged = True
+                    refused = isinstance(exc, RedisConnectionError)
+                    await anyio.sleep(backoff.next_delay(refused=refused))
+                    continue
+                away_logged = False
+        finally:
+            self._set_member(False)
+            with anyio.move_on_after(1.0, shield=True):
+                await self._redis.aclose()
+
+    async def _session(self, backoff: Backoff) -> None:
+        """One Redis session: subscribe, re-assert our records, then listen and refresh."""
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            with anyio.fail_after(self.settings.redis_timeout):
+                await pubsub.subscribe(OWNERS_CHANNEL)
+            # Subscribed first, so no takeover announced from here on is missed.
+            await self._refresh()
+            self._set_member(True)
+            backoff.reset()
+            logger.info("in the cluster through Redis at %s", self.settings.redis_address)
+            interval = self.settings.refresh_interval
+            next_refresh = anyio.current_time() + interval
+            while True:
+                wait = max(0.0, next_refresh - anyio.current_time())
+                message = await pubsub.get_message(timeout=wait)
+                if message is not None and message.get("type") == "message":
+                    self._on_announcement(message.get("data"))
+                if anyio.current_time() >= next_refresh:
+                    await self._refresh()
+                    next_refresh = anyio.current_time() + interval
+        finally:
+            with anyio.move_on_after(1.0, shield=True):
+                # redis-py leaves PubSub.aclose unannotated.
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _set_member(self, member: bool) -> None:
+        self.member = member
+        self.metrics.member.set(1 if member else 0)
+
+    async def _refresh(self) -> None:
+        """Extend every record of ours; drop a local host whose record another node took."""
+        owned = list(self._owned.items())
+        ttl_ms = str(int(self.settings.ownership_ttl * 1000))
+        for start in range(0, len(owned), REFRESH_BATCH):
+            batch = owned[start : start + REFRESH_BATCH]
+            with anyio.fail_after(self.settings.redis_timeout):
+                kept = await self._refresh_script(
+                    keys=[_key(host_id) for host_id, _ in batch],
+                    args=[ttl_ms, *(record for _, record in batch)],
+                )
+            for (host_id, record), ours in zip(batch, kept, strict=True):
+                if not ours and self._owned.get(host_id) == record:
+                    del self._owned[host_id]
+                    peer = self._switch.hosts.get(host_id)
+                    if peer is not None:
+                        logger.info("%s is served by another node now", peer.describe())
+                        self._drop(peer, CloseCode.GOING_AWAY, None)
+        self.metrics.owned_hosts.set(len(self._owned))
+
+    def _on_announcement(self, data: object) -> None:
+        """Another node took a host over: drop our link to it, if we still have one."""
+        if not isinstance(data, bytes | str):
+            return
+        try:
+            value = json.loads(data)
+            host_id = str(value["host"])
+            node_url, run = str(value["node"]), str(value["run"])
+            code = CloseCode(int(value["code"]))
+            verifiers = {str(role): bytes.fromhex(v) for role, v in value["verifiers"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            logger.warning("ignored a malformed ownership announcement")
+            return
+        if (node_url, run) == (self.node_url, self.run_id) or code not in _DROP_REASONS:
+            return
+        if self._owned.pop(host_id, None) is not None:
+            self.metrics.owned_hosts.set(len(self._owned))
+        peer = self._switch.hosts.get(host_id)
+        if peer is None:
+            return
+        logger.info("%s moved to node %s", peer.describe(), node_url)
+        self._drop(peer, code, verifiers)
+
+    def _drop(self, peer: Peer, code: CloseCode, verifiers: Mapping[str, bytes] | None) -> None:
+        """Close a host link another node now serves, and its teammates (they reconnect there).
+
+        With the new verifiers known, a teammate whose token matches none of them is told 4008,
+        as on one node when a host re-registers after a revoke; the others get 4005 from the
+        switch once the host link is gone, and find the host on its new node when they retry.
+        """
+        assert peer.host_id is not None
+        if verifiers is not None:
+            for teammate in list(self._switch.teammates.get(peer.host_id, ())):
+                if match_role(teammate.token_hash, verifiers) is None:
+                    teammate.link.close_soon(CloseCode.REVOKED, "share link revoked")
+        reason = _DROP_REASONS.get(code, "another relay node serves this host now")
+        peer.link.close_soon(code, reason)
+
+    # -- ownership ----------------------------------------------------------------------------
+
+    async def owner_of(self, host_id: str) -> Owner | None:
+        """The node that serves `host_id`, None if none does; ClusterUnavailableError if Redis
+        cannot say."""
+        if not self.member:
+            raise ClusterUnavailableError
+        try:
+            with anyio.fail_after(self.settings.redis_timeout):
+                raw = await self._redis.get(_key(host_id))
+        except (RedisError, OSError, TimeoutError):
+            self.metrics.redis_errors.inc()
+            raise ClusterUnavailableError from None
+        return None if raw is None else Owner.decode(raw)
+
+    def _is_us(self, owner: Owner) -> bool:
+        # A record with our URL but another run was written before this node restarted: the
+        # connections it stood for are gone.
+        return owner.node_url == self.node_url
+
+    async def _takeover_code(self, hello: HostHello) -> CloseCode:
+        """How an admitted host's previous node closes its old link: 1001 for the same host
+        process, 4009 for a takeover (`--replace`). Raises HelloError (4009) for another process
+        while one is online on another node, as on one node."""
+        if not self.member:
+            return CloseCode.GOING_AWAY  # the local switch still applies its own rules
+        try:
+            owner = await self.owner_of(hello.host_id)
+        except ClusterUnavailableError:
+            return CloseCode.GOING_AWAY
+        if owner is None or self._is_us(owner):
+            return CloseCode.GOING_AWAY
+        if owner.instance is not None and owner.instance == hello.instance:
+            return CloseCode.GOING_AWAY
+        if hello.replace:
+            return CloseCode.HOST_ID_IN_USE
+        raise HelloError(
+            CloseCode.HOST_ID_IN_USE,
+            "another host is online with this key",
+            metric="host_id_in_use",
+        )
+
+    async def _claim(self, hello: HostHello, code: CloseCode) -> None:
+        """Record this node as the host's owner and announce it (both at once, in MULTI)."""
+        record = Owner(node_url=self.node_url, run=self.run_id, instance=hello.instance).encode()
+        self._owned[hello.host_id] = record
+        self.metrics.owned_hosts.set(len(self._owned))
+        if not self.member:
+            return  # written when Redis is back (`_refresh` re-creates absent records)
+        announcement = json.dumps(
+            {
+                "host": hello.host_id,
+                "node": self.node_url,
+                "run": self.run_id,
+                "code": int(code),
+                "verifiers": {role: v.hex() for role, v in hello.verifiers.items()},
+            }
+        )
+        ttl_ms = int(self.settings.ownership_ttl * 1000)
+        try:
+            with anyio.fail_after(self.settings.redis_timeout):
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    pipe.set(_key(hello.host_id), record, px=ttl_ms)
+                    pipe.publish(OWNERS_CHANNEL, announcement)
+                    await pipe.execute()
+        except (RedisError, OSError, TimeoutError):
+            # Kept in _owned: the next refresh after Redis is back writes it.
+            self.metrics.redis_errors.inc()
+
+    async def host_left(self, peer: Peer) -> None:
+        """A host link closed: release its record unless the host is still served here."""
+        if peer.kind is not Kind.HOST or peer.host_id is None:
+            return
+        if self._switch.hosts.get(peer.host_id) is not None:
+            return  # replaced by a newer link on this node, which holds the record now
+        record = self._owned.pop(peer.host_id, None)
+        self.metrics.owned_hosts.set(len(self._owned))
+        if record is None or not self.member:
+            return  # not ours any more, or it expires by itself
+        try:
+            with anyio.move_on_after(self.settings.redis_timeout, shield=True):
+                await self._release_script(keys=[_key(peer.host_id)], args=[record])
+        except (RedisError, OSError):
+            self.metrics.redis_errors.inc()
+
+    # -- the entry: where a new connection is served ------------------------------------------
+
+    async def route(self, peer: Peer) -> bool:
+        """Read `peer`'s hello and decide where it is served.
+
+        Returns False when this node serves it: the hello went to the switch, and the caller
+        runs the link as usual. Returns True when the connection was dealt with here (forwarded
+        to the owner node, or refused) and is closed: the caller is done with it.
+        """
+        link = peer.link
+        websocket = link.websocket
+        try:
+            with anyio.fail_after(self._relay.hello_timeout):
+                # The link's writer is not running yet: send our hello ourselves.
+                for message in link.connection.data_to_send():
+                    await websocket.send(message)
+                first = await websocket.recv()
+        except TimeoutError:
+            self._relay_metrics.frames_rejected.labels(reason="hello_timeout").inc()
+            logger.info("closed %s: %d no hello in time", peer.describe(), CloseCode.PROTOCOL_ERROR)
+            await close_websocket(websocket, CloseCode.PROTOCOL_ERROR, "hello timeout")
+            return True
+        except ConnectionClosed:
+            return True
+        try:
+            if not isinstance(first, bytes):
+                raise RemoteProtocolError("text message on a binary protocol")
+            link.connection.receive_data(first)
+        except RemoteProtocolError as exc:
+            self._relay_metrics.frames_rejected.labels(reason=f"protocol_{int(exc.code)}").inc()
+            logger.warning("closed %s: %d protocol error: %s", peer.describe(), exc.code, exc)
+            await close_websocket(websocket, exc.code, str(exc))
+            return True
+        events = link.connection.events_received()
+        payload = next((e.payload for e in events if isinstance(e, HelloReceived)), None)
+        if payload is None:
+            self._dispatch(peer, events)
+            return False
+        if peer.kind is Kind.HOST:
+            return await self._route_host(peer, payload, events)
+        return await self._route_teammate(peer, payload, events, first)
+
+    def _dispatch(self, peer: Peer, events: Iterable[Event]) -> None:
+        for event in events:
+            self._switch.on_event(peer, event)
+        peer.link.flush()
+
+    async def _route_host(
+        self, peer: Peer, payload: Mapping[str, object], events: list[Event]
+    ) -> bool:
+        try:
+            # Checked again by the switch, with the authorized keys: here only to learn who it
+            # is, from a hello that proves it.
+            hello = parse_host_hello(
+                payload,
+                challenge=peer.challenge,
+                public_url=self._switch.public_url,
+                authorized_keys=None,
+            )
+        except HelloError:
+            self._dispatch(peer, events)  # the switch refuses it, logs and counts it
+            return False
+        peer.host_id = hello.host_id
+        try:
+            code = await self._takeover_code(hello)
+        except HelloError as refusal:
+            self._relay_metrics.frames_rejected.labels(reason=refusal.metric).inc()
+            logger.info(
+                "refused %s: %d %s (on another node)", peer.describe(), refusal.code, refusal
+            )
+            await close_websocket(peer.link.websocket, refusal.code, str(refusal))
+            return True
+        self._dispatch(peer, events)
+        if peer.admitted and self._switch.hosts.get(hello.host_id) is peer:
+            # Before the link runs, so the host's admission is confirmed only once every node
+            # can find it (or Redis is known to be away).
+            await self._claim(hello, code)
+        return False
+
+    async def _route_teammate(
+        self, peer: Peer, payload: Mapping[str, object], events: list[Event], first: bytes
+    ) -> bool:
+        try:
+            hello = parse_teammate_hello(payload)
+        except HelloError:
+            self._dispatch(peer, events)
+            return False
+        peer.host_id = hello.host_id
+        local = self._switch.hosts.get(hello.host_id)
+        if local is not None and not local.link.closing:
+            self._dispatch(peer, events)
+            return False
+        try:
+            owner = await self.owner_of(hello.host_id)
+        except ClusterUnavailableError:
+            self._relay_metrics.frames_rejected.labels(reason="cluster_unavailable").inc()
+            logger.info(
+                "refused %s: %d cluster unavailable", peer.describe(), CloseCode.CLUSTER_UNAVAILABLE
+            )
+            await close_websocket(
+                peer.link.websocket, CloseCode.CLUSTER_UNAVAILABLE, "cluster unavailable, retry"
+            )
+            return True
+        if owner is None or self._is_us(owner):
+            self._dispatch(peer, events)  # the switch answers 4005: the host is offline
+            return False
+        logger.info("%s forwarded to node %s", peer.describe(), owner.node_url)
+        self.metrics.forwarded_connections.inc()
+        try:
+            result = await forward(
+                peer.link.websocket,
+                first,
+                owner_url=owner.node_url,
+                client=peer.ip,
+                secret=self.settings.secret,
+                relay_limits=advertised(self._relay.limits),
+                max_message_size=self._relay.limits.max_message_size,
+                open_timeout=self.settings.forward_timeout,
+                send_timeout=self._relay.send_timeout,
+                ping_interval=self._relay.ping_interval,
+                ping_timeout=self._relay.ping_timeout,
+            )
+        finally:
+            self.metrics.forwarded_connections.dec()
+        if not result.reached:
+            self._relay_metrics.frames_rejected.labels(reason="forward_failed").inc()
+        logger.debug("%s forwarded connection ended: %d", peer.describe(), result.code)
+        return True
