@@ -37,8 +37,10 @@ from tunnel.app.errors import ERROR_CODES
 from tunnel.app.host_messages import (
     Error,
     EventMessage,
+    HistoryPage,
     ItemMessage,
     Member,
+    PresenceDelta,
     PresenceMessage,
     Ready,
     SandboxInfo,
@@ -47,6 +49,7 @@ from tunnel.app.host_messages import (
 )
 from tunnel.app.requests import (
     Cancel,
+    History,
     Input,
     PermissionAnswer,
     Prompt,
@@ -121,6 +124,16 @@ def frame_seeds() -> dict[str, bytes]:
     seeds["near-trailing-byte"] = frame_bytes(Window(channel=1, n=1)) + b"\xc0"
     # A header that announces a string far longer than the message.
     seeds["near-huge-str-header"] = b"\x83\xa1c\x01\xa1k\xdb\xff\xff\xff\xff"
+    # The fixed forms decode_frame reads without msgpack (frames.py), and near misses of them.
+    data_head, window_head = b"\xa1k\xa4data\xa1p\x81\xa1d", b"\xa1k\xa6window\xa1p\x81\xa1n"
+    seeds["ok-data-wide-ids"] = frame_bytes(Data(channel=70000, data=b"w" * 300))
+    seeds["ok-window-wide-ids"] = frame_bytes(Window(channel=300, n=70000))
+    seeds["ok-data-not-shortest"] = b"\x83\xa1c\xcd\x00\x01" + data_head + b"\xc6\x00\x00\x00\x01x"
+    seeds["ok-data-uint64-id"] = b"\x83\xa1c\xcf" + bytes(7) + b"\x01" + data_head + b"\xc4\x01x"
+    seeds["near-data-bin-past-end"] = b"\x83\xa1c\x01" + data_head + b"\xc5\x00\x09abc"
+    seeds["near-data-negative-id"] = b"\x83\xa1c\xff" + data_head + b"\xc4\x01x"
+    seeds["ok-window-int8-grant"] = b"\x83\xa1c\x01" + window_head + b"\xd0\x05"
+    seeds["near-window-negative-grant"] = b"\x83\xa1c\x01" + window_head + b"\xd0\xfb"
     return seeds
 
 
@@ -212,6 +225,9 @@ def request_seeds() -> dict[str, bytes]:
     seeds = {
         "ok-subscribe": encode_request(Subscribe(after=None)),
         "ok-subscribe-after": encode_request(Subscribe(after=41)),
+        "ok-subscribe-tail": encode_request(Subscribe(after=None, tail=50)),
+        "ok-history": encode_request(History(before=800, limit=200)),
+        "ok-history-default-limit": pack({"op": "history", "before": 1}),
         "ok-prompt": encode_request(Prompt(text="list the files")),
         "ok-permission": encode_request(PermissionAnswer(request_id="p1", option_id="allow")),
         "ok-cancel": encode_request(Cancel()),
@@ -227,6 +243,12 @@ def request_seeds() -> dict[str, bytes]:
         "near-extra-field": {"op": "cancel", "now": True},
         "near-after-bool": {"op": "subscribe", "after": True},
         "near-after-low": {"op": "subscribe", "after": -2},
+        "near-tail-with-after": {"op": "subscribe", "after": 41, "tail": 50},
+        "near-tail-negative": {"op": "subscribe", "after": None, "tail": -1},
+        "near-history-limit-zero": {"op": "history", "before": 10, "limit": 0},
+        "near-history-limit-high": {"op": "history", "before": 10, "limit": 201},
+        "near-history-before-missing": {"op": "history", "limit": 10},
+        "near-history-before-negative": {"op": "history", "before": -1},
         "near-prompt-blank": {"op": "prompt", "text": "   "},
         "near-prompt-bytes": {"op": "prompt", "text": b"hi"},
         "near-input-str": {"op": "input", "data": "ls"},
@@ -271,6 +293,28 @@ def host_message_seeds() -> dict[str, bytes]:
                 reset=True,
             )
         ),
+        "ok-snapshot-tail": encode(
+            Snapshot(
+                items=[ITEMS["message"].to_wire()],
+                last_seq=0,
+                more=False,
+                first_seq=0,
+                earlier=True,
+            )
+        ),
+        "ok-snapshot-context": encode(
+            Snapshot(
+                items=[ITEMS["message"].to_wire()],
+                last_seq=9,
+                more=True,
+                first_seq=9,
+                earlier=True,
+                context=[ITEMS["tool-call"].to_wire()],
+            )
+        ),
+        "ok-history": encode(
+            HistoryPage(items=[item.to_wire() for item in ITEMS.values()], before=5, more=True)
+        ),
         "ok-item": encode(ItemMessage(item=ITEMS["tool-call"].to_wire())),
         "ok-event": encode(
             EventMessage(
@@ -283,6 +327,18 @@ def host_message_seeds() -> dict[str, bytes]:
             PresenceMessage(
                 members=[Member(name="alice", role="drive"), Member(name="host", role="host")]
             )
+        ),
+        "ok-presence-you": encode(
+            PresenceMessage(
+                members=[
+                    Member(name="host", role="host", id=0),
+                    Member(name="alice", role="drive", id=2),
+                ],
+                you=2,
+            )
+        ),
+        "ok-presence-delta": encode(
+            PresenceDelta(joined=[Member(name="bob", role="view", id=3)], left=[0])
         ),
     }
     seeds.update(
@@ -301,8 +357,30 @@ def host_message_seeds() -> dict[str, bytes]:
             "sandbox": [],
         },
         "near-snapshot-seq-bool": {"op": "snapshot", "items": [], "last_seq": True, "more": 0},
+        "near-snapshot-first-seq-str": {
+            "op": "snapshot",
+            "items": [],
+            "last_seq": 3,
+            "more": False,
+            "first_seq": "0",
+        },
+        "near-history-before-missing": {"op": "history", "items": [], "more": False},
         "near-error-unknown-code": {"op": "error", "code": "oops", "message": "x"},
         "near-presence-not-list": {"op": "presence", "members": {"name": "a"}},
+        "near-presence-both": {"op": "presence", "members": [], "joined": [], "left": []},
+        "near-presence-delta-no-id": {
+            "op": "presence",
+            "joined": [{"name": "a", "role": "view"}],
+            "left": [],
+        },
+        "near-presence-left-str": {"op": "presence", "joined": [], "left": ["0"]},
+        "near-snapshot-context-no-seq": {
+            "op": "snapshot",
+            "items": [],
+            "last_seq": 3,
+            "more": False,
+            "context": [{"type": "plan"}],
+        },
     }
     seeds.update({name: pack(message) for name, message in near.items()})
     return seeds
@@ -434,6 +512,10 @@ _REQUEST_WORDS = [
     "op",
     "subscribe",
     "after",
+    "tail",
+    "history",
+    "before",
+    "limit",
     "prompt",
     "text",
     "permission",
@@ -470,10 +552,20 @@ _HOST_MESSAGE_WORDS = [
     "last_seq",
     "more",
     "reset",
+    "first_seq",
+    "earlier",
+    "history",
+    "before",
     "item",
     "event",
     "presence",
     "members",
+    "you",
+    "joined",
+    "left",
+    "id",
+    "context",
+    "seq",
     "error",
     "code",
     "message",

@@ -27,7 +27,8 @@ with atheris.instrument_imports():
     from tunnel.e2e.crypto import ShareLink
     from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
     from tunnel.log import Item
-    from tunnel.proto import Connection, ProtocolError, Side, decode_frame
+    from tunnel.proto import DEFAULT_LIMITS, Connection, ProtocolError, Side, decode_frame
+    from tunnel.proto.frames import _decode_fast, _decode_general
 
 
 def _msgpack_value(data: bytes) -> Any:
@@ -41,6 +42,10 @@ def _msgpack_value(data: bytes) -> Any:
 def frame(data: bytes) -> None:
     with contextlib.suppress(ProtocolError):
         decode_frame(data)
+    # The fast path for data and window frames reads only what msgpack reads, as msgpack does.
+    fast = _decode_fast(data, DEFAULT_LIMITS.max_data_size)
+    if fast is not None and len(data) <= (DEFAULT_LIMITS.max_message_size or len(data)):
+        assert fast == _decode_general(data, DEFAULT_LIMITS), "the two decoding paths disagree"
 
 
 def connection(data: bytes) -> None:

@@ -226,3 +226,101 @@ async def test_aclose_on_a_closed_link_returns_how_it_closed() -> None:
 
             assert await dialer.link.aclose(CloseCode.NORMAL) is seen
             assert await accepter.link.aclose(CloseCode.NORMAL) is closed
+
+
+# -- batching ---------------------------------------------------------------------------------
+
+
+def count_socket_writes(endpoint: Endpoint) -> list[int]:
+    """Patch `endpoint`'s transport to record the size of every write it is handed."""
+    transport = endpoint.link.websocket.transport
+    sizes: list[int] = []
+    write = transport.write
+
+    def counting_write(data: bytes | bytearray | memoryview) -> None:
+        sizes.append(len(data))
+        write(data)
+
+    transport.write = counting_write  # type: ignore[method-assign]
+    return sizes
+
+
+async def test_frames_queued_in_one_turn_of_the_event_loop_leave_in_one_socket_write() -> None:
+    with anyio.fail_after(10):
+        async with linked() as (dialer, accepter):
+            await anyio.wait_all_tasks_blocked()
+            writes = count_socket_writes(dialer)
+            connection = dialer.link.connection
+            channel = connection.open_channel("s", {})
+            dialer.link.flush()
+            for n in range(100):
+                assert connection.send_data(channel, b"%d" % n)
+                dialer.link.flush()
+
+            await accepter.log.wait_for(lambda events: len(events) >= 1 + 1 + 100)
+            assert len(writes) == 1
+            assert accepter.log.events[2:] == [
+                DataReceived(channel=channel, data=b"%d" % n) for n in range(100)
+            ]
+
+
+async def test_a_flush_with_nothing_queued_writes_nothing() -> None:
+    with anyio.fail_after(10):
+        async with linked() as (dialer, _):
+            await anyio.wait_all_tasks_blocked()
+            writes = count_socket_writes(dialer)
+            before = dialer.link.writes
+            for _ in range(10):
+                dialer.link.flush()
+            await anyio.wait_all_tasks_blocked()
+            assert writes == []
+            assert dialer.link.writes == before
+
+
+async def test_a_bulk_sender_writes_many_frames_per_socket_write() -> None:
+    count, size = 1000, 4096
+    with anyio.fail_after(20):
+        async with linked() as (dialer, accepter):
+            await anyio.wait_all_tasks_blocked()
+            writes = count_socket_writes(dialer)
+            ours = dialer.mux.open_channel("bulk", {})
+            theirs = await accepter.mux.accept()
+            received = 0
+
+            async def drain() -> None:
+                nonlocal received
+                for _ in range(count):
+                    received += len(await theirs.receive())
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain)
+                for _ in range(count):
+                    await ours.send(b"b" * size)
+            assert received == count * size
+            # A sender that finds window free never waits, so what it sends before the loop gets
+            # to the writer goes out together; one write per frame would be `count` writes.
+            assert len(writes) <= count // 8
+
+
+async def test_more_than_one_batch_queued_at_once_leaves_in_batches_and_in_order() -> None:
+    size = 6 * 1024
+    count = 3 * core.WRITE_BATCH_BYTES // size  # three batches' worth, queued in one turn
+    with anyio.fail_after(10):
+        async with linked() as (dialer, accepter):
+            connection = dialer.link.connection
+            channel = connection.open_channel("s", {})
+            dialer.link.flush()
+            await accepter.log.wait_for(lambda events: len(events) == 2)
+            writes = count_socket_writes(dialer)
+            for n in range(count):
+                assert connection.send_data(channel, b"%d" % n + b"." * size)
+                dialer.link.flush()
+
+            await accepter.log.wait_for(lambda events: len(events) == 2 + count)
+            assert accepter.log.events[2:] == [
+                DataReceived(channel=channel, data=b"%d" % n + b"." * size) for n in range(count)
+            ]
+            # A batch closes with the message that takes it to WRITE_BATCH_BYTES (framing adds a
+            # few bytes per message), so the third batch holds what is left.
+            assert len(writes) == 3
+            assert min(writes[:2]) >= core.WRITE_BATCH_BYTES > writes[2]

@@ -12,6 +12,7 @@ import pytest
 from tests.link.memory_websocket import Endpoint, linked, running, websocket_pair
 from tunnel.link import ChannelClosedError, LinkChannel, LinkClosedError
 from tunnel.proto import (
+    DEFAULT_LIMITS,
     ChannelClosed,
     CloseCode,
     DataReceived,
@@ -19,6 +20,7 @@ from tunnel.proto import (
     Limits,
     LocalProtocolError,
     Side,
+    WindowUpdated,
 )
 
 pytestmark = pytest.mark.anyio
@@ -528,3 +530,47 @@ async def test_a_message_that_can_never_be_sent_is_refused_before_it_is_sealed(s
             with pytest.raises(LocalProtocolError):
                 await ours.send_sealed(size, seal)
             assert sealed == []
+
+
+async def test_a_send_that_fits_the_window_still_waits_behind_an_earlier_waiting_send() -> None:
+    with anyio.fail_after(10):
+        async with linked(limits=SMALL_WINDOW) as (dialer, accepter):
+            ours, theirs = await open_pair(dialer, accepter)
+            await ours.send(message(0, 60))
+            async with anyio.create_task_group() as tg:
+                first, second = Outcome(), Outcome()
+                tg.start_soon(first.capture, lambda: ours.send(message(1, 50)))
+                await anyio.wait_all_tasks_blocked()
+                assert not first.done.is_set()  # 40 bytes of window left: it waits
+                # 10 bytes would fit now, but the message after a waiting one must not pass it.
+                tg.start_soon(second.capture, lambda: ours.send(message(2, 10)))
+                await anyio.wait_all_tasks_blocked()
+                assert not second.done.is_set()
+                assert [await theirs.receive() for _ in range(3)] == [
+                    message(0, 60),
+                    message(1, 50),
+                    message(2, 10),
+                ]
+            assert first.error is None
+            assert second.error is None
+
+
+async def test_a_receiver_that_keeps_up_grants_window_once_per_half_window() -> None:
+    count, size = 1024, 4096  # four windows of the default 1 MiB
+    with anyio.fail_after(20):
+        async with linked() as (dialer, accepter):
+            ours, theirs = await open_pair(dialer, accepter)
+
+            async def drain() -> None:
+                for _ in range(count):
+                    await theirs.receive()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain)
+                for _ in range(count):
+                    await ours.send(b"w" * size)
+            await round_trip(ours, theirs)
+            await round_trip(theirs, ours)
+            grants = [e for e in dialer.log.events if isinstance(e, WindowUpdated)]
+            # One `window` frame per 512 KiB read (8 for 4 MiB), not one per message.
+            assert len(grants) == count * size // (DEFAULT_LIMITS.initial_window // 2)

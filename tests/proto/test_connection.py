@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tunnel.proto import (
+    DEFAULT_LIMITS,
     MAX_CHANNEL_ID,
     ChannelClosed,
     ChannelNotOpenError,
@@ -38,6 +39,8 @@ from tunnel.proto import (
 from .links import deliver, linked
 
 KIB = 1024
+WHOLE_WINDOW = Limits(initial_window=256 * KIB, max_data_size=256 * KIB)
+"""A window no larger than the largest message: the second grant rule of docs/protocol.md."""
 
 
 def expect_remote(
@@ -303,7 +306,7 @@ def test_an_oversized_open_is_a_local_error() -> None:
 
 
 def test_send_data_is_all_or_nothing() -> None:
-    dialer, _ = linked()
+    dialer, _ = linked(WHOLE_WINDOW)
     channel = dialer.open_channel("s", {})
     dialer.data_to_send()
     assert dialer.send_data(channel, b"a" * 200 * KIB)
@@ -327,11 +330,22 @@ def test_data_that_could_never_fit_is_a_local_error() -> None:
     with pytest.raises(LocalProtocolError) as info:
         dialer2.send_data(channel, b"x" * (256 * KIB + 1))
     assert info.value.code == CloseCode.LIMIT_REACHED
-    assert dialer2.send_window(channel) == 256 * KIB
+    assert dialer2.send_window(channel) == DEFAULT_LIMITS.initial_window
+
+
+def test_data_too_large_for_a_message_is_refused_without_costing_window() -> None:
+    dialer, _ = linked(Limits(max_message_size=100, max_data_size=200, initial_window=1000))
+    channel = dialer.open_channel("s", {})
+    with pytest.raises(LocalProtocolError) as info:
+        dialer.send_data(channel, b"x" * 150)
+    assert info.value.code == CloseCode.LIMIT_REACHED
+    assert dialer.send_window(channel) == 1000
+    assert dialer.send_data(channel, b"x" * 50)
+    assert dialer.send_window(channel) == 950
 
 
 def test_data_beyond_the_receive_window_fails_the_link_with_4004() -> None:
-    dialer, accepter = linked()
+    dialer, accepter = linked(WHOLE_WINDOW)
     channel = dialer.open_channel("s", {})
     deliver(dialer, accepter)
     accepter.receive_data(encode_frame(Data(channel=channel, data=b"x" * 256 * KIB)))
@@ -339,7 +353,7 @@ def test_data_beyond_the_receive_window_fails_the_link_with_4004() -> None:
 
 
 def test_acknowledging_half_the_window_grants_it_back() -> None:
-    dialer, accepter = linked()
+    dialer, accepter = linked(WHOLE_WINDOW)
     channel = dialer.open_channel("s", {})
     deliver(dialer, accepter)
     for _ in range(4):
@@ -354,7 +368,7 @@ def test_acknowledging_half_the_window_grants_it_back() -> None:
 
 
 def test_a_peer_waiting_to_send_a_whole_window_is_not_left_waiting() -> None:
-    dialer, accepter = linked()
+    dialer, accepter = linked(WHOLE_WINDOW)
     channel = dialer.open_channel("s", {})
     assert dialer.send_data(channel, b"x")
     assert not dialer.send_data(channel, b"y" * 256 * KIB)
@@ -366,7 +380,7 @@ def test_a_peer_waiting_to_send_a_whole_window_is_not_left_waiting() -> None:
 
 
 def test_a_receiver_that_lags_grants_only_per_half_window() -> None:
-    dialer, accepter = linked()
+    dialer, accepter = linked(WHOLE_WINDOW)
     channel = dialer.open_channel("s", {})
     for _ in range(16):
         assert dialer.send_data(channel, b"x" * 16 * KIB)
@@ -377,6 +391,26 @@ def test_a_receiver_that_lags_grants_only_per_half_window() -> None:
         accepter.acknowledge(channel, 16 * KIB)
         grants += deliver(accepter, dialer)
     assert grants == [WindowUpdated(channel=channel, available=128 * KIB)]
+
+
+@pytest.mark.parametrize("size", [1000, 4 * KIB, 64 * KIB, 256 * KIB])
+def test_a_receiver_that_keeps_up_grants_once_per_half_window_with_the_default_limits(
+    size: int,
+) -> None:
+    dialer, accepter = linked()
+    channel = dialer.open_channel("s", {})
+    count = 4 * DEFAULT_LIMITS.initial_window // size
+    grants = 0
+    for _ in range(count):
+        assert dialer.send_data(channel, b"x" * size)
+        for event in deliver(dialer, accepter):
+            if isinstance(event, DataReceived):
+                accepter.acknowledge(channel, len(event.data))
+        grants += len(deliver(accepter, dialer))
+    # Four windows consumed, one grant per half window: 8 `window` frames however small the
+    # messages (a grant per message would be `count` frames); 1000-byte messages leave the last
+    # half window short of its grant.
+    assert grants == (7 if size == 1000 else 8)
 
 
 def test_acknowledging_more_than_received_is_a_local_error() -> None:
@@ -402,13 +436,13 @@ def test_a_window_grant_beyond_2_32_bytes_fails_the_link_with_4004() -> None:
 def test_granting_more_than_was_consumed_fails_the_link_with_4004() -> None:
     # A peer that reads nothing but grants a huge window would make a relay queue for it without
     # bound; an honest receiver only gives back what it consumed.
-    dialer, accepter = linked()
+    dialer, accepter = linked(WHOLE_WINDOW)
     channel = dialer.open_channel("s", {})
     deliver(dialer, accepter)
     assert accepter.send_data(channel, b"x" * 1000)
     accepter.data_to_send()
     accepter.receive_data(encode_frame(Window(channel=channel, n=1000)))
-    assert accepter.send_window(channel) == 256 * 1024
+    assert accepter.send_window(channel) == 256 * KIB
     expect_remote(accepter, Window(channel=channel, n=1), FlowControlError, 4004)
 
 

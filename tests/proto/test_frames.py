@@ -9,8 +9,11 @@ from typing import Any, cast
 import msgpack
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tunnel.proto import (
+    MAX_CHANNEL_ID,
+    MAX_WINDOW,
     Close,
     CloseCode,
     Data,
@@ -27,8 +30,9 @@ from tunnel.proto import (
     decode_frame,
     encode_frame,
 )
+from tunnel.proto.frames import _decode_fast, _decode_general
 
-from .strategies import frames, pack
+from .strategies import channels, frames, pack
 
 
 def frame(c: Any, k: Any, p: Any) -> bytes:
@@ -244,3 +248,90 @@ def test_close_code_enum_encodes_as_a_plain_int() -> None:
     assert decoded == Close(channel=1, code=4008, reason="links revoked")
     assert isinstance(decoded, Close)
     assert type(decoded.code) is int
+
+
+# --- the fast path for data and window frames (frames.py) ---------------------------------------
+
+_SIZES = st.sampled_from([1, 2, 127, 128, 255, 256, 65535, 65536, 70000]) | st.integers(1, 300)
+_IDS = st.sampled_from([0, 1, 127, 128, 255, 256, 65535, 65536, MAX_CHANNEL_ID]) | channels
+_GRANTS = st.sampled_from([1, 127, 128, 255, 256, 65535, 65536, MAX_WINDOW]) | st.integers(
+    1, MAX_WINDOW
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(channel=_IDS, size=_SIZES, n=_GRANTS)
+def test_data_and_window_are_encoded_byte_for_byte_as_msgpack_would(
+    channel: int, size: int, n: int
+) -> None:
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    expected = msgpack.packb({"c": channel, "k": "data", "p": {"d": data}}, use_bin_type=True)
+    assert encode_frame(Data(channel=channel, data=data)) == expected
+    expected = msgpack.packb({"c": channel, "k": "window", "p": {"n": n}}, use_bin_type=True)
+    assert encode_frame(Window(channel=channel, n=n)) == expected
+
+
+def _mutations(message: bytes, data: st.DataObject) -> bytes:
+    kind = data.draw(st.sampled_from(["flip", "cut", "extend", "splice"]))
+    if kind == "flip":
+        at = data.draw(st.integers(0, len(message) - 1))
+        return (
+            message[:at] + bytes([message[at] ^ data.draw(st.integers(1, 255))]) + message[at + 1 :]
+        )
+    if kind == "cut":
+        return message[: data.draw(st.integers(0, len(message) - 1))]
+    if kind == "extend":
+        return message + data.draw(st.binary(min_size=1, max_size=4))
+    at = data.draw(st.integers(0, len(message)))
+    return message[:at] + data.draw(st.binary(min_size=1, max_size=6)) + message[at:]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    frame_=st.builds(Data, channel=_IDS, data=st.binary(min_size=1, max_size=300))
+    | st.builds(Window, channel=_IDS, n=_GRANTS),
+    data=st.data(),
+    limit=st.sampled_from([None, 1, 16, 4096]),
+)
+def test_the_fast_path_accepts_only_what_msgpack_accepts_and_reads_the_same_frame(
+    frame_: Frame, data: st.DataObject, limit: int | None
+) -> None:
+    # Near-misses of the fixed form: one byte flipped, cut short, extended, bytes spliced in. The
+    # fast path either declines (the general path then decides) or agrees with the general path.
+    message = _mutations(encode_frame(frame_), data)
+    limits = Limits(max_data_size=limit)
+    fast = _decode_fast(message, limit)
+    try:
+        general: Frame | ProtocolError = _decode_general(message, limits)
+    except ProtocolError as exc:
+        general = exc
+    if fast is not None:
+        assert fast == general
+    try:
+        decoded: Frame | ProtocolError = decode_frame(message, limits=limits)
+    except ProtocolError as exc:
+        decoded = exc
+    assert type(decoded) is type(general)
+    if not isinstance(general, ProtocolError):
+        assert decoded == general
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # Not the shortest form, still valid msgpack: a uint16 id and a bin32 header.
+        b"\x83\xa1c\xcd\x00\x01\xa1k\xa4data\xa1p\x81\xa1d\xc6\x00\x00\x00\x03abc",
+        b"\x83\xa1c\xce\x00\x00\x00\x05\xa1k\xa6window\xa1p\x81\xa1n\xcd\x01\x00",
+        # A uint64 id in range: the fast path declines, the general path accepts.
+        b"\x83\xa1c\xcf\x00\x00\x00\x00\x00\x00\x00\x01\xa1k\xa4data\xa1p\x81\xa1d\xc4\x01x",
+    ],
+)
+def test_non_canonical_numbers_decode_the_same_on_both_paths(message: bytes) -> None:
+    assert decode_frame(message) == _decode_general(message, Limits())
+
+
+def test_window_and_kind_strings_over_the_string_limit_are_refused_as_before() -> None:
+    message = encode_frame(Window(channel=1, n=5))
+    assert decode_frame(message, max_string_length=6) == Window(channel=1, n=5)
+    with pytest.raises(LimitError):
+        decode_frame(message, max_string_length=5)

@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from tunnel.proto import (
+    DEFAULT_LIMITS,
     ChannelClosed,
     ChannelNotOpenError,
     ChannelOpened,
@@ -124,7 +125,9 @@ def test_every_state_and_input_transitions_or_raises_the_documented_error(
         expected_events = {
             Input.RECV_OPEN: [ChannelOpened(channel=channel, path="s", meta={})],
             Input.RECV_DATA: [DataReceived(channel=channel, data=b"x")],
-            Input.RECV_WINDOW: [WindowUpdated(channel=channel, available=256 * 1024)],
+            Input.RECV_WINDOW: [
+                WindowUpdated(channel=channel, available=DEFAULT_LIMITS.initial_window)
+            ],
             Input.RECV_CLOSE: [ChannelClosed(channel=channel, code=1000, reason="bye")],
         }
         expected_sent = {

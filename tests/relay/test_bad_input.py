@@ -23,6 +23,7 @@ from tests.support import (
 from tunnel.e2e.crypto import ShareLink, new_salt
 from tunnel.e2e.identity import HostIdentity
 from tunnel.handshake import PROTOCOL_VERSION
+from tunnel.proto import DEFAULT_LIMITS
 from tunnel.teammate.client import connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -76,7 +77,7 @@ async def beyond_the_window(peer: RawPeer, link: ShareLink) -> None:
     await raw_teammate(peer, link)
     await _open(peer, link, 1)
     # Not a ciphertext: the host closes the channel (4003), and once the relay forwarded that
-    # close it grants no more window on it, so 300 KiB overrun the 256 KiB window.
+    # close it grants no more window on it, so one window and 100 KiB overrun it.
     await peer.send_frame(1, "data", {"d": b"not a ciphertext"})
     with anyio.fail_after(10):
         while True:
@@ -84,7 +85,7 @@ async def beyond_the_window(peer: RawPeer, link: ShareLink) -> None:
             if frame["k"] == "close":
                 assert frame["p"]["code"] == 4003
                 break
-    for _ in range(3):
+    for _ in range(DEFAULT_LIMITS.initial_window // (100 * 1024) + 1):
         await peer.send_frame(1, "data", {"d": b"x" * (100 * 1024)})
 
 

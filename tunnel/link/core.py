@@ -1,17 +1,28 @@
 """`Link`: drives one sans-I/O `proto.Connection` over one WebSocket, under anyio.
 
 Host, teammate client and relay all use it. A reader task feeds every received message to the
-protocol object and hands the resulting events, in order, to a synchronous callback; a writer task
-sends what the protocol object queued. Nothing here buffers on its own: the only outgoing buffer
-is the protocol object's, which flow control bounds (docs/protocol.md, "Flow control") to the
-send windows of the open channels plus a few control frames each.
+protocol object and hands the resulting events, in order, to a synchronous callback; what the
+protocol object queued is sent as described below. Nothing here buffers on its own: the outgoing
+buffer is the protocol object's (and, while the socket is full, at most what it held then, taken
+out of it in order), which flow control bounds (docs/protocol.md, "Flow control") to the send
+windows of the open channels plus a few control frames each.
+
+Writes are batched, because the event loop's per-write cost (a timer, a task switch, a system
+call) is what bounds throughput, not encoding. `flush()` schedules one callback for the end of the
+current turn of the event loop; it frames everything queued by then and hands it to the socket in
+one write, without waking a task. Only when the socket's buffer is full (the peer reads slower
+than we write) does the writer task take over: it waits for the socket to drain, and sends
+whatever was queued meanwhile as further batches. Either way frames leave in the order they were
+queued, no timer runs per write (a watchdog checks the send deadline), and the wake-ups use
+asyncio's own Event: websockets' connection runs only on asyncio, and anyio's Event costs several
+times more to make and to wait on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-import math
 from collections.abc import Callable
 
 import anyio
@@ -34,7 +45,21 @@ CLOSE_GRACE = 5.0
 CANCEL_GRACE = 1.0
 """Seconds for the closing handshake when the link's task is cancelled."""
 
+WRITE_BATCH_BYTES = 256 * 1024
+"""Bytes of frames the writer hands the socket in one write before it waits for the socket to
+drain; what is queued beyond it is already in memory (the protocol object's buffer), so the bound
+only keeps one write's joined copy small."""
+
 EventHandler = Callable[[Event], None]
+
+
+def _batch_end(messages: list[bytes], start: int) -> int:
+    """Where the batch from `messages[start]` ends: WRITE_BATCH_BYTES, or one larger message."""
+    end, size = start, 0
+    while end < len(messages) and (end == start or size < WRITE_BATCH_BYTES):
+        size += len(messages[end])
+        end += 1
+    return end
 
 
 def clip_reason(reason: str, limit: int = MAX_REASON_BYTES) -> str:
@@ -69,8 +94,17 @@ class Link:
         self.label = label
         """Short description used in log lines (never a secret)."""
         self._send_timeout = send_timeout
-        # Capacity 1: a doorbell, not a queue. Rings coalesce; the writer drains everything.
-        self._doorbell_send, self._doorbell_receive = anyio.create_memory_object_stream[None](1)
+        # Set only while the writer task sleeps: then it holds no frame, and the socket is free
+        # for a write from flush()'s callback.
+        self._wakeup: asyncio.Event | None = None
+        self._write_scheduled = False
+        # Frames taken from the protocol object beyond one batch, for the writer task to send
+        # first: bounded by what the protocol object held.
+        self._unsent: list[bytes] = []
+        self._writes = 0
+        self._write_started = 0
+        self._writing = False
+        # A write is in progress, maybe waiting for the socket to drain: the watchdog's cue.
         self._close_request: tuple[int, str] | None = None
         self._closed: LinkClosedError | None = None
         self._closed_event = anyio.Event()
@@ -94,6 +128,11 @@ class Link:
         """The protocol error that made us close the link, if that is how it ended."""
         return self._failure
 
+    @property
+    def writes(self) -> int:
+        """How many batches of frames went to the socket, each in one write."""
+        return self._writes
+
     async def wait_closed(self) -> LinkClosedError:
         """Wait until the link is closed and return why."""
         await self._closed_event.wait()
@@ -103,12 +142,67 @@ class Link:
     # -- sending ----------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Wake the writer: it sends everything the protocol object has queued."""
-        # WouldBlock: already rung. Closed: the writer is gone.
-        with contextlib.suppress(
-            anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError
-        ):
-            self._doorbell_send.send_nowait(None)
+        """Make sure everything the protocol object has queued gets sent.
+
+        Cheap enough to call after every change: the first call in a turn of the event loop
+        schedules one write for the end of it, later calls find it scheduled; a busy writer task
+        takes the new frames before it sleeps again.
+        """
+        if self._wakeup is None or self._write_scheduled:
+            return
+        if self._close_request is not None:
+            self._wake_writer()
+        elif self.connection.has_data_to_send():
+            self._write_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_now)
+
+    def _wake_writer(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None:
+            self._wakeup = None
+            wakeup.set()
+
+    def _write_now(self) -> None:
+        """Send what is queued in one socket write while the writer task sleeps (see the module)."""
+        self._write_scheduled = False
+        if self._wakeup is None:
+            return  # the writer task is awake and takes everything queued
+        websocket = self.websocket
+        if self._close_request is not None or websocket.protocol.state is not State.OPEN:
+            # Closing: the writer task sends what is queued, then the close.
+            self._wake_writer()
+            return
+        try:
+            messages = self.connection.data_to_send()
+        except ProtocolError:
+            return  # the link failed; close_soon() is on its way
+        if not messages:
+            return
+        end = _batch_end(messages, 0)
+        self._hand_to_socket(messages[:end])
+        if end < len(messages):
+            # The writer task sends the rest, one batch per drain of the socket, before anything
+            # queued later.
+            self._unsent = messages[end:]
+            self._wake_writer()
+        elif self._backed_up():
+            self._wake_writer()  # to wait for the socket to drain, under the send deadline
+
+    def _hand_to_socket(self, messages: list[bytes]) -> None:
+        """Frame `messages` and write them to the socket at once; the connection must be open."""
+        websocket = self.websocket
+        protocol = websocket.protocol
+        for message in messages:
+            protocol.send_binary(message)
+        # Only these frames were added since the protocol's last drain: the connection is open
+        # (checked by the caller), and nothing else writes to it without draining at once.
+        websocket.transport.writelines(protocol.data_to_send())
+        self._writes += 1
+
+    def _backed_up(self) -> bool:
+        """The socket's buffer is over its high-water mark: websockets waits for it to drain."""
+        transport = self.websocket.transport
+        return transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
 
     def close_soon(self, code: int, reason: str = "") -> None:
         """Ask the writer to send what is queued, then close the WebSocket with `code`.
@@ -140,6 +234,8 @@ class Link:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._writer)
                 tg.start_soon(self._close_watchdog)
+                if self._send_timeout is not None:
+                    tg.start_soon(self._send_watchdog, self._send_timeout)
                 await self._reader(on_event)
                 # The reader ended: give the writer a bounded moment to finish a requested close.
                 with anyio.move_on_after(CLOSE_GRACE):
@@ -155,8 +251,7 @@ class Link:
                 self._abort()
             if self._closed is None:
                 self._finish()
-            self._doorbell_send.close()
-            self._doorbell_receive.close()
+            self._wakeup = None  # no writer any more: flush() does nothing
         assert self._closed is not None
         return self._closed
 
@@ -182,17 +277,43 @@ class Link:
         self._finish()
 
     async def _writer(self) -> None:
-        async for _ in self._doorbell_receive:
+        while True:
+            if (
+                self._close_request is None
+                and not self._unsent
+                and not self.connection.has_data_to_send()
+                and not self._backed_up()
+            ):
+                # Checked and set with no await in between, so no flush() can fall in a gap.
+                self._wakeup = wakeup = asyncio.Event()
+                await wakeup.wait()
+                continue
             try:
                 await self._send_queued()
             except ConnectionClosed:
                 return
-            except TimeoutError:
-                # The peer stopped reading its socket for send_timeout: cut it off.
-                self.close_soon(CloseCode.SLOW_CONSUMER, "stopped reading for too long")
+            if self._close_request is not None:
                 await self._close_websocket()
                 return
-            if self._close_request is not None:
+
+    async def _send_watchdog(self, limit: float) -> None:
+        """Cut off a peer that has kept one write waiting for more than `limit` seconds.
+
+        A deadline per write would cost a timer per batch; looking every quarter of the limit
+        costs four wake-ups per limit per link, and cuts off after the limit to 1.25 times it.
+        """
+        ticks = 4
+        watched, seen = -1, 0
+        while True:
+            await anyio.sleep(limit / ticks)
+            current = self._write_started if self._writing else -1
+            if current < 0 or current != watched:
+                watched, seen = current, 0
+                continue
+            seen += 1
+            if seen >= ticks:
+                # The same write has waited at least `limit`: the peer stopped reading its socket.
+                self.close_soon(CloseCode.SLOW_CONSUMER, "stopped reading for too long")
                 await self._close_websocket()
                 return
 
@@ -204,17 +325,38 @@ class Link:
         self._abort()
 
     async def _send_queued(self) -> None:
-        timeout = math.inf if self._send_timeout is None else self._send_timeout
         while True:
+            messages, self._unsent = self._unsent, []
             try:
-                messages = self.connection.data_to_send()
+                messages += self.connection.data_to_send()
             except ProtocolError:
-                messages = []
+                return  # the link failed; close_soon() is on its way
             if not messages:
+                if self._backed_up():
+                    await self._write(messages)  # a batch of none: wait for the socket to drain
                 return
-            for message in messages:
-                with anyio.fail_after(timeout):
-                    await self.websocket.send(message)
+            start = 0
+            while start < len(messages):
+                end = _batch_end(messages, start)
+                await self._write(messages[start:end])
+                start = end
+
+    async def _write(self, messages: list[bytes]) -> None:
+        """Send `messages` as WebSocket binary messages in one socket write, then drain.
+
+        `websocket.send()` writes to the socket once per message. `send_context()` is the same
+        guard `send()` runs in (state check, errors become ConnectionClosed, drain on exit);
+        inside it the sans-I/O protocol frames every message and the frames go out together.
+        """
+        websocket = self.websocket
+        self._write_started += 1
+        self._writing = True
+        try:
+            async with websocket.send_context():
+                if messages:
+                    self._hand_to_socket(messages)  # send_context() checked the connection
+        finally:
+            self._writing = False
 
     async def _close_websocket(self) -> None:
         assert self._close_request is not None

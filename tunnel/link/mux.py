@@ -7,6 +7,7 @@ is what grants the peer more window (docs/protocol.md, "Flow control").
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
@@ -32,18 +33,27 @@ from tunnel.proto.codes import CloseCode
 
 
 class _Signal:
-    """Wakes every task waiting right now; later waiters wait for the next notify()."""
+    """Wakes every task waiting right now; later waiters wait for the next notify().
+
+    The event exists only while someone waits, so notifying nobody (the steady state: a reader
+    that keeps up finds its message already there) costs nothing. It is asyncio's Event, like the
+    link's writer's (tunnel/link/core.py says why).
+    """
 
     __slots__ = ("_event",)
 
     def __init__(self) -> None:
-        self._event = anyio.Event()
+        self._event: asyncio.Event | None = None
 
     def notify(self) -> None:
-        self._event.set()
-        self._event = anyio.Event()
+        event = self._event
+        if event is not None:
+            self._event = None
+            event.set()
 
     async def wait(self) -> None:
+        if self._event is None:
+            self._event = asyncio.Event()
         await self._event.wait()
 
 
@@ -64,8 +74,10 @@ class LinkChannel:
         self._readable = _Signal()
         self._writable = _Signal()
         # Keeps messages in the order their senders called send(), which end-to-end encryption
-        # needs (the nonce is a counter).
+        # needs (the nonce is a counter). Taken only by a send that has to wait; `_waiting`
+        # counts those, and a send that finds none waiting and enough window sends at once.
         self._send_lock = anyio.Lock()
+        self._waiting = 0
         self._closed: ChannelClosedError | None = None
 
     @property
@@ -87,8 +99,11 @@ class LinkChannel:
 
         `seal` runs only when the message is sure to be queued, with no await in between: a send
         cancelled while it waits for window never consumes a nonce of the end-to-end encryption,
-        whose receiver counts messages. Raises ChannelClosedError, and LocalProtocolError (before
-        sealing) for a size no `data` frame of this link can carry.
+        whose receiver counts messages. When no earlier send is waiting and the window has room,
+        the message is queued at once and this returns without yielding to the event loop: a
+        sender that keeps within its window costs no task switch per message. Raises
+        ChannelClosedError, and LocalProtocolError (before sealing) for a size no `data` frame of
+        this link can carry.
         """
         largest = self.limits.largest_data
         if not 1 <= size <= largest:
@@ -97,30 +112,41 @@ class LinkChannel:
             raise LocalProtocolError(
                 f"a data frame carries 1 to {largest} bytes", code=CloseCode.LIMIT_REACHED
             )
-        async with self._send_lock:
-            while True:
-                if self._closed is not None:
-                    raise self._closed
-                connection = self._mux.link.connection
-                try:
-                    if connection.channel_state(self.id) is not ChannelState.OPEN:
-                        raise ChannelNotOpenError("the channel is closing")
-                    if connection.send_window(self.id) >= size:
-                        message = seal()
-                        if len(message) != size or not connection.send_data(self.id, message):
-                            raise RuntimeError("a sealed message must be exactly `size` bytes")
-                        self._mux.link.flush()
-                        return
-                except ChannelNotOpenError:
-                    self._mark_closed(CloseCode.NORMAL, "closed", by_peer=True)
-                    continue
-                except LocalProtocolError:
-                    failure = connection.failure
-                    if failure is None:
-                        raise
-                    self._mark_closed(failure.code, "link failed", by_peer=False)
-                    continue
-                await self._writable.wait()
+        # No await between the window check and the seal, so a cancelled send never seals.
+        if not self._waiting and self._try_send(size, seal):
+            return
+        self._waiting += 1
+        try:
+            async with self._send_lock:
+                while not self._try_send(size, seal):
+                    await self._writable.wait()
+        finally:
+            self._waiting -= 1
+
+    def _try_send(self, size: int, seal: Callable[[], bytes]) -> bool:
+        """Queue the sealed message if the window has room; raise once the channel is closed."""
+        while True:
+            if self._closed is not None:
+                raise self._closed
+            link = self._mux.link
+            connection = link.connection
+            try:
+                if connection.channel_state(self.id) is not ChannelState.OPEN:
+                    raise ChannelNotOpenError("the channel is closing")
+                if connection.send_window(self.id) < size:
+                    return False
+                message = seal()
+                if len(message) != size or not connection.send_data(self.id, message):
+                    raise RuntimeError("a sealed message must be exactly `size` bytes")
+                link.flush()
+                return True
+            except ChannelNotOpenError:
+                self._mark_closed(CloseCode.NORMAL, "closed", by_peer=True)
+            except LocalProtocolError:
+                failure = connection.failure
+                if failure is None:
+                    raise
+                self._mark_closed(failure.code, "link failed", by_peer=False)
 
     async def receive(self) -> bytes:
         """Return the next message; raise ChannelClosedError once closed and drained.

@@ -154,6 +154,10 @@ class Connection:
         events, self._events = self._events, []
         return events
 
+    def has_data_to_send(self) -> bool:
+        """Tell whether `data_to_send()` would return messages; cheap, and never raises."""
+        return self._failure is None and bool(self._outgoing)
+
     def data_to_send(self) -> list[bytes]:
         """Return the WebSocket binary messages to send, in order, and forget them."""
         self._check_usable()
@@ -314,8 +318,9 @@ class Connection:
         assert found is not None
         if size > found.send_window:
             return False
-        found.send_window -= size
+        # Queued first: a frame over max_message_size raises, and must not cost window.
         self._queue(Data(channel=channel, data=bytes(data)))
+        found.send_window -= size
         return True
 
     def acknowledge(self, channel: int, n: int) -> None:

@@ -8,6 +8,7 @@ and never into any other exception.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeAlias
 
@@ -134,12 +135,117 @@ def _wire(frame: Frame) -> dict[str, Any]:
     raise LocalProtocolError("not a frame")
 
 
+# --- the fast path for `data` and `window` ---------------------------------------------------
+#
+# Nearly every frame on a busy link is a `data` or a `window` frame, and their msgpack form is a
+# fixed byte string around two numbers (docs/protocol.md, "Frames"). These functions write and
+# read exactly the bytes msgpack.packb writes for them, without building the maps; a message that
+# is not in that form takes the general msgpack path, so what is accepted and refused is the same
+# either way (tests/proto/test_frames.py checks both directions).
+
+_HEAD = b"\x83\xa1c"
+"""A map of 3 entries, then the key "c"."""
+_DATA_MIDDLE = b"\xa1k\xa4data\xa1p\x81\xa1d"
+"""Between the channel id and the bin of a `data` frame: "k": "data", "p": {"d": ...}."""
+_WINDOW_MIDDLE = b"\xa1k\xa6window\xa1p\x81\xa1n"
+"""Between the channel id and the grant of a `window` frame: "k": "window", "p": {"n": ...}."""
+_LONGEST_FIXED_STR = len("window")
+"""The fast path reads these strings without a length check: only if the limit allows them."""
+
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_SMALL_UINTS = [bytes((value,)) for value in range(0x80)]
+
+
+def _pack_uint(value: int) -> bytes:
+    """msgpack's shortest form of an int in 0..2**32-1, as msgpack.packb writes it."""
+    if value < 0x80:
+        return _SMALL_UINTS[value]
+    if value <= 0xFF:
+        return b"\xcc" + _U8.pack(value)
+    if value <= 0xFFFF:
+        return b"\xcd" + _U16.pack(value)
+    return b"\xce" + _U32.pack(value)
+
+
+def _bin_header(size: int) -> bytes:
+    if size <= 0xFF:
+        return b"\xc4" + _U8.pack(size)
+    if size <= 0xFFFF:
+        return b"\xc5" + _U16.pack(size)
+    return b"\xc6" + _U32.pack(size)
+
+
+def encode_data(channel: int, data: bytes) -> bytes:
+    """The wire bytes of `Data(channel=channel, data=data)`, for arguments already checked."""
+    return b"".join((_HEAD, _pack_uint(channel), _DATA_MIDDLE, _bin_header(len(data)), data))
+
+
+def _read_uint(message: bytes, at: int) -> tuple[int, int] | None:
+    """An unsigned int of up to 32 bits at `at` and the offset after it, or None if not one."""
+    if at >= len(message):
+        return None
+    tag = message[at]
+    if tag < 0x80:
+        return tag, at + 1
+    if tag == 0xCC and at + 2 <= len(message):
+        return message[at + 1], at + 2
+    if tag == 0xCD and at + 3 <= len(message):
+        return _U16.unpack_from(message, at + 1)[0], at + 3
+    if tag == 0xCE and at + 5 <= len(message):
+        return _U32.unpack_from(message, at + 1)[0], at + 5
+    return None
+
+
+def _decode_fast(message: bytes, max_data_size: int | None) -> Frame | None:
+    """A valid `data` or `window` frame in the form our encoder writes, or None for anything else
+    (which the general decoder then accepts or refuses)."""
+    if not message.startswith(_HEAD):
+        return None
+    read = _read_uint(message, len(_HEAD))
+    if read is None:
+        return None
+    channel, at = read
+    if message.startswith(_DATA_MIDDLE, at):
+        at += len(_DATA_MIDDLE)
+        if at >= len(message):
+            return None
+        tag = message[at]
+        if tag == 0xC4 and at + 2 <= len(message):
+            size, at = message[at + 1], at + 2
+        elif tag == 0xC5 and at + 3 <= len(message):
+            size, at = _U16.unpack_from(message, at + 1)[0], at + 3
+        elif tag == 0xC6 and at + 5 <= len(message):
+            size, at = _U32.unpack_from(message, at + 1)[0], at + 5
+        else:
+            return None
+        if size == 0 or at + size != len(message):
+            return None
+        if max_data_size is not None and size > max_data_size:
+            return None
+        return Data(channel=channel, data=message[at:])
+    if message.startswith(_WINDOW_MIDDLE, at):
+        read = _read_uint(message, at + len(_WINDOW_MIDDLE))
+        if read is None or read[1] != len(message) or read[0] == 0:
+            return None
+        return Window(channel=channel, n=read[0])
+    return None
+
+
 def encode_frame(frame: Frame) -> bytes:
     """Return the wire bytes of `frame`: one WebSocket binary message.
 
     Checks types and ranges (raising `LocalProtocolError`), not `Limits`: `Connection` checks
     those against its own limits before it sends.
     """
+    if type(frame) is Data:
+        data = frame.data
+        if type(data) is bytes and data:
+            return encode_data(_local_channel(frame.channel), data)
+    elif type(frame) is Window and type(frame.n) is int and 1 <= frame.n <= MAX_WINDOW:
+        channel = _local_channel(frame.channel)
+        return b"".join((_HEAD, _pack_uint(channel), _WINDOW_MIDDLE, _pack_uint(frame.n)))
     wire = _wire(frame)
     try:
         return msgpack.packb(wire, use_bin_type=True)
@@ -261,6 +367,17 @@ def decode_frame(
     if limits.max_message_size is not None and size > limits.max_message_size:
         raise LimitError("message is larger than max_message_size")
     data = received if isinstance(received, bytes) else bytes(received)
+    strings = limits.max_string_length
+    if strings is None or strings >= _LONGEST_FIXED_STR:
+        fast = _decode_fast(data, limits.max_data_size)
+        if fast is not None:
+            return fast
+    return _decode_general(data, limits)
+
+
+def _decode_general(data: bytes, limits: Limits) -> Frame:
+    """`decode_frame` through msgpack, for any message (the size limit already checked)."""
+    size = len(data)
     strings = limits.max_string_length
     blobs = limits.max_data_size
     entries = limits.max_meta_entries

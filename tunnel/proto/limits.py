@@ -35,8 +35,12 @@ class Limits:
     max_channels: int | None = 256
     """Channels each side may have open on one link (opened by it and not yet fully closed)."""
 
-    initial_window: int = 256 * 1024
-    """Send window of a new channel, per direction, in bytes of `d`."""
+    initial_window: int = 1024 * 1024
+    """Send window of a new channel, per direction, in bytes of `d`.
+
+    Four times `max_data_size`: a receiver that keeps up grants window back once per half window
+    (docs/protocol.md, "Flow control"), so one `window` frame answers many `data` frames. With a
+    window no larger than the largest message, it would answer nearly every one."""
 
     @property
     def largest_data(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-__all__ = ["CONTENT_TYPE_LATEST", "RelayMetrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "ClusterMetrics", "RelayMetrics"]
 
 
 class RelayMetrics:
@@ -53,7 +53,43 @@ class RelayMetrics:
             ["reason"],
             registry=self.registry,
         )
+        # The children the switch counts every forwarded frame in, bound once: looking a label
+        # up per frame costs more than the count itself.
+        self.frames_up = self.frames_forwarded.labels(direction="up")
+        """Frames forwarded from teammates to hosts."""
+        self.frames_down = self.frames_forwarded.labels(direction="down")
+        """Frames forwarded from hosts to teammates."""
+        self.bytes_up = self.bytes_forwarded.labels(direction="up")
+        """Payload bytes forwarded from teammates to hosts."""
+        self.bytes_down = self.bytes_forwarded.labels(direction="down")
+        """Payload bytes forwarded from hosts to teammates."""
 
     def render(self) -> bytes:
         """Return the metrics in the Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class ClusterMetrics:
+    """The gauges of a node in a relay cluster (docs/cluster.md), in the relay's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.member = Gauge(
+            "relay_cluster_member",
+            "1 while this node reaches Redis and takes part in the cluster, else 0.",
+            registry=registry,
+        )
+        self.owned_hosts = Gauge(
+            "relay_cluster_owned_hosts",
+            "Hosts this node has recorded as its own in Redis.",
+            registry=registry,
+        )
+        self.forwarded_connections = Gauge(
+            "relay_cluster_forwarded_connections",
+            "Teammate connections this node carries to the node that serves their host.",
+            registry=registry,
+        )
+        self.redis_errors = Counter(
+            "relay_cluster_redis_errors",
+            "Redis commands or connections that failed.",
+            registry=registry,
+        )

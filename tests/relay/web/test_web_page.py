@@ -231,7 +231,9 @@ def test_driver_prompts_answers_and_cancels(page: Page, relay: FakeRelay) -> Non
     relay.send_event(
         {"conversation_id": "conv-1", "kind": "status", "data": {"state": "running", "queued": 1}}
     )
-    expect(page.get_by_test_id("agent-status")).to_have_attribute("data-state", "running")
+    # The scripted conversation has a request open: the agent waits for its answer.
+    expect(page.get_by_test_id("agent-status")).to_have_attribute("data-state", "waiting")
+    expect(page.get_by_test_id("agent-status")).to_have_text("waiting for approval")
     cancel.click()
     wait_for(lambda: relay.ops("cancel"))
 
@@ -249,9 +251,10 @@ def test_driver_prompts_answers_and_cancels(page: Page, relay: FakeRelay) -> Non
         )
     )
     expect(request).to_have_attribute("data-state", "answered")
-    expect(request.get_by_test_id("permission-outcome")).to_contain_text("answered by bob")
+    expect(request.get_by_test_id("permission-outcome")).to_contain_text("bob answered: Allow once")
     for button in request.get_by_test_id("permission-option").all():
         expect(button).to_be_disabled()
+    expect(page.get_by_test_id("agent-status")).to_have_attribute("data-state", "running")
     assert relay.errors == []
 
 
@@ -269,9 +272,9 @@ def test_answered_permission_is_disabled_on_load(page: Page) -> None:
         open_page(page, relay.page_url("drive"))
         request = page.locator("[data-testid=permission-request][data-request-id=p1]")
         expect(request).to_have_attribute("data-state", "answered")
-        expect(request.locator("[data-option-id=reject]")).to_be_disabled()
-        expect(request.get_by_test_id("permission-outcome")).to_have_text(
-            "Reject, answered by carol"
+        expect(request.locator("button[data-option-id=reject]")).to_be_disabled()
+        expect(request.get_by_test_id("permission-outcome")).to_contain_text(
+            "carol answered: Reject"
         )
 
 
@@ -631,4 +634,5 @@ def test_the_agent_status_says_when_the_hosts_log_cannot_be_written(
     expect(status).to_have_attribute("data-state", "paused")
     expect(status).to_contain_text("paused: the host's log cannot be written (<b>disk</b>)")
     relay.send_event({"conversation_id": "c", "kind": "storage", "data": {"state": "ok"}})
-    expect(status).to_have_attribute("data-state", "idle")
+    # Back to what the session is doing: its scripted conversation has a request open.
+    expect(status).to_have_attribute("data-state", "waiting")

@@ -96,7 +96,7 @@ def test_driver_prompt_is_answered_and_approval_is_logged_with_the_name(
     request = page.locator(f"[data-testid=permission-request][data-request-id='{request_id}']")
     request.locator("[data-testid=permission-option][data-kind=allow_once]").click()
     expect(request).to_have_attribute("data-state", "answered")
-    expect(request.get_by_test_id("permission-outcome")).to_contain_text("answered by alice")
+    expect(request.get_by_test_id("permission-outcome")).to_contain_text("alice answered")
     expect(page.get_by_test_id("tool-result").first).to_be_visible(timeout=30_000)
     expect(page.locator("[data-testid=message][data-role=agent]").last).to_be_visible()
     shown = seqs(page)

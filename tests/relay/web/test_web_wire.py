@@ -80,6 +80,8 @@ def python_values() -> dict[str, Any]:
         "BACKOFF_FACTOR": backoff.BACKOFF_FACTOR,
         "TEAMMATE_MAX_BACKOFF_MS": backoff.TEAMMATE_MAX_BACKOFF * 1000,
         "JITTER": backoff.JITTER,
+        "DEFAULT_HISTORY_ITEMS": app_requests.DEFAULT_HISTORY_ITEMS,
+        "MAX_HISTORY_ITEMS": app_requests.MAX_HISTORY_ITEMS,
         "MAX_INPUT_SIZE": app_requests.MAX_INPUT_SIZE,
         "MAX_PROMPT_LENGTH": app_requests.MAX_PROMPT_LENGTH,
         "MAX_TERMINAL_SIDE": app_requests.MAX_TERMINAL_SIDE,
