@@ -1,0 +1,351 @@
+"""The processes the network benches start: our hosts, and the bare baselines (relays and hosts).
+The teammates are in bench/swarm.py, or in the bench's own process.
+
+Run by the benches as `python bench/peers.py ROLE [options]`; each prints one JSON line when it
+is ready (its address, or the share link), then answers one JSON line for each JSON command line
+on stdin, and exits when stdin closes (so nothing outlives a bench that died).
+
+Roles:
+- `host`: our host (`tunnel.host.Host`, end-to-end encrypted channels) whose channels run the
+  bench protocol below.
+- `session-host`: our host as `tunnel host` serves a session: a `SessionChannelHandler` per
+  channel over one log (in memory: the relay path is measured, not SQLite), the demo agent's
+  session, presence; command `append` appends items to the log.
+- `bare-relay`: a websockets server, no mux, no crypto: `/host` takes one host, `/attach` any
+  number of teammates; a host message goes to every teammate (one teammate: awaited send, so
+  the relay has backpressure; more: `websockets.broadcast`), a teammate message to the host.
+- `bare-host`: a websockets client of `bare-relay` running the bench protocol; command `append`
+  sends messages, each once, for the relay to broadcast.
+- `tcp-relay`, `tcp-host`: the floor: plain asyncio TCP, a 4-byte length before each message;
+  the relay pairs one host with one teammate and copies bytes both ways.
+
+The bench protocol, run by each host: a JSON control message from the teammate, then
+- `{"op": "send", "n": N, "size": S}`: the host sends N messages of S bytes;
+- `{"op": "sink", "n": N}`: the host reads N messages, then sends b"done";
+- `{"op": "echo", "n": N}`: the host sends back each of the next N messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.buffered import BufferedByteReceiveStream
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import ServerConnection, broadcast, serve
+from websockets.exceptions import ConnectionClosed
+
+Receive = Callable[[], Awaitable[bytes]]
+Send = Callable[[bytes], Awaitable[None]]
+Commands = dict[str, Callable[..., Awaitable[dict[str, Any]]]]
+
+DONE = b"done"
+CONVERSATION = "main"
+
+
+def say(**answer: Any) -> None:
+    print(json.dumps(answer), flush=True)
+
+
+def control(op: str, **fields: Any) -> bytes:
+    """A bench protocol control message."""
+    return json.dumps({"op": op, **fields}).encode()
+
+
+async def serve_bench(receive: Receive, send: Send) -> None:
+    """The host side of the bench protocol, until `receive` raises."""
+    while True:
+        command = json.loads(await receive())
+        count = int(command["n"])
+        if command["op"] == "send":
+            payload = bytes(int(command["size"]))
+            for _ in range(count):
+                await send(payload)
+        elif command["op"] == "sink":
+            for _ in range(count):
+                await receive()
+            await send(DONE)
+        elif command["op"] == "echo":
+            for _ in range(count):
+                await send(await receive())
+
+
+async def command_loop(commands: Commands) -> None:
+    """Answer JSON command lines from stdin until it closes."""
+    while True:
+        line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        if not line:
+            return
+        command = json.loads(line)
+        try:
+            answer = await commands[command.pop("cmd")](**command)
+        except Exception as exc:
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        say(**answer)
+
+
+async def until_stdin_closes(
+    main: Callable[[anyio.abc.TaskGroup], Coroutine[Any, Any, None]], commands: Commands
+) -> None:
+    """Run `main` and the command loop; stop everything when stdin closes or at SIGTERM or
+    SIGINT, returning normally (so that a profiler around the process writes its output)."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(main, tg)
+        tg.start_soon(stop_at_signal, tg.cancel_scope)
+        await command_loop(commands)
+        tg.cancel_scope.cancel()
+
+
+async def stop_at_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
+
+
+# -- our host -------------------------------------------------------------------------------------
+
+
+def run_host(args: argparse.Namespace) -> None:
+    from tunnel.host import Host, HostSettings
+    from tunnel.host.channel import HostChannel
+    from tunnel.link import ChannelClosedError
+
+    async def handler(channel: HostChannel) -> None:
+        try:
+            await serve_bench(channel.receive, channel.send)
+        except ChannelClosedError:
+            return
+
+    async def main(tg: anyio.abc.TaskGroup) -> None:
+        settings = HostSettings(relay_url=args.relay, key_file=Path(args.workdir) / "host_key")
+        host = Host(settings, handler)
+        await tg.start(host.run)
+        say(link=str(host.view_link))
+
+    anyio.run(until_stdin_closes, main, {})
+
+
+def run_session_host(args: argparse.Namespace) -> None:
+    from tunnel.agents import create_session
+    from tunnel.host import Host, HostSettings
+    from tunnel.host.channel import HostChannel
+    from tunnel.host.presence import Presence
+    from tunnel.host.session import ReplayBudget, SessionChannelHandler
+    from tunnel.link import ChannelClosedError
+    from tunnel.log import Log, MemoryStore, NewItem
+
+    workdir = Path(args.workdir)
+    log = Log(MemoryStore())
+    session = create_session("demo", log, workspace=workdir, conversation_id=CONVERSATION)
+    presence = Presence()
+    replay = ReplayBudget()
+
+    async def handler(channel: HostChannel) -> None:
+        handler = SessionChannelHandler(
+            channel, session=session, log=log, presence=presence, replay=replay
+        )
+        try:
+            await handler.run()
+        except ChannelClosedError:
+            return
+
+    async def main(tg: anyio.abc.TaskGroup) -> None:
+        await tg.start(session.run)
+        settings = HostSettings(relay_url=args.relay, key_file=workdir / "host_key")
+        host = Host(settings, handler)
+        await tg.start(host.run)
+        say(link=str(host.view_link))
+
+    async def append(count: int, size: int) -> dict[str, Any]:
+        text = "x" * size
+        start = time.monotonic()
+        for _ in range(count):
+            item = NewItem(type="message", data={"text": text}, created_by="agent")
+            await log.append(CONVERSATION, item)
+        return {"t0": start, "t1": time.monotonic()}
+
+    async def members() -> dict[str, Any]:
+        return {"members": len(presence.members())}
+
+    anyio.run(until_stdin_closes, main, {"append": append, "members": members})
+
+
+# -- the bare websockets baseline -----------------------------------------------------------------
+
+
+def run_bare_relay(args: argparse.Namespace) -> None:
+    host: ServerConnection | None = None
+    host_here = asyncio.Event()  # asyncio's: made before the loop runs
+    # One entry per connected teammate; bounded by the bench's number of clients.
+    teammates: set[ServerConnection] = set()
+
+    async def handle(websocket: ServerConnection) -> None:
+        nonlocal host
+        assert websocket.request is not None
+        if websocket.request.path == "/host":
+            host = websocket
+            host_here.set()
+            async for message in websocket:
+                targets = list(teammates)
+                if len(targets) == 1:
+                    await targets[0].send(message)
+                else:
+                    broadcast(targets, message)
+            return
+        teammates.add(websocket)
+        try:
+            if args.greet:
+                await websocket.send(b"hello")
+            async for message in websocket:
+                await host_here.wait()
+                assert host is not None
+                await host.send(message)
+        finally:
+            teammates.discard(websocket)
+
+    async def main(tg: anyio.abc.TaskGroup) -> None:
+        async with serve(handle, "127.0.0.1", 0, compression=None, max_size=None) as server:
+            port = server.sockets[0].getsockname()[1]
+            say(url=f"ws://127.0.0.1:{port}")
+            await anyio.sleep_forever()
+
+    async def clients() -> dict[str, Any]:
+        return {"teammates": len(teammates)}
+
+    anyio.run(until_stdin_closes, main, {"clients": clients})
+
+
+def run_bare_host(args: argparse.Namespace) -> None:
+    connected: list[ClientConnection] = []
+
+    async def main(tg: anyio.abc.TaskGroup) -> None:
+        async with connect(f"{args.url}/host", compression=None, max_size=None) as websocket:
+            connected.append(websocket)
+            say(ready=True)
+
+            async def receive() -> bytes:
+                message = await websocket.recv()
+                assert isinstance(message, bytes)
+                return message
+
+            try:
+                await serve_bench(receive, websocket.send)
+            except ConnectionClosed:
+                return
+
+    async def append(count: int, size: int) -> dict[str, Any]:
+        payload = bytes(size)
+        start = time.monotonic()
+        for _ in range(count):
+            await connected[0].send(payload)
+        return {"t0": start, "t1": time.monotonic()}
+
+    anyio.run(until_stdin_closes, main, {"append": append})
+
+
+# -- the TCP floor --------------------------------------------------------------------------------
+
+
+class Framed:
+    """Messages over a TCP stream: a 4-byte big-endian length, then the bytes."""
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self.stream = stream
+        self._buffer = BufferedByteReceiveStream(stream)
+
+    async def send(self, message: bytes) -> None:
+        await self.stream.send(len(message).to_bytes(4, "big") + message)
+
+    async def receive(self) -> bytes:
+        size = int.from_bytes(await self._buffer.receive_exactly(4), "big")
+        return await self._buffer.receive_exactly(size)
+
+
+def run_tcp_relay(args: argparse.Namespace) -> None:
+    # Hosts waiting for a teammate; bounded by the bench's one host.
+    waiting_send, waiting = anyio.create_memory_object_stream[
+        tuple[anyio.abc.SocketStream, anyio.Event]
+    ](8)
+
+    async def pump(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
+        try:
+            async for chunk in source:
+                await sink.send(chunk)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+        finally:
+            await sink.aclose()
+
+    async def handle(stream: anyio.abc.SocketStream) -> None:
+        role = await stream.receive(1)
+        if role == b"H":
+            done = anyio.Event()
+            await waiting_send.send((stream, done))
+            await done.wait()
+            return
+        host, done = await waiting.receive()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pump, host, stream)
+                tg.start_soon(pump, stream, host)
+        finally:
+            done.set()
+
+    async def main(tg: anyio.abc.TaskGroup) -> None:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        say(port=listener.extra(anyio.abc.SocketAttribute.local_port))
+        await listener.serve(handle)
+
+    anyio.run(until_stdin_closes, main, {})
+
+
+def run_tcp_host(args: argparse.Namespace) -> None:
+    async def main(tg: anyio.abc.TaskGroup) -> None:
+        stream = await anyio.connect_tcp("127.0.0.1", args.port)
+        await stream.send(b"H")
+        say(ready=True)
+        framed = Framed(stream)
+        try:
+            await serve_bench(framed.receive, framed.send)
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
+            return
+
+    anyio.run(until_stdin_closes, main, {})
+
+
+ROLES: dict[str, Callable[[argparse.Namespace], None]] = {
+    "host": run_host,
+    "session-host": run_session_host,
+    "bare-relay": run_bare_relay,
+    "bare-host": run_bare_host,
+    "tcp-relay": run_tcp_relay,
+    "tcp-host": run_tcp_host,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("role", choices=sorted(ROLES))
+    parser.add_argument("--relay", help="our relay's http:// URL (host, session-host)")
+    parser.add_argument("--workdir", help="where our host keeps its key")
+    parser.add_argument("--url", help="the bare relay's ws:// URL")
+    parser.add_argument("--port", type=int, help="the TCP relay's port")
+    parser.add_argument("--greet", action="store_true", help="bare relay: greet each teammate")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    ROLES[args.role](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,338 @@
+"""Our relay path against bare baselines, one teammate and one host, measured in the same run.
+
+Run: .venv/bin/python bench/relay_bench.py [--pairs 5] [--size 4K --size 64K] [--mib 64] [--quick]
+
+Three systems, each a relay process, a host process and a teammate in this process:
+- ours: `tunnel relay` (options: harness.RELAY_LOAD_OPTIONS; the limits do not bite with one
+  teammate), a `tunnel.host.Host` (bench/peers.py `host`) and `connect_teammate`, end-to-end
+  encrypted as in production;
+- ws: a bare websockets relay that pairs the host socket with the teammate socket and forwards
+  messages both ways (no mux, no crypto), a bare websockets host and client;
+- tcp: a plain asyncio TCP relay copying bytes between two sockets, length-prefixed messages.
+
+Measures, each run once per system per pair, the systems in turn (order reversed every other
+pair): bulk host->teammate ("down") and teammate->host ("up") for each message size (MiB/s, and
+CPU seconds per MiB of relay + host + teammate processes; --split shows each; the kernel counts
+CPU of other processes in clock ticks, 10 ms, hence the large default volume), and the round
+trip of a 100-byte message (p50 and p99 over --roundtrips). Prints the median and [min-max] over
+the pairs, and the median of the per-pair ratios ours/ws and ours/tcp.
+
+With BENCH_PROFILE=DIR in the environment, every process runs under cProfile (the teammate only
+during our runs) and writes DIR/NAME.prof: slower, for finding where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+from harness import (
+    PROFILE_DIR,
+    Samples,
+    cpu_seconds,
+    human_size,
+    parse_size,
+    peer,
+    percentile,
+    print_table,
+    ratios,
+    ready,
+    run_bench,
+    tunnel_relay,
+    workdir,
+)
+from peers import DONE, Framed, control
+from websockets.asyncio.client import connect
+
+from tunnel.teammate.client import connect_teammate
+
+RTT_SIZE = 100
+"""Bytes of the round-trip message."""
+
+
+@dataclass
+class System:
+    """One relay path, ready to measure: the teammate's send and receive, the processes to
+    charge CPU to (this one, the teammate, is added by the measure)."""
+
+    name: str
+    send: Callable[[bytes], Awaitable[None]]
+    receive: Callable[[], Awaitable[bytes]]
+    pids: list[int]
+
+
+@contextlib.asynccontextmanager
+async def ours(wd: Path) -> AsyncIterator[System]:
+    async with (
+        tunnel_relay(wd) as (relay, url),
+        peer("host", "host", wd, "--relay", url, "--workdir", str(wd)) as host,
+    ):
+        link = (await ready(host))["link"]
+        async with connect_teammate(link, name="bench") as session:
+            yield System("ours", session.send, session.receive, [relay.pid, host.pid])
+
+
+@contextlib.asynccontextmanager
+async def bare_ws(wd: Path) -> AsyncIterator[System]:
+    async with peer("ws-relay", "bare-relay", wd) as relay:
+        url = (await ready(relay))["url"]
+        async with peer("ws-host", "bare-host", wd, "--url", url) as host:
+            await ready(host)
+            async with connect(f"{url}/attach", compression=None, max_size=None) as websocket:
+
+                async def receive() -> bytes:
+                    message = await websocket.recv()
+                    assert isinstance(message, bytes)
+                    return message
+
+                yield System("ws", websocket.send, receive, [relay.pid, host.pid])
+
+
+@contextlib.asynccontextmanager
+async def bare_tcp(wd: Path) -> AsyncIterator[System]:
+    async with peer("tcp-relay", "tcp-relay", wd) as relay:
+        port = (await ready(relay))["port"]
+        async with peer("tcp-host", "tcp-host", wd, "--port", str(port)) as host:
+            await ready(host)
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                await stream.send(b"T")
+                framed = Framed(stream)
+                yield System("tcp", framed.send, framed.receive, [relay.pid, host.pid])
+
+
+# -- the workloads --------------------------------------------------------------------------------
+
+
+PARTS = ("relay", "host", "teammate")
+"""Whose CPU a run charges, in the order of `System.pids` plus this process."""
+
+
+@dataclass
+class Run:
+    seconds: float
+    cpu: list[float]
+    """CPU seconds of each of PARTS."""
+    latencies: list[float] = field(default_factory=list)
+
+
+TEAMMATE_PROFILE = cProfile.Profile() if PROFILE_DIR else None
+"""With BENCH_PROFILE set: our teammate's side of every run, written to teammate.prof."""
+
+
+async def measured(system: System, work: Callable[[], Awaitable[list[float]]]) -> Run:
+    pids = [*system.pids, os.getpid()]
+    profile = TEAMMATE_PROFILE if system.name == "ours" else None
+    cpu_before = [cpu_seconds(pid) for pid in pids]
+    start = time.perf_counter()
+    if profile is not None:
+        profile.enable()
+    latencies = await work()
+    if profile is not None:
+        profile.disable()
+    seconds = time.perf_counter() - start
+    cpu = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+    return Run(seconds, cpu, latencies)
+
+
+async def down(system: System, size: int, count: int) -> Run:
+    async def work() -> list[float]:
+        await system.send(control("send", n=count, size=size))
+        for _ in range(count):
+            await system.receive()
+        return []
+
+    return await measured(system, work)
+
+
+async def up(system: System, size: int, count: int) -> Run:
+    payload = bytes(size)
+
+    async def work() -> list[float]:
+        await system.send(control("sink", n=count))
+        for _ in range(count):
+            await system.send(payload)
+        if await system.receive() != DONE:
+            raise RuntimeError(f"{system.name}: the host did not confirm")
+        return []
+
+    return await measured(system, work)
+
+
+async def roundtrips(system: System, count: int) -> Run:
+    payload = bytes(RTT_SIZE)
+
+    async def work() -> list[float]:
+        await system.send(control("echo", n=count))
+        latencies = []
+        for _ in range(count):
+            start = time.perf_counter()
+            await system.send(payload)
+            await system.receive()
+            latencies.append(time.perf_counter() - start)
+        return latencies
+
+    return await measured(system, work)
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    pairs: int
+    sizes: tuple[int, ...]
+    mib: float
+    roundtrips: int
+    tcp: bool
+    split: bool
+
+
+@dataclass
+class Results:
+    """Samples[measure][system]."""
+
+    samples: dict[str, dict[str, Samples]] = field(default_factory=dict)
+
+    def add(self, measure: str, system: str, value: float) -> None:
+        self.samples.setdefault(measure, {}).setdefault(system, Samples()).add(value)
+
+
+async def one_pass(
+    systems: list[System], options: Options, results: Results | None, scale: float = 1.0
+) -> None:
+    """Every measure once on every system, in the order of `systems`."""
+    mib = 1024 * 1024
+    for size in options.sizes:
+        count = max(1, int(options.mib * scale * mib / size))
+        megabytes = count * size / mib
+        for direction, measure in (("down", down), ("up", up)):
+            for system in systems:
+                run = await measure(system, size, count)
+                if results is not None:
+                    label = f"{direction} {human_size(size)}"
+                    results.add(f"{label} MiB/s", system.name, megabytes / run.seconds)
+                    results.add(f"{label} CPU s/MiB", system.name, sum(run.cpu) / megabytes)
+                    if options.split:
+                        for part, cpu in zip(PARTS, run.cpu, strict=True):
+                            results.add(f"{label} CPU s/MiB {part}", system.name, cpu / megabytes)
+    for system in systems:
+        run = await roundtrips(system, max(10, int(options.roundtrips * scale)))
+        if results is not None:
+            results.add("round trip p50 ms", system.name, percentile(run.latencies, 0.5) * 1e3)
+            results.add("round trip p99 ms", system.name, percentile(run.latencies, 0.99) * 1e3)
+
+
+GOALS = {
+    "down 64 KiB MiB/s": ">= 0.8",
+    "up 64 KiB MiB/s": ">= 0.8",
+    "down 4 KiB MiB/s": ">= 0.5",
+    "up 4 KiB MiB/s": ">= 0.5",
+    "CPU s/MiB": "<= 2",
+    "round trip p50 ms": "<= 1.5",
+    "round trip p99 ms": "<= 2",
+}
+
+
+def goal(measure: str) -> str:
+    for key, text in GOALS.items():
+        if measure == key or (key.startswith("CPU") and key in measure):
+            return text
+    return ""
+
+
+def report(results: Results, options: Options) -> None:
+    names = ["ours", "ws", *(["tcp"] if options.tcp else [])]
+    header = ["measure", *names, "ours/ws", *(["ours/tcp"] if options.tcp else []), "goal ours/ws"]
+    rows = []
+    for measure, by_system in results.samples.items():
+        fmt = ".4f" if "CPU" in measure else ".3f" if "ms" in measure else ".1f"
+        row = [measure, *(by_system[name].spread(fmt) for name in names)]
+        row.append(ratios(by_system["ours"], by_system["ws"]).spread(".2f"))
+        if options.tcp:
+            row.append(ratios(by_system["ours"], by_system["tcp"]).spread(".2f"))
+        row.append(goal(measure))
+        rows.append(row)
+    print_table(
+        f"relay path, {options.pairs} pairs, {options.mib:g} MiB per bulk run, "
+        f"{options.roundtrips} round trips of {RTT_SIZE} B: median [min-max]",
+        header,
+        rows,
+    )
+
+
+async def bench(options: Options) -> None:
+    with workdir("relay-bench-") as wd:
+        async with contextlib.AsyncExitStack() as stack:
+            systems = [
+                await stack.enter_async_context(ours(wd)),
+                await stack.enter_async_context(bare_ws(wd)),
+            ]
+            if options.tcp:
+                systems.append(await stack.enter_async_context(bare_tcp(wd)))
+            await one_pass(systems, options, None, scale=0.1)  # warm-up, not recorded
+            results = Results()
+            for pair in range(options.pairs):
+                order = systems if pair % 2 == 0 else systems[::-1]
+                started = time.perf_counter()
+                await one_pass(order, options, results)
+                elapsed = time.perf_counter() - started
+                print(
+                    f"pair {pair + 1}/{options.pairs} done in {elapsed:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            report(results, options)
+    if TEAMMATE_PROFILE is not None and PROFILE_DIR:
+        TEAMMATE_PROFILE.dump_stats(Path(PROFILE_DIR) / "teammate.prof")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, help="A/B pairs measured (default 5; quick 3)")
+    parser.add_argument(
+        "--size",
+        action="append",
+        type=parse_size,
+        help="bulk message size, e.g. 4K; repeatable (default 4K and 64K)",
+    )
+    parser.add_argument("--mib", type=float, help="MiB moved per bulk run (default 64; quick 16)")
+    parser.add_argument(
+        "--roundtrips", type=int, help="round trips per run (default 1000; quick 300)"
+    )
+    parser.add_argument("--no-tcp", action="store_true", help="skip the plain TCP floor")
+    parser.add_argument(
+        "--split", action="store_true", help="also show CPU per MiB of relay, host, teammate"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller defaults, about 15 s (for iterating)"
+    )
+    args = parser.parse_args()
+
+    def given(value: float | None, default: float, quick: float) -> float:
+        if value is not None:
+            return value
+        return quick if args.quick else default
+
+    options = Options(
+        pairs=int(given(args.pairs, 5, 3)),
+        sizes=tuple(args.size or (4096, 65536)),
+        mib=given(args.mib, 64, 16),
+        roundtrips=int(given(args.roundtrips, 1000, 300)),
+        tcp=not args.no_tcp,
+        split=args.split,
+    )
+    if options.pairs < 1:
+        parser.error("--pairs must be at least 1")
+    run_bench(bench, options)
+
+
+if __name__ == "__main__":
+    main()

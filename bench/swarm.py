@@ -1,0 +1,231 @@
+"""Many teammates in one process, each a real WebSocket connection: ours or bare websockets.
+
+Run by the benches as `python bench/swarm.py`; it prints `{"ready": true}`, then answers one
+JSON line for each JSON command line on stdin, and exits when stdin closes.
+
+Commands:
+- `attach(kind, target, n, concurrency, mode)`: start `n` teammates, at most `concurrency`
+  connecting at once, and answer once every one is ready (or failed). `kind` "ours":
+  `connect_teammate(target)`, then in `mode` "session" the `ready` message, a `subscribe`, and
+  ready once the snapshot ended; in `mode` "echo" (bench/peers.py `host`) one echoed message.
+  `kind` "bare": a websockets connection to `target`/attach, ready once the bare relay's greeting
+  arrived. Every message after that counts as an item.
+- `settle(quiet, limit)`: wait until no presence message arrived for `quiet` seconds; answer the
+  presence messages and bytes received so far.
+- `expect(items)`: wait until every teammate has received `items` items in all; answer when the
+  last and the first of them got its last one (time.monotonic, the same clock in every process).
+- `detach()`: close every teammate.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+from harness import raise_fd_limit
+from peers import control, say, until_stdin_closes
+from websockets.asyncio.client import connect
+
+from tunnel.app.host_messages import decode_host_message
+from tunnel.app.requests import Subscribe, encode_request
+from tunnel.teammate.client import connect_teammate
+
+POLL = 0.01
+"""Seconds between looks at the teammates' counters while waiting. Polled, not signalled, so
+that a teammate's message costs a counter update and nothing more; the times reported are the
+teammates' own, not the poll's."""
+
+
+@dataclass(slots=True)
+class Teammate:
+    """What one teammate has seen."""
+
+    ready: bool = False
+    failed: str | None = None
+    items: int = 0
+    last_item: float = 0.0
+    presence: int = 0
+    presence_bytes: int = 0
+    received_bytes: int = 0
+    messages: int = 0
+
+
+class Swarm:
+    def __init__(self) -> None:
+        self.teammates: list[Teammate] = []
+        self._scope: anyio.CancelScope | None = None
+        self._done: anyio.Event | None = None
+        self.last_presence = 0.0
+
+    # -- one teammate ---------------------------------------------------------------------------
+
+    async def _ours(
+        self, state: Teammate, link: str, name: str, mode: str, gate: anyio.Semaphore
+    ) -> None:
+        await gate.acquire()
+        released = False
+        try:
+            async with connect_teammate(link, name=name) as session:
+                if mode == "echo":
+                    await session.send(control("echo", n=1))
+                    await session.send(b"x")
+                    await session.receive()
+                    state.ready = True
+                    gate.release()
+                    released = True
+                    await anyio.sleep_forever()
+                await session.send(encode_request(Subscribe(after=None)))
+                while True:
+                    message = await session.receive()
+                    self._count(state, message)
+                    if state.ready and not released:
+                        gate.release()
+                        released = True
+        finally:
+            if not released:
+                gate.release()
+
+    def _count(self, state: Teammate, message: bytes) -> None:
+        state.messages += 1
+        state.received_bytes += len(message)
+        decoded = decode_host_message(message)
+        op = decoded["op"]
+        if op == "item":
+            state.items += 1
+            state.last_item = time.monotonic()
+        elif op == "presence":
+            state.presence += 1
+            state.presence_bytes += len(message)
+            self.last_presence = time.monotonic()
+        elif op == "snapshot":
+            state.items += len(decoded["items"])
+            if not decoded["more"]:
+                state.ready = True
+
+    async def _bare(self, state: Teammate, url: str, gate: anyio.Semaphore) -> None:
+        async with gate:
+            websocket = await connect(f"{url}/attach", compression=None, max_size=None)
+        async with websocket:
+            greeting = await websocket.recv()
+            state.received_bytes += len(greeting)
+            state.ready = True
+            async for message in websocket:
+                state.messages += 1
+                state.received_bytes += len(message)
+                state.items += 1
+                state.last_item = time.monotonic()
+
+    async def _run_one(self, state: Teammate, kind: str, target: str, **options: Any) -> None:
+        try:
+            if kind == "ours":
+                await self._ours(state, target, **options)
+            else:
+                await self._bare(state, target, options["gate"])
+        except Exception as exc:
+            state.failed = f"{type(exc).__name__}: {exc}"
+
+    # -- commands -------------------------------------------------------------------------------
+
+    async def attach(
+        self, kind: str, target: str, n: int, concurrency: int = 50, mode: str = "session"
+    ) -> dict[str, Any]:
+        if self._scope is not None:
+            raise RuntimeError("detach first")
+        self.teammates = [Teammate() for _ in range(n)]
+        gate = anyio.Semaphore(concurrency)
+        started = anyio.Event()
+        self._done = anyio.Event()
+        start = time.monotonic()
+
+        async def run_all() -> None:
+            assert self._done is not None
+            try:
+                with anyio.CancelScope() as self._scope:
+                    started.set()
+                    async with anyio.create_task_group() as tg:
+                        for index, state in enumerate(self.teammates):
+                            if kind == "ours":
+                                options = {"name": f"t{index}", "mode": mode, "gate": gate}
+                            else:
+                                options = {"gate": gate}
+                            one = functools.partial(self._run_one, **options)
+                            tg.start_soon(one, state, kind, target)
+                            await anyio.lowlevel.checkpoint()
+            finally:
+                self._done.set()
+
+        self._group.start_soon(run_all)
+        await started.wait()
+        with anyio.fail_after(600):
+            while not all(t.ready or t.failed for t in self.teammates):  # noqa: ASYNC110
+                await anyio.sleep(POLL)
+        done = time.monotonic()
+        failures = [t.failed for t in self.teammates if t.failed]
+        return {
+            "t0": start,
+            "t_done": done,
+            "ready": sum(t.ready for t in self.teammates),
+            "failed": len(failures),
+            "first_failure": failures[0] if failures else None,
+        }
+
+    async def settle(self, quiet: float = 0.5, limit: float = 60.0) -> dict[str, Any]:
+        with anyio.move_on_after(limit):
+            while time.monotonic() - self.last_presence < quiet:  # noqa: ASYNC110
+                await anyio.sleep(POLL)
+        return {
+            "presence": sum(t.presence for t in self.teammates),
+            "presence_bytes": sum(t.presence_bytes for t in self.teammates),
+            "received_bytes": sum(t.received_bytes for t in self.teammates),
+            "messages": sum(t.messages for t in self.teammates),
+        }
+
+    async def expect(self, items: int, limit: float = 300.0) -> dict[str, Any]:
+        live = [t for t in self.teammates if t.ready and not t.failed]
+        with anyio.move_on_after(limit):
+            while not all(t.items >= items or t.failed for t in live):  # noqa: ASYNC110
+                await anyio.sleep(POLL)
+        complete = [t for t in live if t.items >= items]
+        return {
+            "complete": len(complete),
+            "of": len(live),
+            "t_last": max((t.last_item for t in complete), default=0.0),
+            "t_first": min((t.last_item for t in complete), default=0.0),
+        }
+
+    async def detach(self) -> dict[str, Any]:
+        if self._scope is not None and self._done is not None:
+            self._scope.cancel()
+            await self._done.wait()
+        self._scope = None
+        return {"detached": len(self.teammates)}
+
+    async def run(self) -> None:
+        async def main(tg: anyio.abc.TaskGroup) -> None:
+            self._group = tg
+            say(ready=True)
+
+        commands = {
+            "attach": self.attach,
+            "settle": self.settle,
+            "expect": self.expect,
+            "detach": self.detach,
+        }
+        await until_stdin_closes(main, commands)
+
+
+def main() -> None:
+    # The teammates' own lines (a link closed at exit) would only be noise here.
+    logging.basicConfig(level=logging.ERROR)
+    raise_fd_limit(20_000)
+    anyio.run(Swarm().run)
+
+
+if __name__ == "__main__":
+    main()
