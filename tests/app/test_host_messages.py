@@ -13,9 +13,11 @@ from tunnel.app.errors import ERROR_CODES, BadRequest
 from tunnel.app.host_messages import (
     Error,
     EventMessage,
+    HistoryPage,
     HostMessage,
     ItemMessage,
     Member,
+    PresenceDelta,
     PresenceMessage,
     Ready,
     SandboxInfo,
@@ -42,9 +44,20 @@ EVERY_KIND: list[HostMessage] = [
     ),
     Snapshot(items=[ITEM], last_seq=0, more=False, reset=True),
     Snapshot(items=[], last_seq=-1, more=True),
+    Snapshot(items=[ITEM], last_seq=0, more=True, first_seq=0, earlier=False),
+    Snapshot(items=[], last_seq=799, more=True, first_seq=800, earlier=True),
+    HistoryPage(items=[ITEM], before=1, more=False),
+    HistoryPage(items=[], before=0, more=False),
     ItemMessage(item=ITEM),
     EventMessage(event={"conversation_id": "c", "kind": "delta", "data": {"text": "h"}}),
     PresenceMessage(members=[Member(name="ana", role="drive"), Member(name="bo", role="view")]),
+    PresenceMessage(
+        members=[Member(name="ana", role="drive", id=0), Member(name="bo", role="view", id=4)],
+        you=4,
+    ),
+    PresenceDelta(joined=[Member(name="cy", role="view", id=5)], left=[0, 2]),
+    PresenceDelta(joined=[], left=[]),
+    Snapshot(items=[], last_seq=9, more=True, first_seq=10, earlier=True, context=[ITEM]),
     *(Error(code=code, message="no") for code in ERROR_CODES),
 ]
 
@@ -88,6 +101,51 @@ def test_ready_says_whether_and_how_the_agent_is_sandboxed() -> None:
     assert parsed.sandbox is None
 
 
+def test_a_snapshot_says_where_it_starts_and_a_history_page_what_it_answers() -> None:
+    snapshot = Snapshot(items=[ITEM], last_seq=0, more=False, first_seq=0, earlier=True)
+    assert decode_host_message(encode(snapshot)) == {
+        "op": "snapshot",
+        "items": [ITEM],
+        "last_seq": 0,
+        "more": False,
+        "reset": False,
+        "first_seq": 0,
+        "earlier": True,
+    }
+    assert decode_host_message(encode(HistoryPage(items=[ITEM], before=1, more=True))) == {
+        "op": "history",
+        "items": [ITEM],
+        "before": 1,
+        "more": True,
+    }
+    # A host from before bounded history says neither: the client offers nothing earlier.
+    old = parse(pack({"op": "snapshot", "items": [], "last_seq": 3, "more": False}))
+    assert isinstance(old, Snapshot)
+    assert (old.first_seq, old.earlier) == (None, False)
+
+
+def test_a_snapshots_context_and_presence_deltas_on_the_wire() -> None:
+    snapshot = Snapshot(
+        items=[], last_seq=9, more=False, first_seq=10, earlier=True, context=[ITEM]
+    )
+    assert decode_host_message(encode(snapshot))["context"] == [ITEM]
+    # No context, no field: pages after the first, resumes, hosts from before it.
+    plain = Snapshot(items=[], last_seq=9, more=False, first_seq=10, earlier=True)
+    assert "context" not in decode_host_message(encode(plain))
+    full = PresenceMessage(members=[Member(name="ana", role="drive", id=3)], you=3)
+    assert decode_host_message(encode(full)) == {
+        "op": "presence",
+        "members": [{"name": "ana", "role": "drive", "id": 3}],
+        "you": 3,
+    }
+    delta = PresenceDelta(joined=[Member(name="bo", role="view", id=7)], left=[3])
+    assert decode_host_message(encode(delta)) == {
+        "op": "presence",
+        "joined": [{"name": "bo", "role": "view", "id": 7}],
+        "left": [3],
+    }
+
+
 def test_fields_a_newer_host_adds_are_ignored() -> None:
     wire = {"op": "item", "item": ITEM, "priority": 3}
     assert parse(pack(wire)) == ItemMessage(item=ITEM)
@@ -103,6 +161,31 @@ def test_fields_a_newer_host_adds_are_ignored() -> None:
         {"op": "error", "code": "teapot", "message": "x"},
         {"op": "presence", "members": "ana"},
         {"op": "item", "item": [1, 2]},
+        {"op": "snapshot", "items": [], "last_seq": 1, "more": False, "first_seq": "0"},
+        {"op": "snapshot", "items": [], "last_seq": 1, "more": False, "first_seq": True},
+        {"op": "history", "items": [], "more": False},
+        {"op": "history", "items": [], "before": 3, "more": 1},
+        {"op": "history", "items": {}, "before": 3, "more": False},
+        *(
+            {"op": "snapshot", "items": [], "last_seq": 1, "more": False, "context": context}
+            for context in ({}, [1], [{"seq": "1"}], [{"type": "plan"}], [{"seq": -1}], "x")
+        ),
+        {"op": "presence", "members": [1]},
+        {"op": "presence", "members": [{"name": "a", "role": "view", "id": "1"}]},
+        {"op": "presence", "members": [{"name": "a", "role": "view", "id": -1}]},
+        {"op": "presence", "members": [], "you": "me"},
+        {"op": "presence", "members": [], "you": True},
+        {"op": "presence", "members": [], "joined": [], "left": []},
+        {"op": "presence", "joined": [], "left": [], "you": 1},
+        {"op": "presence", "joined": [{"name": "a", "role": "view"}], "left": []},
+        {"op": "presence", "joined": [{"name": "a", "role": "view", "id": True}], "left": []},
+        {"op": "presence", "joined": [{"name": 1, "role": "view", "id": 1}], "left": []},
+        {"op": "presence", "joined": [], "left": ["1"]},
+        {"op": "presence", "joined": [], "left": [-2]},
+        {"op": "presence", "joined": [], "left": 1},
+        {"op": "presence", "joined": []},
+        {"op": "presence", "left": []},
+        {"op": "presence"},
         *(
             {
                 "op": "ready",

@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 from tunnel.app.errors import BadRequest
 from tunnel.app.host_messages import pack
 from tunnel.app.requests import (
+    MAX_HISTORY_ITEMS,
+    MAX_SEQ,
     Cancel,
+    History,
     Input,
     PermissionAnswer,
     Prompt,
@@ -30,6 +33,12 @@ from tunnel.app.requests import (
 
 requests: st.SearchStrategy[Request] = st.one_of(
     st.builds(Subscribe, after=st.none() | st.integers(min_value=-1, max_value=2**62)),
+    st.builds(Subscribe, after=st.none(), tail=st.integers(min_value=0, max_value=MAX_SEQ)),
+    st.builds(
+        History,
+        before=st.integers(min_value=0, max_value=MAX_SEQ),
+        limit=st.integers(min_value=1, max_value=MAX_HISTORY_ITEMS),
+    ),
     st.builds(Prompt, text=st.text(min_size=1, max_size=200).filter(lambda t: t.strip() != "")),
     st.builds(
         PermissionAnswer,
@@ -87,6 +96,9 @@ def test_arbitrary_bytes_raise_only_bad_request(data: bytes) -> None:
             [
                 "op",
                 "after",
+                "tail",
+                "before",
+                "limit",
                 "text",
                 "request_id",
                 "option_id",
@@ -106,6 +118,7 @@ def test_arbitrary_bytes_raise_only_bad_request(data: bytes) -> None:
     st.sampled_from(
         [
             "subscribe",
+            "history",
             "prompt",
             "permission",
             "cancel",
@@ -139,6 +152,22 @@ def test_arbitrary_maps_raise_only_bad_request(message: dict[str, Any], op: str)
         ({"op": "resize", "cols": 0, "rows": 10}, "out of range"),
         ({"op": "subscribe", "after": math.nan}, "must be int"),
         ({"op": "subscribe", "after": -5}, "out of range"),
+        ({"op": "subscribe", "after": 2**63}, "out of range"),
+        ({"op": "subscribe", "after": 7, "tail": 10}, "only with 'after' nil"),
+        ({"op": "subscribe", "after": -1, "tail": 10}, "only with 'after' nil"),
+        ({"op": "subscribe", "after": None, "tail": -1}, "out of range"),
+        ({"op": "subscribe", "after": None, "tail": True}, "must be int"),
+        ({"op": "subscribe", "after": None, "tail": 1.0}, "must be int"),
+        ({"op": "subscribe", "after": None, "tail": 5, "limit": 5}, "unexpected"),
+        ({"op": "history"}, "'before' must be int"),
+        ({"op": "history", "before": None}, "'before' must be int"),
+        ({"op": "history", "before": -1}, "out of range"),
+        ({"op": "history", "before": 2**63}, "out of range"),
+        ({"op": "history", "before": False}, "must be int"),
+        ({"op": "history", "before": 5, "limit": 0}, "must be 1 to 200"),
+        ({"op": "history", "before": 5, "limit": MAX_HISTORY_ITEMS + 1}, "must be 1 to 200"),
+        ({"op": "history", "before": 5, "limit": "10"}, "must be int"),
+        ({"op": "history", "before": 5, "after": 1}, "unexpected"),
         ({"op": "input", "data": "text"}, "must be bytes"),
         ({"op": "set_mode", "mode_id": 3}, "must be str"),
         ({"op": "set_mode", "mode_id": "m" * 300}, "longer"),
@@ -152,6 +181,28 @@ def test_arbitrary_maps_raise_only_bad_request(message: dict[str, Any], op: str)
 def test_malformed_requests_name_the_problem(message: dict[str, Any], why: str) -> None:
     with pytest.raises(BadRequest, match=why):
         decode_request(msgpack.packb(message, use_bin_type=True))
+
+
+def test_history_and_a_bounded_subscribe_decode_to_their_documented_shape() -> None:
+    def decode(message: dict[str, Any]) -> Request:
+        return decode_request(msgpack.packb(message, use_bin_type=True))
+
+    # A fresh subscribe: no bound given is the host's default; tail 0 is only the live tail.
+    assert decode({"op": "subscribe", "after": None}) == Subscribe(after=None, tail=None)
+    assert decode({"op": "subscribe"}) == Subscribe(after=None, tail=None)
+    assert decode({"op": "subscribe", "after": None, "tail": 0}) == Subscribe(after=None, tail=0)
+    # A resume is unchanged, and what an older client sends still decodes.
+    assert decode({"op": "subscribe", "after": 41}) == Subscribe(after=41)
+    assert decode({"op": "history", "before": 800}) == History(before=800, limit=MAX_HISTORY_ITEMS)
+    assert decode({"op": "history", "before": 0, "limit": None}) == History(
+        before=0, limit=MAX_HISTORY_ITEMS
+    )
+    assert decode({"op": "history", "before": 9, "limit": 1}) == History(before=9, limit=1)
+    # Left out when nil, so a host from before `tail` accepts what this client sends.
+    assert msgpack.unpackb(encode_request(Subscribe(after=None))) == {
+        "op": "subscribe",
+        "after": None,
+    }
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,10 @@
 the `--approve` question, who is attached, prompts, items, tool content, said texts and errors
 are all escaped.
 
-The last test runs `tunnel host --approve` on a pseudo-terminal with a hostile agent and hostile
-joiners, and reads every byte the host user's terminal received.
+The last tests run `tunnel host --approve` on a pseudo-terminal with a hostile agent and hostile
+joiners, and read every byte the host user's terminal received: a dumb terminal (lines only),
+and one that moves its cursor (the prompt line, replies rendered as markdown), whose screen a
+terminal emulator shows.
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ import pytest
 from rich.console import Console
 
 from tests.support import RelayProcess
-from tests.terminal.hostile import NAMES, WIRE, assert_every_label_shown_escaped, dangerous
-from tests.terminal.pty_process import TERMINAL_ENV, pty_process
+from tests.terminal.hostile import (
+    NAMES,
+    WIRE,
+    assert_every_label_shown_escaped,
+    dangerous,
+    without_drawing,
+)
+from tests.terminal.pty_process import TERMINAL_ENV, pty_process, screen_process
 from tunnel.app.requests import Prompt
 from tunnel.host.console import HostConsole
 from tunnel.host.presence import Member, Presence
@@ -165,5 +173,74 @@ async def test_the_host_console_on_a_terminal_receives_no_control_sequence(
     assert dangerous(text.replace("\r\n", "\n")) == []
     assert_every_label_shown_escaped(text, extra=("refusal",))
     presence = [line for line in text.splitlines() if line.startswith("attached: ")]
+    for name in NAMES[:2]:
+        assert any(printable(name) in line for line in presence), name
+
+
+@pytest.mark.timeout(120)
+async def test_the_host_console_with_a_prompt_line_receives_no_control_sequence_from_the_wire(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("milk\n")
+    argv = [
+        *TUNNEL,
+        "host",
+        "--relay",
+        relay.url,
+        "--agent",
+        f"acp:{sys.executable} {HOSTILE_AGENT}",
+        "--workspace",
+        str(workspace),
+        "--log-db",
+        str(tmp_path / "log.db"),
+        "--key-file",
+        str(tmp_path / "key"),
+        "--name",
+        "hannah",
+        "--approve",
+    ]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TERM="xterm-256color", NO_COLOR="1")
+    # Wide enough that a hostile string, escaped, stays on one line of the screen.
+    with screen_process(argv, env=env, cwd=ROOT, rows=60, columns=1500) as host:
+        link = (await host.wait_screen(r"drive link: (\S+)")).group(1)
+        async with contextlib.AsyncExitStack() as stack:
+            joined = []
+            for name in NAMES[:2]:
+                teammate = await stack.enter_async_context(attached(link, name, subscribe=False))
+                await host.wait_screen(re.escape(f"{printable(name)} wants to drive. Admit? [y/N]"))
+                # The prompt line asks the question too.
+                await host.wait_screen(r"^admit\? \[y/N\]", where="cursor")
+                host.keys(b"y\r")
+                await teammate.wait_for(lambda t: t.ready is not None)
+                joined.append(teammate)
+
+            await joined[0].send(Prompt(text=f"<prompt>{WIRE} ask"))
+            await host.wait_screen(r"/allow \(allow once\)")
+            for line, expect in [
+                ("/allow nope", r"has no option 'nope'; its options: 1\. <allow-name>"),
+                ("/mode", r"mode: default \(<mode-name>"),
+                ("/help", r"the agent's commands: /<command-name>.*\(<command-desc>"),
+                ("/mode trap", r"the agent refused: <refusal>"),
+                ("/allow", r"chose ok"),
+            ]:
+                host.keys(line.encode() + b"\r")
+                await host.wait_screen(expect)
+            await host.wait_screen(r"turn over")
+            await joined[1].send(Prompt(text="fail"))
+            await host.wait_screen(r"the agent failed the prompt: <failure>")
+        host.keys(b"/quit\r")
+        with anyio.fail_after(20):
+            while host.process.poll() is None:
+                await anyio.sleep(0.05)
+        assert host.process.returncode == 0
+        screen = "\n".join(host.lines())
+    received = host.received
+
+    text = received.decode("utf-8")  # strict: no stray byte a terminal could read as C1
+    assert dangerous(without_drawing(text)) == []
+    assert_every_label_shown_escaped(screen, extra=("refusal",), markdown=("message",))
+    presence = [line for line in screen.splitlines() if line.startswith("attached: ")]
     for name in NAMES[:2]:
         assert any(printable(name) in line for line in presence), name

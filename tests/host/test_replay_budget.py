@@ -154,8 +154,9 @@ async def test_late_joiners_replaying_a_long_log_leave_the_live_tail_going(
             ):
                 # The live teammate is level with the log already: it replays nothing.
                 tg.start_soon(follow, host.view_link, "vera", ITEMS - 1, live)
+                # after=-1 asks for the whole log: the most a joiner can make the host replay.
                 for index in range(JOINERS):
-                    tg.start_soon(follow, host.view_link, f"late{index}", None, joiner(index))
+                    tg.start_soon(follow, host.view_link, f"late{index}", -1, joiner(index))
                 with anyio.fail_after(60):
                     await all_started.wait()
                 await driver.send(encode_request(Subscribe(after=ITEMS - 1)))

@@ -30,7 +30,8 @@ class FakeChannel:
 
     role = "view"
 
-    def __init__(self, name: str, after: int | None = None) -> None:
+    # -1: the whole log, the most a joiner can ask the host to replay.
+    def __init__(self, name: str, after: int | None = -1) -> None:
         self.name = name
         self.messages: list[dict[str, Any]] = []
         self.reading = anyio.Event()

@@ -18,9 +18,11 @@ from tunnel.app.errors import ERROR_CODES, BadRequest, ErrorCode
 __all__ = [
     "Error",
     "EventMessage",
+    "HistoryPage",
     "HostMessage",
     "ItemMessage",
     "Member",
+    "PresenceDelta",
     "PresenceMessage",
     "Ready",
     "SandboxInfo",
@@ -70,6 +72,28 @@ class Snapshot:
     more: bool
     reset: bool = False
     """First page only: the log does not reach the subscriber's `after`; start over."""
+    first_seq: int | None = None
+    """The seq the snapshot starts at (every page says the same); None from a host too old to
+    say. After a fresh subscribe, a client holds nothing before it."""
+    earlier: bool = False
+    """Whether the log holds items before `first_seq`: ask with `history(before=first_seq)`."""
+    context: Sequence[Mapping[str, Any]] = ()
+    """First page of a fresh join only: items from before `first_seq` whose state still holds
+    (the latest `settings` and `commands` session events and `plan`, the open permission
+    requests and the tool calls they gate), in seq order. Apply them as a replay from seq 0
+    would leave the state; they are not part of the conversation shown, and a `history` page
+    that reaches them later brings them as items."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryPage:
+    """The answer to a `history` request: stored items before `before`, in seq order."""
+
+    items: Sequence[Mapping[str, Any]]
+    before: int
+    """The request's cursor, so a client can tell an answer it still wants from a stale one."""
+    more: bool
+    """Whether the log holds items before the first of `items` (or before `before`, if none)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,13 +116,31 @@ class Member:
 
     name: str
     role: str
+    id: int | None = None
+    """The member's id, the same in every message of the host's run; None from a host too old
+    to send one (its presence messages are all full lists)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PresenceMessage:
-    """Who is attached; sent whenever it changes."""
+    """Everyone attached: the first presence message on a channel (later ones are
+    `PresenceDelta`s; a host from before them sends a full list at every change)."""
 
     members: Sequence[Member]
+    you: int | None = None
+    """The id of the member that is the receiving channel itself; None if the host did not say."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PresenceDelta:
+    """Who came and went since the channel's previous presence message, all changes in one.
+
+    Apply to the list held: add `joined`, remove the ids in `left`. A member who came and went
+    in between is in neither.
+    """
+
+    joined: Sequence[Member]
+    left: Sequence[int]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,7 +151,16 @@ class Error:
     message: str
 
 
-HostMessage = Ready | Snapshot | ItemMessage | EventMessage | PresenceMessage | Error
+HostMessage = (
+    Ready
+    | Snapshot
+    | HistoryPage
+    | ItemMessage
+    | EventMessage
+    | PresenceMessage
+    | PresenceDelta
+    | Error
+)
 
 
 def pack(message: Mapping[str, Any]) -> bytes:
@@ -144,16 +195,42 @@ def encode(message: HostMessage) -> bytes:
                 "more": message.more,
                 "reset": message.reset,
             }
+            if message.first_seq is not None:
+                wire["first_seq"] = message.first_seq
+                wire["earlier"] = message.earlier
+            if message.context:
+                wire["context"] = list(message.context)
+        case HistoryPage():
+            wire = {
+                "op": "history",
+                "items": list(message.items),
+                "before": message.before,
+                "more": message.more,
+            }
         case ItemMessage():
             wire = {"op": "item", "item": message.item}
         case EventMessage():
             wire = {"op": "event", "event": message.event}
         case PresenceMessage():
-            members = [{"name": m.name, "role": m.role} for m in message.members]
-            wire = {"op": "presence", "members": members}
+            wire = {"op": "presence", "members": [_member(m) for m in message.members]}
+            if message.you is not None:
+                wire["you"] = message.you
+        case PresenceDelta():
+            wire = {
+                "op": "presence",
+                "joined": [_member(m) for m in message.joined],
+                "left": list(message.left),
+            }
         case Error():
             wire = {"op": "error", "code": message.code, "message": message.message}
     return pack(wire)
+
+
+def _member(member: Member) -> dict[str, Any]:
+    wire: dict[str, Any] = {"name": member.name, "role": member.role}
+    if member.id is not None:
+        wire["id"] = member.id
+    return wire
 
 
 def decode_host_message(plaintext: bytes) -> dict[str, Any]:
@@ -190,24 +267,78 @@ def parse(plaintext: bytes) -> HostMessage:
             last_seq=_get(message, "last_seq", int),
             more=_get(message, "more", bool),
             reset=message.get("reset") is True,
+            first_seq=_optional(message, "first_seq", int),
+            earlier=message.get("earlier") is True,
+            context=_context(message.get("context")),
+        )
+    if op == "history":
+        return HistoryPage(
+            items=[item for item in _get(message, "items", list) if isinstance(item, dict)],
+            before=_get(message, "before", int),
+            more=_get(message, "more", bool),
         )
     if op == "item":
         return ItemMessage(item=_get(message, "item", dict))
     if op == "event":
         return EventMessage(event=_get(message, "event", dict))
     if op == "presence":
-        members = [
-            Member(name=_get(m, "name", str), role=_get(m, "role", str))
-            for m in _get(message, "members", list)
-            if isinstance(m, dict)
-        ]
-        return PresenceMessage(members=members)
+        return _presence(message)
     if op == "error":
         code = _get(message, "code", str)
         if code not in ERROR_CODES:
             raise BadRequest("unknown error code")
         return Error(code=code, message=_get(message, "message", str))
     raise BadRequest("unknown op")
+
+
+def _context(value: Any) -> Sequence[dict[str, Any]]:
+    """A snapshot's `context`: absent, or a list of item maps each with an integer seq."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise BadRequest("field 'context' must be list")
+    for item in value:
+        if not isinstance(item, dict):
+            raise BadRequest("field 'context' must be a list of items")
+        _seq(item, "seq")
+    return value
+
+
+def _presence(message: Mapping[str, Any]) -> PresenceMessage | PresenceDelta:
+    """A full list (`members`, `you`) or a delta (`joined`, `left`), never both: a delta
+    applied as a list, or the reverse, would show the wrong people."""
+    if "members" in message:
+        _expect_absent(message, ("joined", "left"))
+        members = [_presence_member(m, id_required=False) for m in _get(message, "members", list)]
+        you = None if message.get("you") is None else _seq(message, "you")
+        return PresenceMessage(members=members, you=you)
+    joined = [_presence_member(m, id_required=True) for m in _get(message, "joined", list)]
+    left = _get(message, "left", list)
+    if not all(type(member_id) is int and member_id >= 0 for member_id in left):
+        raise BadRequest("field 'left' must be a list of member ids")
+    _expect_absent(message, ("you",))
+    return PresenceDelta(joined=joined, left=left)
+
+
+def _presence_member(value: Any, *, id_required: bool) -> Member:
+    if not isinstance(value, dict):
+        raise BadRequest("a presence member must be a map")
+    member_id = _seq(value, "id") if id_required or value.get("id") is not None else None
+    return Member(name=_get(value, "name", str), role=_get(value, "role", str), id=member_id)
+
+
+def _expect_absent(message: Mapping[str, Any], names: Sequence[str]) -> None:
+    for name in names:
+        if name in message:
+            raise BadRequest(f"field {name!r} does not go with this presence message")
+
+
+def _seq(message: Mapping[str, Any], name: str) -> int:
+    """A non-negative integer field: a seq, a member id."""
+    value = message.get(name)
+    if type(value) is not int or value < 0:
+        raise BadRequest(f"field {name!r} must be a non-negative integer")
+    return value
 
 
 def _sandbox(value: Any) -> SandboxInfo | None:
@@ -223,6 +354,11 @@ def _sandbox(value: Any) -> SandboxInfo | None:
         writable=writable,
         network=_get(value, "network", bool),
     )
+
+
+def _optional(message: Mapping[str, Any], name: str, kind: type) -> Any:
+    """The field, or None when a host too old to send it left it out."""
+    return None if message.get(name) is None else _get(message, name, kind)
 
 
 def _get(message: Mapping[str, Any], name: str, kind: type) -> Any:

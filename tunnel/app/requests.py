@@ -27,13 +27,39 @@ MAX_INPUT_SIZE = 16 * 1024
 """Bytes one `input` request may carry; terminal sessions refuse more (tunnel.agents.pty_agent)."""
 MAX_TERMINAL_SIDE = 1000
 """Largest terminal width or height, in cells; terminal sessions refuse more as well."""
+DEFAULT_HISTORY_ITEMS = 200
+"""Most recent items a fresh `subscribe` (no `after`, no `tail`) replays: a joiner of a long
+conversation gets its end at once, and fetches what came before with `history` when asked to."""
+MAX_HISTORY_ITEMS = 200
+"""Most items one `history` request may ask for (its `limit`), and the default limit."""
+MAX_SEQ = 2**63 - 1
+"""Largest seq a cursor may name: the log's seqs are msgpack's signed 64-bit integers."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Subscribe:
-    """Send the snapshot after `after` (None: from the start), then the live tail."""
+    """Send a snapshot, then the live tail.
+
+    With `after` (a resume, or -1 for the whole log) the snapshot is every stored item after it.
+    Without (a fresh join) it is the last `tail` items, or with `tail` None the host's default:
+    at most `DEFAULT_HISTORY_ITEMS`, and no more than one snapshot page. `tail` goes only with
+    `after` None.
+    """
 
     after: int | None
+    tail: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class History:
+    """Send the newest page of stored items before seq `before`, at most `limit` of them.
+
+    Read-only, so viewers may ask too. The answer is one `history` message (a
+    `HistoryPage`); the items a client already holds are never in it.
+    """
+
+    before: int
+    limit: int = MAX_HISTORY_ITEMS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +123,16 @@ class Resize:
 
 
 Request = (
-    Subscribe | Prompt | PermissionAnswer | Cancel | SetMode | SetModel | SetConfig | Input | Resize
+    Subscribe
+    | History
+    | Prompt
+    | PermissionAnswer
+    | Cancel
+    | SetMode
+    | SetModel
+    | SetConfig
+    | Input
+    | Resize
 )
 
 # Ops that change the session: a viewer sending one is refused with `forbidden`.
@@ -148,11 +183,29 @@ def decode_request(plaintext: bytes) -> Request:
         raise BadRequest("not a msgpack map")
     op = message.get("op")
     if op == "subscribe":
-        _expect_keys(message, {"op", "after"})
+        _expect_keys(message, {"op", "after", "tail"})
         after = _field(message, "after", int, optional=True)
-        if after is not None and not -1 <= after < 2**63:
+        if after is not None and not -1 <= after <= MAX_SEQ:
             raise BadRequest("field 'after' out of range")
-        return Subscribe(after=after)
+        tail = _field(message, "tail", int, optional=True)
+        if tail is not None:
+            if after is not None:
+                # A resume gets everything after its cursor: a bound would leave a gap.
+                raise BadRequest("field 'tail' goes only with 'after' nil")
+            if not 0 <= tail <= MAX_SEQ:
+                raise BadRequest("field 'tail' out of range")
+        return Subscribe(after=after, tail=tail)
+    if op == "history":
+        _expect_keys(message, {"op", "before", "limit"})
+        before: int = _field(message, "before", int)
+        if not 0 <= before <= MAX_SEQ:
+            raise BadRequest("field 'before' out of range")
+        limit = _field(message, "limit", int, optional=True)
+        if limit is None:
+            limit = MAX_HISTORY_ITEMS
+        elif not 1 <= limit <= MAX_HISTORY_ITEMS:
+            raise BadRequest(f"field 'limit' must be 1 to {MAX_HISTORY_ITEMS}")
+        return History(before=before, limit=limit)
     if op == "prompt":
         _expect_keys(message, {"op", "text"})
         text = _bounded_str(message, "text", MAX_PROMPT_LENGTH)
@@ -200,8 +253,13 @@ def decode_request(plaintext: bytes) -> Request:
 def encode_request(request: Request) -> bytes:
     """Encode a teammate request (the client side of `decode_request`)."""
     match request:
-        case Subscribe(after=after):
+        case Subscribe(after=after, tail=tail):
             message: dict[str, Any] = {"op": "subscribe", "after": after}
+            if tail is not None:
+                # Left out when nil, so a host from before `tail` still accepts the request.
+                message["tail"] = tail
+        case History(before=before, limit=limit):
+            message = {"op": "history", "before": before, "limit": limit}
         case Prompt(text=text):
             message = {"op": "prompt", "text": text}
         case PermissionAnswer(request_id=request_id, option_id=option_id):

@@ -2,8 +2,11 @@
 
 The host user is a co-driver like any teammate: typed lines go to the same shared session, and
 permission requests can be answered here. With `--approve`, each joining teammate waits until the
-host user admits them. Names, items and messages come from others: all are printed through
-`printable()` (tunnel/terminal/sanitize.py), a terminal agent's screen output included.
+host user admits them. On a terminal the prompt line stays at the bottom, with history and
+completion, while the conversation scrolls above it and replies stream in place (the same screen
+as `tunnel attach`, tunnel/terminal/screen.py); otherwise lines are read and printed. Names, items
+and messages come from others: all are printed through `printable()`
+(tunnel/terminal/sanitize.py), a terminal agent's screen output included.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from typing import TextIO
 
 import anyio
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 from tunnel.agents import AgentSession, SessionError
@@ -23,13 +25,16 @@ from tunnel.app.requests import Cancel, PermissionAnswer, Prompt, SetConfig, Set
 from tunnel.host.presence import Presence
 from tunnel.log import Event, Log
 from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line
-from tunnel.terminal.lines import stdin_lines
-from tunnel.terminal.render import render_event, render_item
+from tunnel.terminal.completion import CommandCompleter
 from tunnel.terminal.sanitize import printable
+from tunnel.terminal.screen import PlainScreen, PromptScreen, Screen, interactive_terminal
+from tunnel.terminal.transcript import Transcript
 from tunnel.terminal.view import ConversationView, PendingPermission
 
 # How much earlier conversation the console shows when it starts.
 HISTORY_SHOWN = 20
+# Lines typed ahead of the console; the screen says so when a line finds no room.
+LINE_BUFFER = 16
 # A joiner waits this long for the host user's answer, then is refused.
 APPROVAL_TIMEOUT = 120.0
 # Joiners waiting for an answer at once; more are refused at once rather than queued forever.
@@ -63,16 +68,30 @@ class HostConsole:
         self._console = console
         self._stdin = stdin
         self._questions: deque[_Question] = deque()
+        self._screen: Screen
+        if stdin is not None and interactive_terminal(stdin, console.file):
+            self._screen = PromptScreen(
+                completer=CommandCompleter(self._view), on_eof=self._keep_sharing
+            )
+        else:
+            self._screen = PlainScreen(console, stdin)
+        self._transcript = Transcript(self._screen, markdown=self._screen.live)
+        if isinstance(self._screen, PromptScreen):
+            self._screen.set_live_source(self._transcript.live_view)
         self.quit_requested = anyio.Event()
         self.revoke: Callable[[], Awaitable[None]] | None = None
         """Set by the share once the host exists: revokes both links and prints the new ones."""
 
     async def run(self) -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._show_log)
-            tg.start_soon(self._show_presence)
-            if self._stdin is not None:
-                tg.start_soon(self._read_lines)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._show_log)
+                tg.start_soon(self._show_presence)
+                if self._stdin is not None:
+                    tg.start_soon(self._read_lines)
+        finally:
+            if isinstance(self._screen, PromptScreen):
+                self._screen.exit()
 
     async def approve_join(self, who: str, role: str) -> bool:
         """Ask the host user whether `who` may join; False when refused or unanswered in time."""
@@ -83,15 +102,18 @@ class HostConsole:
         # The name is the joiner's own choice: it must not be able to redraw this question. A
         # Text, not markup: a name that ends in a backslash is shown as it is.
         verb = "drive" if role == "drive" else "watch"
-        self._console.print(
+        self._screen.print(
             Text(f"{printable(who)} wants to {verb}. Admit? [y/N]", style="bold magenta")
         )
+        self._screen.set_prompt("admit? [y/N] ")
         try:
             with anyio.move_on_after(APPROVAL_TIMEOUT):
                 await question.answered.wait()
         finally:
             if question in self._questions:
                 self._questions.remove(question)
+            if not self._questions:
+                self._screen.set_prompt("> ")
         return question.admit
 
     async def _show_log(self) -> None:
@@ -99,30 +121,37 @@ class HostConsole:
         after = None if info is None else max(info.last_seq - HISTORY_SHOWN, -1)
         async with self._log.subscribe(self._session.conversation_id, after=after) as sub:
             async for entry in sub:
+                # A terminal agent's output is typed by whoever drives it: escaped here too.
                 if isinstance(entry, Event):
-                    line = render_event(entry.to_wire())
-                    if line is not None:
-                        self._console.print(line)
-                elif entry.type != "terminal":
-                    self._console.print(render_item(entry.to_wire()))
+                    self._transcript.event(entry.to_wire())
                 else:
-                    # A terminal agent's output is typed by whoever drives it: escaped here too,
-                    # and its chunks follow each other with no line break of their own.
-                    self._console.print(render_item(entry.to_wire()), end="", soft_wrap=True)
+                    self._transcript.item(entry.to_wire())
 
     async def _show_presence(self) -> None:
         seen = self._presence.version
         while True:
             seen = await self._presence.wait_changed(seen)
             names = ", ".join(f"{m.name} ({m.role})" for m in self._presence.members())
-            self._console.print(f"[dim]attached: {escape(printable(names)) or 'nobody'}[/dim]")
+            self._screen.note(f"attached: {names or 'nobody'}")
 
     async def _read_lines(self) -> None:
         assert self._stdin is not None
-        # At end of input the host keeps sharing; it just stops reading.
-        async with stdin_lines(self._stdin) as lines:
-            async for line in lines:
-                await self._handle_line(line)
+        send, receive = anyio.create_memory_object_stream[str](LINE_BUFFER)
+
+        async def read() -> None:
+            # At end of input the host keeps sharing; it just stops reading.
+            async with send:
+                await self._screen.run(send)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            async with receive:
+                async for line in receive:
+                    await self._handle_line(line)
+
+    def _keep_sharing(self) -> None:
+        """Ctrl-D at the prompt line: sharing goes on, so say how to stop it."""
+        self._screen.note("the host keeps sharing: /quit stops it")
 
     async def _handle_line(self, line: str) -> None:
         if self._questions:
@@ -130,20 +159,25 @@ class HostConsole:
             question.admit = line.strip().lower() in ("y", "yes")
             question.answered.set()
             verdict = "admitted" if question.admit else "refused"
-            self._console.print(Text(f"{printable(question.who)} {verdict}", style="dim"))
+            self._screen.print(Text(f"{printable(question.who)} {verdict}", style="dim"))
+            if not self._questions:
+                self._screen.set_prompt("> ")
             return
         command = parse_line(line, self._view())
-        if command is None:
-            return
         try:
             match command:
+                case None:
+                    if self._session.info.kind == "terminal" and not line.strip(" \t\r\n"):
+                        # A terminal program waits for Enter as often as for text: a blank
+                        # line sends it.
+                        await self._session.input(b"\r", by=self._host_name)
                 case Quit():
                     self.quit_requested.set()
                 case Revoke():
                     await self._revoke()
                 case Say(text=text):
                     # It may echo what the agent named: option names and ids, its commands.
-                    self._console.print(f"[dim]{escape(printable(text))}[/dim]")
+                    self._screen.note(text)
                 case Prompt(text=text):
                     await self._session.prompt(text, by=self._host_name)
                 case PermissionAnswer(request_id=request_id, option_id=option_id):
@@ -157,16 +191,16 @@ class HostConsole:
                 case SetConfig(config_id=config_id, value=value):
                     await self._session.set_config(config_id, value, by=self._host_name)
                 case _:
-                    self._console.print(f"[dim]{HELP}[/dim]")
+                    self._screen.note(HELP)
         except SessionError as exc:
-            self._console.print(f"[red]{escape(printable(str(exc)))}[/red]")
+            self._screen.note(str(exc), "red")
 
     async def _revoke(self) -> None:
         if self.revoke is None:
-            self._console.print("[dim]not connected to a relay yet[/dim]")
+            self._screen.note("not connected to a relay yet")
             return
         await self.revoke()
-        self._console.print("[bold]links revoked; everyone attached was disconnected.[/bold]")
+        self._screen.note("links revoked; everyone attached was disconnected.", "bold")
 
     def _view(self) -> ConversationView:
         """What typed commands refer to, from the session itself: every open permission request

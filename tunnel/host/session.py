@@ -3,12 +3,20 @@
 One task per channel (docs/application.md). The conversation log is the only source of what the
 teammate sees: a snapshot in pages, then the live tail, every item exactly once; requests from a
 driver go to the shared agent session, requests from a viewer are refused and change nothing.
+A fresh joiner's snapshot is only the end of the conversation (`DEFAULT_HISTORY_ITEMS`, one
+page); what came before is read a page at a time when the teammate asks (`history`).
 
 Replays share the host: every channel's snapshot pages are read and encoded under one
 `ReplayBudget`, a few pages at a time host-wide, and a joiner holds nothing of the log while it
 waits for its turn; live tails never wait for it. So ten late joiners replaying a long log take
 turns instead of starving the teammates who follow the conversation live, and the memory they
-use is that of the budget's pages, not of ten replays at once.
+use is that of the budget's pages, not of ten replays at once. History pages are read under the
+same budget.
+
+A fresh joiner also gets, with its first snapshot page, the items from before the snapshot whose
+state still holds (`context`: the latest settings, commands and plan, the open permission
+requests and their tool calls), so what it shows of the session's state is what a replay from
+the start would show. And presence goes as deltas: the whole list once, then what changed.
 """
 
 from __future__ import annotations
@@ -23,8 +31,10 @@ from tunnel.agents.writer import STORAGE_EVENT
 from tunnel.app import host_messages as out
 from tunnel.app.errors import AppError, BadRequest
 from tunnel.app.requests import (
+    DEFAULT_HISTORY_ITEMS,
     DRIVING_REQUESTS,
     Cancel,
+    History,
     Input,
     PermissionAnswer,
     Prompt,
@@ -52,6 +62,20 @@ MAX_ITEM_BYTES = SNAPSHOT_PAGE_BYTES
 
 REPLAY_PAGES = 2
 """Snapshot pages the whole host reads and encodes at once, whatever the number of joiners."""
+
+CONTEXT_EVENTS = ("settings", "commands")
+"""The `session_event`s (by `what`) whose latest one is state every surface shows: the agent's
+modes, models and config options, and its slash commands (docs/application.md)."""
+CONTEXT_TYPES = ("plan",)
+"""Item types whose latest one is state: the plan a page shows beside the conversation."""
+CONTEXT_SCAN_ITEMS = 2000
+"""Session events read back from a fresh joiner's snapshot, at most, to find the latest of each
+of `CONTEXT_EVENTS`: they are few among the items (one per change of setting, of command list,
+per agent start), so this reaches far back, and a log that never had one costs a bounded read."""
+CONTEXT_TOOL_SCAN = 200
+"""Tool calls read back from an open permission request to find the one it gates."""
+CONTEXT_BYTES = SNAPSHOT_PAGE_BYTES // 2
+"""Most bytes a first page's `context` takes: the rest of the page is the snapshot's."""
 
 # What an item is guessed to weigh before a replay has seen any: each page asks the store for
 # about as many items as fit, so a page of large items does not read (and drop) 200 of them.
@@ -163,7 +187,7 @@ class SessionChannelHandler:
         key = self._presence.join(member)
         try:
             async with unwrap_group(), anyio.create_task_group() as tg:
-                tg.start_soon(self._pump_presence)
+                tg.start_soon(self._pump_presence, key)
                 await self._serve_requests(tg, first)
                 tg.cancel_scope.cancel()
         finally:
@@ -190,7 +214,12 @@ class SessionChannelHandler:
             await self._send(out.Error(code=exc.code, message=exc.message))
             return
         if isinstance(request, Subscribe):
-            await self._restart_stream(tg, request.after)
+            await self._restart_stream(tg, request)
+        elif isinstance(request, History):
+            # Read-only, so viewers may ask. Answered here in the request loop, not in a task
+            # of its own: one history read per channel at a time, and a teammate that asks
+            # faster than it reads the answers waits for them.
+            await self._send_history(request)
         elif isinstance(request, DRIVING_REQUESTS) and self._channel.role != "drive":
             await self._send(out.Error(code="forbidden", message="this link can only view"))
         else:
@@ -225,26 +254,33 @@ class SessionChannelHandler:
                 await self._session.input(data, by=by)
             case Resize(cols=cols, rows=rows):
                 await self._session.resize(cols, rows, by=by)
-            case Subscribe():  # handled by the caller; here for exhaustiveness
+            case Subscribe() | History():  # handled by the caller; here for exhaustiveness
                 pass
 
-    async def _restart_stream(self, tg: anyio.abc.TaskGroup, after: int | None) -> None:
+    async def _restart_stream(self, tg: anyio.abc.TaskGroup, request: Subscribe) -> None:
         # A new subscribe replaces the old stream: the client starts over from `after`.
         if self._stream_scope is not None:
             self._stream_scope.cancel()
         self._stream_scope = anyio.CancelScope()
-        tg.start_soon(self._stream, self._stream_scope, after)
+        tg.start_soon(self._stream, self._stream_scope, request.after, request.tail)
 
-    async def _stream(self, scope: anyio.CancelScope, after: int | None) -> None:
+    async def _stream(self, scope: anyio.CancelScope, after: int | None, tail: int | None) -> None:
         with scope:
             conversation = self._session.conversation_id
             info = await self._log.get_conversation(conversation)
             head = -1 if info is None else info.last_seq
             # A cursor past the end means the teammate saw a log this host does not have (a new
-            # log file under the same conversation id): tell it to start over, from the start.
+            # log file under the same conversation id): tell it to start over, as a fresh join.
             reset = after is not None and after > head
-            start = -1 if reset or after is None else after
-            last = await self._send_snapshot(conversation, start, head, reset)
+            estimate = FIRST_ITEM_ESTIMATE
+            context: list[dict[str, Any]] = []
+            if after is None or reset:
+                start, estimate = await self._tail_start(conversation, head, tail)
+                # Bounded: what came before the snapshot is not sent, but the state it holds is.
+                context = await self._context(conversation, start + 1)
+            else:
+                start = after  # a resume: everything after the cursor, however much
+            last = await self._send_snapshot(conversation, start, head, reset, estimate, context)
             # Subscribed only now, after exactly the items the snapshot sent: what was appended
             # meanwhile comes from the store, then the live tail; a joiner waiting for its
             # replay holds no live buffer.
@@ -259,16 +295,172 @@ class SessionChannelHandler:
                     for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
                         await self._send_entry(entry)
 
-    async def _send_snapshot(self, conversation: str, last: int, head: int, reset: bool) -> int:
+    async def _tail_start(self, conversation: str, head: int, tail: int | None) -> tuple[int, int]:
+        """The cursor a fresh join's snapshot starts after (the last `tail` items, or with None
+        the newest page of at most `DEFAULT_HISTORY_ITEMS`, so a default join costs one page),
+        and what an item of it weighs, for the snapshot's first read."""
+        if tail is not None:
+            # Seqs run from 0 without a gap: the last `tail` items are those after head - tail.
+            return max(-1, head - tail), FIRST_ITEM_ESTIMATE
+        if head < 0:
+            return -1, FIRST_ITEM_ESTIMATE
+        # The page is read here backwards to find where it starts, and again forwards as the
+        # snapshot: one page twice, which keeps the snapshot's one way of reading and of
+        # sending what is appended meanwhile.
+        async with self._replay.page():
+            page, page_bytes = await self._read_before(
+                conversation, head + 1, DEFAULT_HISTORY_ITEMS
+            )
+        if not page:
+            # Items missing from the store: the snapshot from the start says so.
+            return -1, FIRST_ITEM_ESTIMATE
+        # Their average weight makes the snapshot's first read ask for all of them at once.
+        return int(page[0]["seq"]) - 1, max(1, page_bytes // len(page))
+
+    async def _context(self, conversation: str, first_seq: int) -> list[dict[str, Any]]:
+        """The items before `first_seq` whose state a surface still shows (see `Snapshot.context`),
+        as wire maps in seq order, at most `CONTEXT_BYTES` of them; read with a page of the
+        replay budget. An item that would be cut to fit is left out: cut, it holds no state."""
+        if first_seq <= 0:
+            return []
+        async with self._replay.page():
+            # In the order they are kept when not all fit: the agent's settings and commands,
+            # the open requests, the plan, then the cards the requests show in.
+            found: list[Item] = []
+            found += await self._latest_events(conversation, first_seq)
+            requests = self._session.pending_permissions()
+            found += [request for request in requests if request.seq < first_seq]
+            for kind in CONTEXT_TYPES:
+                found += await self._log.query(
+                    conversation, before=first_seq, limit=1, order="desc", types=kind
+                )
+            for request in requests:
+                call = await self._gated_call(conversation, request, first_seq)
+                if call is not None:
+                    found.append(call)
+            context: dict[int, dict[str, Any]] = {}
+            context_bytes = 0
+            for item in found:
+                wire = item.to_wire()
+                size = len(out.pack(wire))
+                if item.seq in context or context_bytes + size > CONTEXT_BYTES:
+                    continue
+                context[item.seq] = wire
+                context_bytes += size
+        return [context[seq] for seq in sorted(context)]
+
+    async def _latest_events(self, conversation: str, before: int) -> list[Item]:
+        """The latest session event before `before` of each of `CONTEXT_EVENTS`, newest first,
+        reading back at most `CONTEXT_SCAN_ITEMS` session events."""
+        wanted = set(CONTEXT_EVENTS)
+        found: list[Item] = []
+        scanned = 0
+        while wanted and scanned < CONTEXT_SCAN_ITEMS:
+            want = min(SNAPSHOT_PAGE_ITEMS, CONTEXT_SCAN_ITEMS - scanned)
+            items = await self._log.query(
+                conversation, before=before, limit=want, order="desc", types="session_event"
+            )
+            for item in items:
+                what = item.data.get("what")
+                if what in wanted:
+                    wanted.discard(what)
+                    found.append(item)
+            scanned += len(items)
+            if len(items) < want:
+                break
+            before = items[-1].seq
+        return found
+
+    async def _gated_call(self, conversation: str, request: Item, first_seq: int) -> Item | None:
+        """The `tool_call` item an open permission request gates, if it is before `first_seq`:
+        a page shows the request inside that call's card. Known by `(turn, tool_call_id)`, and
+        stored after the turn's prompt and before the request."""
+        tool_call_id = request.data.get("tool_call_id")
+        turn = request.data.get("turn")
+        if not isinstance(tool_call_id, str):
+            return None
+        turn_start = turn - 1 if isinstance(turn, int) and not isinstance(turn, bool) else None
+        calls = await self._log.query(
+            conversation,
+            after=turn_start,
+            before=min(first_seq, request.seq),
+            limit=CONTEXT_TOOL_SCAN,
+            order="desc",
+            types="tool_call",
+        )
+        for call in calls:
+            if call.data.get("tool_call_id") == tool_call_id and call.data.get("turn") == turn:
+                return call
+        return None
+
+    async def _send_history(self, request: History) -> None:
+        """Answer `history`: the newest page before `request.before`, read and encoded with a
+        page of the host's replay budget, sent after it is given back."""
+        async with self._replay.page():
+            page, _ = await self._read_before(
+                self._session.conversation_id, request.before, request.limit
+            )
+            # Seqs start at 0 without a gap, so an item before the page exists unless it
+            # starts at 0.
+            more = bool(page) and page[0]["seq"] > 0
+            plaintext = out.encode(out.HistoryPage(items=page, before=request.before, more=more))
+            del page  # only the encoded page waits for the channel's window
+        await self._send_plaintext(plaintext)
+
+    async def _read_before(
+        self, conversation: str, before: int, limit: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The newest stored items with seq < `before` that fit one message (at most `limit`
+        of them, and at least one if there is any), as wire maps in seq order, and their packed
+        size. The caller holds a page of the replay budget."""
+        newest_first: list[dict[str, Any]] = []
+        page_bytes = 0
+        cursor = before
+        estimate = FIRST_ITEM_ESTIMATE
+        while len(newest_first) < limit:
+            # About as many as fit, as the snapshot reads: a page of large items does not read
+            # (and drop) `limit` of them.
+            want = min(
+                limit - len(newest_first), (SNAPSHOT_PAGE_BYTES - page_bytes) // estimate + 1
+            )
+            items = await self._log.query(conversation, before=cursor, limit=want, order="desc")
+            for item in items:
+                wire, size = _fit(item.to_wire())
+                if newest_first and page_bytes + size > SNAPSHOT_PAGE_BYTES:
+                    newest_first.reverse()
+                    return newest_first, page_bytes
+                newest_first.append(wire)
+                page_bytes += size
+                cursor = item.seq
+            if len(items) < want:  # nothing older is stored
+                break
+            estimate = max(1, page_bytes // len(newest_first))
+        newest_first.reverse()
+        return newest_first, page_bytes
+
+    async def _send_snapshot(
+        self,
+        conversation: str,
+        last: int,
+        head: int,
+        reset: bool,
+        estimate: int,
+        context: list[dict[str, Any]],
+    ) -> int:
         """Every stored item after `last`, in pages that each fit a message, up to the head
         (read again at the end, so a long replay also sends what came meanwhile); returns the
         last seq the snapshot covers. Each page is read and encoded with a page of the host's
-        replay budget, and sent after it is given back."""
-        estimate = FIRST_ITEM_ESTIMATE
+        replay budget, and sent after it is given back. `estimate` is what an item is guessed
+        to weigh until a page has been read. `context` goes on the first page, and takes its
+        room: that page may then hold no item at all."""
+        # Every page says where the snapshot starts and whether the log holds anything before
+        # it (seqs start at 0 without a gap), so a client can offer to load earlier items.
+        first_seq = last + 1
+        earlier = last >= 0
         while True:
             async with self._replay.page():
                 page: list[dict[str, Any]] = []
-                page_bytes = 0
+                page_bytes = sum(len(out.pack(wire)) for wire in context)
                 if last < head:
                     # About as many as fit: what does not fit is read again for the next page.
                     limit = min(SNAPSHOT_PAGE_ITEMS, SNAPSHOT_PAGE_BYTES // estimate + 1)
@@ -282,22 +474,33 @@ class SessionChannelHandler:
                         )
                     for item in items:
                         wire, size = _fit(item.to_wire())
-                        if page and page_bytes + size > SNAPSHOT_PAGE_BYTES:
+                        # A page holds at least one item, or the context, so the snapshot
+                        # always moves on.
+                        if (page or context) and page_bytes + size > SNAPSHOT_PAGE_BYTES:
                             break
                         page.append(wire)
                         page_bytes += size
                         last = item.seq
-                    estimate = max(1, page_bytes // len(page))
+                    if page:
+                        estimate = max(1, page_bytes // len(page))
                 if last >= head:
                     info = await self._log.get_conversation(conversation)
                     head = max(head, -1 if info is None else info.last_seq)
                 more = last < head
                 plaintext = out.encode(
-                    out.Snapshot(items=page, last_seq=last, more=more, reset=reset)
+                    out.Snapshot(
+                        items=page,
+                        last_seq=last,
+                        more=more,
+                        reset=reset,
+                        first_seq=first_seq,
+                        earlier=earlier,
+                        context=context,
+                    )
                 )
                 del page  # only the encoded page waits for the channel's window
             await self._send_plaintext(plaintext)
-            reset = False  # said once, on the first page
+            reset, context = False, []  # said once, on the first page
             if not more:
                 return last
 
@@ -312,11 +515,31 @@ class SessionChannelHandler:
         if len(plaintext) <= MAX_ITEM_BYTES:
             await self._send_plaintext(plaintext)
 
-    async def _pump_presence(self) -> None:
-        seen = -1
+    async def _pump_presence(self, you: int) -> None:
+        """Tell the teammate who is attached: the whole list first (and which member it is,
+        `you`), then only what changed since the version it was last told. Every change made
+        while a message waits for the channel's window goes in the next one, so N joins cost a
+        channel at most N small messages, and one that reads slowly gets fewer, larger ones.
+        Further behind than the presence's change log, it gets the whole list again."""
+        seen: int | None = None
         while True:
-            if seen != self._presence.version:
-                seen = self._presence.version
-                members = [out.Member(name=m.name, role=m.role) for m in self._presence.members()]
-                await self._send(out.PresenceMessage(members=members))
+            version = self._presence.version
+            changes = None if seen is None else self._presence.changes_since(seen)
+            message: out.HostMessage | None = None
+            if changes is None:
+                members = [
+                    out.Member(name=m.name, role=m.role, id=key)
+                    for key, m in self._presence.keyed().items()
+                ]
+                message = out.PresenceMessage(members=members, you=you)
+            elif changes.joined or changes.left:
+                joined = [
+                    out.Member(name=m.name, role=m.role, id=key)
+                    for key, m in changes.joined.items()
+                ]
+                message = out.PresenceDelta(joined=joined, left=changes.left)
+            # Else someone came and went before this channel was told: nothing to tell.
+            seen = version
+            if message is not None:
+                await self._send(message)
             await self._presence.wait_changed(seen)

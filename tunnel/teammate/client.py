@@ -4,6 +4,11 @@
 `session` channel with a fresh salt and the link's role, and yields a `TeammateSession` that
 sends and receives end-to-end encrypted application messages (docs/security.md). Every way the
 session can end is a `TeammateError` carrying the close code (docs/protocol.md, "Close codes").
+
+    async with connect_teammate(link, name="alice") as session:
+        await session.subscribe(tail=50)        # the last 50 items, then the live tail
+        ...                                     # one task reads session.receive()
+        page = await session.history(before=first_seq)   # from another task: earlier items
 """
 
 from __future__ import annotations
@@ -12,6 +17,20 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import ClassVar
 
+import anyio
+
+from tunnel.app.errors import BadRequest
+from tunnel.app.host_messages import (
+    Error,
+    HistoryPage,
+    Member,
+    PresenceDelta,
+    PresenceMessage,
+    decode_host_message,
+    encode,
+    parse,
+)
+from tunnel.app.requests import MAX_HISTORY_ITEMS, MAX_SEQ, History, Subscribe, encode_request
 from tunnel.e2e.channel import SealedChannel
 from tunnel.e2e.crypto import SALT_SIZE, ChannelCrypto, DecryptionError, ShareLink, new_salt
 from tunnel.errors import TunnelError, describe_close
@@ -112,11 +131,23 @@ def closed_error(closed: TunnelError) -> TeammateError:
     return error_for(closed.code, closed.reason, by_peer=closed.by_peer)
 
 
+class _HistoryWait:
+    """One `history()` call waiting for its answer, which `receive()` hands over."""
+
+    def __init__(self, before: int) -> None:
+        self.before = before
+        self.done = anyio.Event()
+        self.page: HistoryPage | None = None
+        self.error: TeammateError | BadRequest | None = None
+
+
 class TeammateSession(SealedChannel):
     """One attached session: plaintext messages in and out over an encrypted channel.
 
     The channel keys need the host's nonce, its first message on the channel (docs/security.md):
     the first send or receive waits for it. Every way the session ends is a TeammateError.
+    `subscribe()` and `history()` send the two requests that read the log
+    (docs/application.md); every other request is `send(encode_request(...))`.
     """
 
     def __init__(self, channel: LinkChannel, *, link: ShareLink, salt: bytes, name: str) -> None:
@@ -135,6 +166,13 @@ class TeammateSession(SealedChannel):
         super().__init__(channel, receive_nonce)
         self.link = link
         """The share link this session was opened with."""
+        # One history request at a time: its answer is told apart by its `before` alone.
+        self._history_lock = anyio.Lock()
+        self._history_wait: _HistoryWait | None = None
+        # Who is attached, by member id: the host sends the whole list once, then what changed.
+        # As many as the host's presence holds, which the relay's teammate limit bounds.
+        self._members: dict[int, Member] = {}
+        self._you: int | None = None
 
     @property
     def role(self) -> str:
@@ -146,6 +184,17 @@ class TeammateSession(SealedChannel):
         """The host this session is attached to."""
         return self.link.host_id
 
+    @property
+    def members(self) -> list[Member]:
+        """Who is attached, as of the last presence message `receive()` returned, in the order
+        they joined; `you` says which of them this session is."""
+        return list(self._members.values())
+
+    @property
+    def you(self) -> int | None:
+        """The member id of this session, once the host's first presence message said it."""
+        return self._you
+
     async def send(self, plaintext: bytes) -> None:
         """Encrypt and send one message, waiting for window. Raises TeammateError once closed."""
         try:
@@ -154,13 +203,130 @@ class TeammateSession(SealedChannel):
             raise closed_error(exc) from None
 
     async def receive(self) -> bytes:
-        """Return the next decrypted message. Raises TeammateError once the session ended."""
+        """Return the next decrypted message. Raises TeammateError once the session ended.
+
+        While a `history()` call waits, its answer is handed to it and not returned here. A
+        presence message is returned as the whole list of who is attached, whether the host
+        sent the list or what changed since its previous one (docs/application.md).
+        """
+        while True:
+            try:
+                plaintext = await super().receive()
+            except ChannelClosedError as exc:
+                error = closed_error(exc)
+            except DecryptionError:
+                error = DecryptionFailedError(CloseCode.DECRYPTION_FAILED, "from the host")
+            else:
+                if not self._hand_over(plaintext):
+                    return self._whole_presence(plaintext)
+                continue
+            wait = self._history_wait
+            if wait is not None:
+                wait.error = error
+                wait.done.set()
+            raise error from None
+
+    async def subscribe(self, after: int | None = None, *, tail: int | None = None) -> None:
+        """Ask for a snapshot, then the live tail; they arrive through `receive()`.
+
+        `after` None is a fresh join: the snapshot holds the last `tail` items, or with `tail`
+        None the host's default (`DEFAULT_HISTORY_ITEMS`, at most one page). Its pages say
+        where it starts (`Snapshot.first_seq`) and whether the log holds items before that
+        (`Snapshot.earlier`): fetch those with `history(before=first_seq)`. Its first page's
+        `Snapshot.context` holds the items from before it whose state still holds (the agent's
+        settings and commands, the plan, open permission requests): apply them, do not list them.
+        `after` set is a resume: every item after it, exactly once (-1: the whole log); `tail`
+        must then be None. A new subscribe replaces the previous one. Raises ValueError for a
+        `tail` with an `after`, which the host would refuse.
+        """
+        if tail is not None and after is not None:
+            raise ValueError("tail goes only with after=None: a resume gets every item after it")
+        await self.send(encode_request(Subscribe(after=after, tail=tail)))
+
+    async def history(self, before: int, limit: int = MAX_HISTORY_ITEMS) -> HistoryPage:
+        """Fetch the newest page of stored items with seq < `before`, at most `limit` (1 to
+        `MAX_HISTORY_ITEMS`); viewers may too.
+
+        Returns the page: `items` in seq order (as wire maps; none that the client holds if
+        `before` is the oldest seq it holds), and `more`, whether still earlier items exist;
+        walk back with `before=page.items[0]["seq"]`. The answer arrives on the channel, so
+        another task must be reading `receive()` meanwhile; it hands the answer here. One call
+        at a time (others wait their turn).
+
+        Raises ValueError for a `before` or `limit` out of range, BadRequest when the host
+        refuses the request (a host from before `history` does: the reader sees its `error`
+        too), and TeammateError if the session ends first.
+        """
+        if not 0 <= before <= MAX_SEQ or not 1 <= limit <= MAX_HISTORY_ITEMS:
+            raise ValueError(f"before must be 0 to {MAX_SEQ}, limit 1 to {MAX_HISTORY_ITEMS}")
+        request = encode_request(History(before=before, limit=limit))
+        async with self._history_lock:
+            wait = _HistoryWait(before)
+            self._history_wait = wait
+            try:
+                await self.send(request)
+                await wait.done.wait()
+            finally:
+                self._history_wait = None
+        if wait.error is not None:
+            raise wait.error
+        assert wait.page is not None  # set with done, unless error was
+        return wait.page
+
+    def _whole_presence(self, plaintext: bytes) -> bytes:
+        """`plaintext`, or for a presence delta a presence message with the whole list it makes
+        of the list held, so a reader never needs to know of deltas."""
+        # Most messages are items: only one that may be a presence message is decoded here.
+        if b"presence" not in plaintext:
+            return plaintext
         try:
-            return await super().receive()
-        except ChannelClosedError as exc:
-            raise closed_error(exc) from None
-        except DecryptionError:
-            raise DecryptionFailedError(CloseCode.DECRYPTION_FAILED, "from the host") from None
+            if decode_host_message(plaintext)["op"] != "presence":
+                return plaintext
+            message = parse(plaintext)
+        except BadRequest:
+            return plaintext  # the reader sees it, and what it does with a malformed message
+        if isinstance(message, PresenceMessage):
+            # The whole list (the first on a channel, or after falling far behind): start over.
+            # A host from before member ids sends lists only: number its members by place.
+            self._members = {
+                m.id if m.id is not None else -1 - n: m for n, m in enumerate(message.members)
+            }
+            self._you = message.you
+            return plaintext
+        if not isinstance(message, PresenceDelta):
+            return plaintext
+        for member_id in message.left:
+            self._members.pop(member_id, None)
+        for member in message.joined:
+            if member.id is not None:
+                self._members[member.id] = member
+        return encode(PresenceMessage(members=list(self._members.values()), you=self._you))
+
+    def _hand_over(self, plaintext: bytes) -> bool:
+        """Give `plaintext` to the waiting `history()` call if it is its answer."""
+        wait = self._history_wait
+        if wait is None:
+            return False
+        try:
+            op = decode_host_message(plaintext)["op"]
+            if op not in ("history", "error"):
+                return False
+            message = parse(plaintext)
+        except BadRequest:
+            return False  # the reader sees it, and what it does with a malformed message
+        if isinstance(message, Error):
+            # Errors name no request. The host answers a channel's requests in order and a
+            # well-formed history request is refused only by a host from before it, so a
+            # bad_request now is taken as the answer; the reader still shows it, as any error.
+            if message.code == "bad_request":
+                wait.error = BadRequest(message.message)
+                wait.done.set()
+            return False
+        if not isinstance(message, HistoryPage) or message.before != wait.before:
+            return False
+        wait.page = message
+        wait.done.set()
+        return True
 
 
 @asynccontextmanager

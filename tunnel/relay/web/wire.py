@@ -111,6 +111,8 @@ def _groups() -> list[tuple[str, dict[str, JsonValue]]]:
         (
             "tunnel.app.requests",
             {
+                "DEFAULT_HISTORY_ITEMS": requests.DEFAULT_HISTORY_ITEMS,
+                "MAX_HISTORY_ITEMS": requests.MAX_HISTORY_ITEMS,
                 "MAX_INPUT_SIZE": requests.MAX_INPUT_SIZE,
                 "MAX_PROMPT_LENGTH": requests.MAX_PROMPT_LENGTH,
                 "MAX_TERMINAL_SIDE": requests.MAX_TERMINAL_SIDE,

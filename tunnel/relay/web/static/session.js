@@ -1,6 +1,9 @@
 // The teammate's side of one shared session: keeps an attachment alive (reconnecting with
 // backoff), resubscribes after the last seq seen so the view gets every item exactly once, and
-// turns the host's application messages (docs/application.md) into calls on the view.
+// turns the host's application messages (docs/application.md) into calls on the view. A fresh
+// page gets the host's default history (the end of the conversation), with the state items from
+// before it (the snapshot's `context`), and loads earlier items a page at a time when asked.
+// Presence comes as the whole list once, then as what changed: the view always gets the list.
 // Which endings are final and how long to wait before the next try are Python's
 // (tunnel.proto.codes.FINAL_CODES, tunnel.process.backoff), through wire.js.
 
@@ -11,6 +14,7 @@ import {
   CloseCode,
   FINAL_CODES,
   JITTER,
+  MAX_HISTORY_ITEMS,
   TEAMMATE_MAX_BACKOFF_MS,
 } from "./wire.js";
 
@@ -50,10 +54,27 @@ export function backoffDelay(attempt, random = Math.random()) {
   return ceiling * (1 - JITTER + JITTER * random);
 }
 
+/**
+ * A first snapshot page's `context`: the items with a seq before `firstSeq`, in seq order, each
+ * once; none when the host did not say where the snapshot starts.
+ */
+export function contextItems(context, firstSeq) {
+  if (!Array.isArray(context) || firstSeq === null) return [];
+  const items = context.filter((item) =>
+    item && typeof item === "object" && Number.isInteger(item.seq) && item.seq < firstSeq);
+  items.sort((a, b) => a.seq - b.seq);
+  return items.filter((item, index) => index === 0 || item.seq !== items[index - 1].seq);
+}
+
 export class Session {
   /**
    * `view` receives: connection(state, detail), ready(info), resetConversation(), item(item),
-   * snapshotDone(), event(event), presence(members), opError(code, message), finalScreen(name).
+   * snapshotDone(), event(event), presence(members), opError(code, message), finalScreen(name),
+   * earlier({ available, loading }, load) (whether to offer "Load earlier", and what it calls),
+   * context(items) (items from before those shown whose state still holds: apply, do not list),
+   * replayItems(items, context) (every item held, in seq order, once earlier ones came, and the
+   * context items still before them). presence(members) gets the whole list each time, the
+   * page's own entry with `you: true`.
    */
   constructor({ location, hostId, role, secret, name, view, onSubscribed = () => {},
     linkFactory = null }) {
@@ -62,6 +83,25 @@ export class Session {
     this.link = null;
     this.conversationId = null;
     this.lastSeq = null;
+    // Every item shown, in seq order: a page of earlier ones rebuilds the view from them. As
+    // large as the conversation shown, which the page's DOM holds anyway.
+    this.items = [];
+    // The oldest seq shown, and whether the host's log holds items before it; set by the first
+    // snapshot page after a fresh subscribe, moved back by each history page.
+    this.firstSeq = null;
+    this.earlierAvailable = false;
+    // The `before` of the history request in flight (one at a time), or null.
+    this.historyBefore = null;
+    // The first snapshot page's `context`: items before firstSeq whose state still holds, in
+    // seq order; those a history page brings are shown as items and leave this list.
+    this.context = [];
+    // Who is attached, by member id (the host sends the list, then what changed), and which
+    // of them is this page; for this attachment only.
+    this.members = new Map();
+    this.you = null;
+    // Whether the snapshot coming is a fresh one (subscribed with no `after`): its first page
+    // says where the view starts.
+    this.freshSnapshot = false;
     this.attempt = 0;
     this.retryTimer = null;
     this.stopped = false;
@@ -87,6 +127,9 @@ export class Session {
     this.retryTimer = null;
     if (this.link && !this.link.ended) return;
     this.subscribed = false;
+    // An answer to a history request is lost with the attachment that carried it.
+    this.historyBefore = null;
+    this.showEarlier();
     this.view.connection(this.stats.connects === 0 ? "connecting" : "reconnecting");
     const link = this.linkFactory({
       url: attachUrl(this.location),
@@ -120,11 +163,23 @@ export class Session {
         if (message.reset === true) {
           // The host's log does not hold what this page saw (a new log under the same
           // conversation id): start the view over from the snapshot that follows.
-          this.lastSeq = null;
-          this.view.resetConversation();
+          this.forgetConversation();
+          this.freshSnapshot = true;
+        }
+        if (this.freshSnapshot) {
+          this.freshSnapshot = false;
+          // A host too old to say sends everything: nothing earlier to offer.
+          this.firstSeq = Number.isInteger(message.first_seq) ? message.first_seq : null;
+          this.earlierAvailable = this.firstSeq !== null && message.earlier === true;
+          this.context = contextItems(message.context, this.firstSeq);
+          if (this.context.length > 0) this.view.context(this.context);
+          this.showEarlier();
         }
         for (const item of Array.isArray(message.items) ? message.items : []) this.acceptItem(item);
         if (!message.more) this.view.snapshotDone();
+        return;
+      case "history":
+        this.onHistory(message);
         return;
       case "item":
         this.acceptItem(message.item);
@@ -133,7 +188,7 @@ export class Session {
         if (message.event && typeof message.event === "object") this.view.event(message.event);
         return;
       case "presence":
-        this.view.presence(Array.isArray(message.members) ? message.members : []);
+        this.onPresence(message);
         return;
       case "error":
         this.view.opError(String(message.code ?? "error"), String(message.message ?? ""));
@@ -148,8 +203,7 @@ export class Session {
     const conversationId = String(message.conversation_id ?? "");
     if (this.conversationId !== null && conversationId !== this.conversationId) {
       // The host restarted with another conversation: seqs restart, so does the view.
-      this.lastSeq = null;
-      this.view.resetConversation();
+      this.forgetConversation();
     }
     this.conversationId = conversationId;
     this.info = message;
@@ -158,8 +212,86 @@ export class Session {
     this.view.ready(message);
     this.view.connection("connected");
     this.subscribed = true;
+    // With no `after` the host sends its default history, the end of the conversation; with
+    // one, everything after it.
+    this.freshSnapshot = this.lastSeq === null;
     this.link.send({ op: "subscribe", after: this.lastSeq });
     this.onSubscribed();
+  }
+
+  forgetConversation() {
+    this.lastSeq = null;
+    this.items = [];
+    this.context = [];
+    this.firstSeq = null;
+    this.earlierAvailable = false;
+    this.historyBefore = null;
+    this.view.resetConversation();
+    this.showEarlier();
+  }
+
+  showEarlier() {
+    this.view.earlier(
+      { available: this.earlierAvailable, loading: this.historyBefore !== null },
+      () => this.loadEarlier(),
+    );
+  }
+
+  /** Ask for the page before the oldest item shown; false when there is none or no link. */
+  loadEarlier() {
+    if (!this.earlierAvailable || this.historyBefore !== null) return false;
+    if (!this.link || this.link.ended || !this.subscribed) return false;
+    const before = this.firstSeq;
+    if (!this.link.send({ op: "history", before, limit: MAX_HISTORY_ITEMS })) return false;
+    this.historyBefore = before;
+    this.showEarlier();
+    return true;
+  }
+
+  onHistory(message) {
+    // Only the answer to the request in flight: one for a view since reset is stale.
+    if (this.historyBefore === null || message.before !== this.historyBefore) return;
+    this.historyBefore = null;
+    const items = (Array.isArray(message.items) ? message.items : []).filter((item) =>
+      item && typeof item === "object" && Number.isInteger(item.seq) && item.seq < this.firstSeq);
+    items.sort((a, b) => a.seq - b.seq);
+    // Items before the oldest shown only, each once, so nothing shown is shown twice.
+    const fresh = items.filter((item, index) => index === 0 || item.seq !== items[index - 1].seq);
+    if (fresh.length > 0) {
+      this.firstSeq = fresh[0].seq;
+      this.stats.items += fresh.length;
+      this.items = fresh.concat(this.items);
+      // A context item this page reached is shown as an item now, once; the rest stay state.
+      this.context = this.context.filter((item) => item.seq < this.firstSeq);
+      this.view.replayItems(this.items, this.context);
+    }
+    this.earlierAvailable = message.more === true && fresh.length > 0;
+    this.showEarlier();
+  }
+
+  /**
+   * A presence message: the whole list (`members`, and `you`, this page's member id) or what
+   * changed since the previous one (`joined`, `left`). The view gets the whole list either way.
+   */
+  onPresence(message) {
+    if (Array.isArray(message.members)) {
+      this.members = new Map();
+      this.you = Number.isInteger(message.you) ? message.you : null;
+      message.members.forEach((member, index) => {
+        // A host from before member ids sends only lists: its members are keyed by place.
+        const id = Number.isInteger(member?.id) ? member.id : `place ${index}`;
+        if (member && typeof member === "object") this.members.set(id, member);
+      });
+    } else {
+      for (const id of Array.isArray(message.left) ? message.left : []) this.members.delete(id);
+      for (const member of Array.isArray(message.joined) ? message.joined : []) {
+        if (member && typeof member === "object" && Number.isInteger(member.id)) {
+          this.members.set(member.id, member);
+        }
+      }
+    }
+    this.view.presence([...this.members].map(([id, member]) =>
+      ({ name: member.name, role: member.role, you: this.you !== null && id === this.you })));
   }
 
   acceptItem(item) {
@@ -172,14 +304,19 @@ export class Session {
     }
     this.lastSeq = item.seq;
     this.stats.items += 1;
+    this.items.push(item);
     this.view.item(item);
   }
 
   onEnd({ code, reason }) {
     this.link = null;
     this.subscribed = false;
+    this.historyBefore = null;
+    this.showEarlier();
     // Who was attached is unknown while we are not: show nobody rather than a stale list. The
     // host sends the current list again as soon as we are back.
+    this.members = new Map();
+    this.you = null;
     this.view.presence([]);
     if (this.stopped) return;
     if (FINAL_CODES.includes(code)) {
