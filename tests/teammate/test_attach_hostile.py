@@ -2,8 +2,10 @@
 names, prompts, items, tool content, errors and its own notes are escaped, and a terminal agent's
 screen is written as it is only with `--raw`.
 
-The last test runs the real command on a pseudo-terminal with a hostile agent and hostile
-teammates, and reads every byte the terminal received.
+The last tests run the real command on a pseudo-terminal with a hostile agent and hostile
+teammates, and read every byte the terminal received: on a dumb terminal (lines only), and on
+one that moves its cursor (the prompt line, replies streamed and rendered as markdown), whose
+screen a terminal emulator shows.
 """
 
 from __future__ import annotations
@@ -22,8 +24,14 @@ from rich.console import Console
 
 from tests.host.teammate import attached
 from tests.support import RelayProcess, read_line
-from tests.terminal.hostile import NAMES, WIRE, assert_every_label_shown_escaped, dangerous
-from tests.terminal.pty_process import TERMINAL_ENV, pty_process
+from tests.terminal.hostile import (
+    NAMES,
+    WIRE,
+    assert_every_label_shown_escaped,
+    dangerous,
+    without_drawing,
+)
+from tests.terminal.pty_process import TERMINAL_ENV, pty_process, screen_process
 from tunnel.app.host_messages import (
     Error,
     EventMessage,
@@ -255,3 +263,57 @@ async def test_tunnel_attach_on_a_terminal_receives_no_control_sequence(
     assert_every_label_shown_escaped(text)
     for name in NAMES:
         assert printable(name) in text
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_tunnel_attach_with_a_prompt_line_receives_no_control_sequence_from_the_wire(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    host = _start_host(relay, tmp_path)
+    try:
+        link = await _drive_link(host)
+        env = dict(
+            os.environ, PYTHONUNBUFFERED="1", TUNNEL_LINK=link, TERM="xterm-256color", NO_COLOR="1"
+        )
+        argv = [*TUNNEL, "attach", "--name", "alice"]
+        # Wide enough that a hostile string, escaped, stays on one line of the screen.
+        with screen_process(argv, env=env, cwd=ROOT, rows=60, columns=1500) as attach:
+            await attach.wait_screen(r"attached as alice \(drive\)")
+            async with (
+                attached(link, NAMES[0]) as first,
+                attached(link, NAMES[1]),
+                attached(link, NAMES[2]) as third,
+            ):
+                await attach.wait_screen(re.escape(printable(NAMES[2])))
+                await first.send(Prompt(text=f"<prompt>{WIRE} ask"))
+                await attach.wait_screen(r"/allow \(allow once\)")
+                for line, expect in [
+                    ("/allow nope", r"has no option 'nope'; its options: 1\. <allow-name>"),
+                    ("/mode", r"mode: default \(<mode-name>"),
+                    ("/help", r"the agent's commands: /<command-name>.*\(<command-desc>"),
+                    ("/mode trap", r"refused: the agent refused: <refusal>"),
+                    ("/allow", r"chose ok"),
+                ]:
+                    attach.keys(line.encode() + b"\r")
+                    await attach.wait_screen(expect)
+                await attach.wait_screen(r"turn over")
+                await third.send(Prompt(text="fail"))
+                await attach.wait_screen(r"the agent failed the prompt: <failure>")
+            attach.keys(b"/quit\r")
+            with anyio.fail_after(15):
+                while attach.process.poll() is None:
+                    await anyio.sleep(0.05)
+            assert attach.process.returncode == 0
+            screen = "\n".join(attach.lines())
+        received = attach.received
+    finally:
+        _stop(host)
+
+    text = received.decode("utf-8")  # strict: no stray byte a terminal could read as C1
+    assert dangerous(without_drawing(text)) == []
+    # Each surface showed its hostile text, escaped; the reply as markdown, beside its label.
+    assert_every_label_shown_escaped(screen, markdown=("message",))
+    assert re.search(r"^agent +echo: <prompt>", screen, re.MULTILINE)
+    for name in NAMES:
+        assert printable(name) in screen

@@ -2,16 +2,21 @@
 
 Watches the shared session and, with a drive link, prompts and answers permissions from the
 keyboard. Reconnects by itself and resubscribes after the last item it holds, so a dropped link
-shows no gap and no duplicate. The conversation goes to stdout; what it is waiting for (a relay
-it cannot reach, a host that is offline) and why it stops go to stderr. Everything that came over
-the wire is printed through `printable()` (tunnel/terminal/sanitize.py); only a `pty:` agent's
-own screen, and only with `--raw`, reaches the terminal as it is.
+shows no gap and no duplicate. On a terminal it keeps an input line at the bottom, with history
+and completion, while the conversation scrolls above it and replies stream in place
+(tunnel/terminal/screen.py); otherwise it reads and prints lines. The conversation goes to
+stdout; what it is waiting for (a relay it cannot reach, a host that is offline) and why it stops
+go to stderr. Everything that came over the wire is printed through `printable()`
+(tunnel/terminal/sanitize.py); only a `pty:` agent's own screen, and only with `--raw`, reaches
+the terminal as it is (tunnel/terminal/raw.py).
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -20,10 +25,17 @@ import anyio
 from anyio.abc import TaskGroup
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from tunnel.app import host_messages as incoming
 from tunnel.app.errors import BadRequest
-from tunnel.app.requests import Request, Subscribe, encode_request
+from tunnel.app.requests import (
+    DRIVING_REQUESTS,
+    Input,
+    Request,
+    Resize,
+    encode_request,
+)
 from tunnel.e2e.crypto import ShareLink
 from tunnel.handshake import check_name
 from tunnel.process.backoff import TEAMMATE_MAX_BACKOFF, Backoff
@@ -32,10 +44,13 @@ from tunnel.process.groups import unwrap_group
 from tunnel.process.signals import exit_code_after, run_until_signal
 from tunnel.proto.codes import FINAL_CODES, CloseCode
 from tunnel.teammate.client import TeammateError, TeammateSession, connect_teammate
-from tunnel.terminal.commands import Quit, Revoke, Say, parse_line
-from tunnel.terminal.lines import stdin_lines
-from tunnel.terminal.render import render_event, render_item
+from tunnel.terminal.commands import LOCAL_COMMANDS, Quit, Revoke, Say, parse_line
+from tunnel.terminal.completion import CommandCompleter
+from tunnel.terminal.raw import ESCAPE_NAME, RawTerminal
+from tunnel.terminal.render import render_item
 from tunnel.terminal.sanitize import printable
+from tunnel.terminal.screen import PlainScreen, PromptScreen, Screen, interactive_terminal
+from tunnel.terminal.transcript import Transcript
 from tunnel.terminal.view import ConversationView
 
 logger = logging.getLogger("tunnel.attach")
@@ -45,6 +60,17 @@ HOST_GONE_HINT_AFTER = 3
 wrong: a mistyped host id looks exactly like a host that is not online."""
 
 HOST_GONE_HINT = "no host is online for this link: it may be wrong, or the host has not started"
+
+RAW_REPLAY_ITEMS = 500
+"""Items a fresh `--raw` attach replays: a terminal's screen is drawn by its past output, not
+only by its last lines (a full-screen program redraws it all when its size changes)."""
+
+MAX_BACKFILL_PAGES = 5
+"""History pages read after a fresh join, unprinted, to learn the agent's commands and settings
+and the open permission requests from before the replayed end of the conversation."""
+
+VIEW_ONLY = "this is a view link: you can watch but not drive (a drive link can)"
+"""What a viewer is told when a line would drive the session."""
 
 
 def sandbox_text(sandbox: incoming.SandboxInfo) -> str:
@@ -76,13 +102,19 @@ class AttachSettings:
 
     raw: bool = False
     """Write a `pty:` agent's screen output to this terminal as it is, its escape sequences
-    included, so the program draws its own screen. Off, it is escaped like everything else;
-    on, everything else still is."""
+    included, so the program draws its own screen; on a terminal, keys then pass through to it
+    until Ctrl-]. Off, it is escaped like everything else; on, everything else still is."""
+
+    history: int | None = None
+    """How many items of the conversation so far to print on attach (and of what was missed
+    after a reconnect); None: as many as the terminal has rows."""
 
     def __post_init__(self) -> None:
         check_name(self.name)
         if self.give_up_after is not None and not self.give_up_after >= 0:
             raise ValueError("give_up_after is a number of seconds, 0 or more")
+        if self.history is not None and self.history < 0:
+            raise ValueError("history is a number of items, 0 or more")
 
 
 class _Quit(Exception):
@@ -99,12 +131,19 @@ class Attachment:
         console: Console,
         stdin: TextIO,
         status: Console | None = None,
+        screen: Screen | None = None,
+        stdout_fd: int | None = None,
     ) -> None:
         self._settings = settings
         self._console = console
         # What it waits for goes to stderr: stdout is the conversation's.
         self._status = status if status is not None else Console(stderr=True, highlight=False)
         self._stdin = stdin
+        self._screen = screen if screen is not None else PlainScreen(console, stdin)
+        self._stdout_fd = stdout_fd
+        self._transcript = Transcript(self._screen, markdown=self._screen.live)
+        if isinstance(self._screen, PromptScreen):
+            self._screen.set_live_source(self._transcript.live_view)
         self._attached = False
         self._host_gone = 0
         self._hinted = False
@@ -113,26 +152,66 @@ class Attachment:
         self._backoff = Backoff(maximum=settings.max_backoff)
         # Lines typed while disconnected wait here; bounded so a paste storm cannot grow memory.
         self._lines_send, self._lines_receive = anyio.create_memory_object_stream[str](16)
+        self._history = (
+            settings.history
+            if settings.history is not None
+            else shutil.get_terminal_size((80, 24)).lines
+        )
+        # The replay in progress: the last `history` items it holds, and how many went unshown.
+        self._replay: deque[Mapping[str, Any]] = deque(maxlen=max(self._history, 1))
+        self._replaying = False
+        self._unshown = 0
+        self._channel: TeammateSession | None = None
+        self._connection: TaskGroup | None = None
+        self._earlier: int | None = None
+        """Where the replay began, when the log holds items before it (a fresh join)."""
+        self._raw: RawTerminal | None = None
+        self._raw_told = False
+        self._left = anyio.Event()
+        self._tg: TaskGroup | None = None
+
+    @property
+    def view(self) -> ConversationView:
+        """What typed commands refer to (and the completion offers)."""
+        return self._view
+
+    @property
+    def _driver(self) -> bool:
+        return self._settings.link.role == "drive"
 
     async def run(self) -> int:
         """Attach until the user quits or the link is refused; returns the exit code."""
-        async with anyio.create_task_group() as tg:
-            if self._settings.link.role == "drive":
-                tg.start_soon(self._read_keyboard)
-            else:
-                self._console.print("[dim]view-only link: you can watch but not drive[/dim]")
+        code = EXIT_OK
+        if not self._driver:
+            self._screen.note("view-only link: you can watch but not drive")
+            self._screen.set_prompt("(view) > ")
+
+        async def attach() -> None:
+            nonlocal code
             try:
                 code = await self._attach_forever()
             except _Quit:
                 code = EXIT_OK
+            self._left.set()
+
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._read_keyboard)
+            tg.start_soon(attach)
+            await self._left.wait()
+            if isinstance(self._screen, PromptScreen):
+                self._screen.exit()
             tg.cancel_scope.cancel()
         return code
 
     async def _read_keyboard(self) -> None:
-        async with stdin_lines(self._stdin) as lines:
-            async for line in lines:
-                await self._lines_send.send(line)
-        await self._lines_send.send("/quit")  # end of input
+        await self._screen.run(self._lines_send)
+        if self._raw is not None:
+            return  # the keyboard went to the raw terminal
+        if self._driver or self._screen.live:
+            # End of input (or Ctrl-D at the prompt line): leave once what was typed is sent.
+            await self._lines_send.send("/quit")
+        # A viewer whose input ended (stdin is /dev/null) has nothing to send: it keeps watching.
 
     async def _attach_forever(self) -> int:
         settings = self._settings
@@ -153,6 +232,8 @@ class Attachment:
                 problem = f"cannot reach the relay at {settings.link.relay_url}: {exc}"
             else:
                 return EXIT_OK
+            finally:
+                self._channel = None
             if self._attached:
                 # It was attached until now: the wait starts over.
                 self._attached = False
@@ -169,47 +250,94 @@ class Attachment:
                     return EXIT_UNREACHABLE
                 # The last attempt is made at the deadline, not after it.
                 delay = min(delay, settings.give_up_after - waited)
-            self._status.print(
-                f"[yellow]{escape(printable(problem))}; retrying in {delay:.1f} s[/yellow]",
-                soft_wrap=True,
-            )
+            self._say_status(f"{printable(problem)}; retrying in {delay:.1f} s", "yellow")
             await anyio.sleep(delay)
+
+    def _say_status(self, text: str, style: str) -> None:
+        if self._raw is not None and self._raw.running:
+            self._raw.note(text)
+        else:
+            self._status.print(f"[{style}]{escape(printable(text))}[/{style}]", soft_wrap=True)
 
     def _count_host_gone(self, host_gone: bool) -> None:
         self._host_gone = self._host_gone + 1 if host_gone else 0
         if self._host_gone >= HOST_GONE_HINT_AFTER and not self._hinted:
             self._hinted = True
-            self._status.print(f"[bold]{HOST_GONE_HINT}[/bold]", soft_wrap=True)
+            self._say_status(HOST_GONE_HINT, "bold")
 
     def _stop(self, reason: str) -> None:
         """Say why attach stops: one line on stderr, like every command's last word."""
+        if self._raw is not None and self._raw.running:
+            # The terminal is raw: a line needs its carriage return.
+            self._raw.note(f"tunnel attach: {reason}")
+            return
         # The reason may be a close reason the relay or the host chose.
         print(f"tunnel attach: {printable(reason)}", file=sys.stderr, flush=True)
 
     async def _attach_once(self) -> None:
         async with connect_teammate(self._settings.link, name=self._settings.name) as channel:
-            await channel.send(encode_request(Subscribe(after=self._view.last_seq)))
+            if self._view.last_seq is None:
+                # A fresh join: the end of the conversation only (docs/application.md); with
+                # --raw, enough of a terminal's output to draw its screen.
+                tail = max(self._history, RAW_REPLAY_ITEMS) if self._settings.raw else self._history
+                await channel.subscribe(tail=tail)
+            else:
+                # A resume: everything missed, exactly once; what is printed of it is cut here.
+                await channel.subscribe(after=self._view.last_seq)
+            self._channel = channel
             async with anyio.create_task_group() as tg:
+                self._connection = tg
                 tg.start_soon(self._forward_lines, channel)
-                while True:
-                    self._show(await channel.receive())
+                try:
+                    while True:
+                        self._show(await channel.receive())
+                finally:
+                    self._connection = None
+
+    async def _backfill(self, channel: TeammateSession, before: int) -> None:
+        """Read earlier items, unprinted, for the state they hold: the agent's commands and
+        settings, open permission requests. Stops once both are known or after
+        `MAX_BACKFILL_PAGES` pages."""
+        for _ in range(MAX_BACKFILL_PAGES):
+            if self._view.complete:
+                return
+            page = await channel.history(before=before)
+            for item in reversed(page.items):
+                self._view.absorb_earlier(item)
+            if not page.more or not page.items:
+                return
+            seq = page.items[0].get("seq")
+            if not isinstance(seq, int):
+                return
+            before = seq
 
     async def _forward_lines(self, channel: TeammateSession) -> None:
         async for line in self._lines_receive:
-            command = parse_line(line, self._view)
-            if command is None:
-                continue
-            if isinstance(command, Quit):
-                raise _Quit
-            if isinstance(command, Say):
-                # It may echo what the agent named: option names and ids, its commands.
-                self._console.print(f"[dim]{escape(printable(command.text))}[/dim]")
-                continue
-            if isinstance(command, Revoke):
-                self._console.print("[dim]only the host can revoke the links[/dim]")
-                continue
-            request: Request = command
-            await channel.send(encode_request(request))
+            request = self._request_for(line)
+            if request is not None:
+                await channel.send(encode_request(request))
+
+    def _request_for(self, line: str) -> Request | None:
+        """What a typed line sends, if anything; says in one line why it sends nothing."""
+        command = parse_line(line, self._view)
+        if command is None:
+            if not self._terminal or line.strip(" \t\r\n"):
+                return None
+            # A terminal program waits for Enter as often as for text: a blank line sends it.
+            command = Input(data=b"\r")
+        if isinstance(command, Quit):
+            raise _Quit
+        if isinstance(command, Say):
+            # It may echo what the agent named: option names and ids, its commands.
+            self._screen.note(command.text)
+            return None
+        if isinstance(command, Revoke):
+            self._screen.note("only the host can revoke the links")
+            return None
+        if isinstance(command, DRIVING_REQUESTS) and not self._driver:
+            self._screen.note(VIEW_ONLY, "yellow")
+            return None
+        return command
 
     def _show(self, plaintext: bytes) -> None:
         try:
@@ -217,65 +345,190 @@ class Attachment:
         except BadRequest:
             logger.warning("dropped a malformed message from the host")
             return
+        raw = self._raw
         match message:
             case incoming.Ready():
-                # The host answered: this attachment works, so the next outage starts over.
-                self._backoff.reset()
-                self._attached = True
-                self._host_gone = 0
-                self._terminal = message.agent_kind == "terminal"
-                name, role = printable(message.name), printable(message.role)
-                self._console.print(
-                    f"[bold]attached as {escape(name)} ({escape(role)})[/bold]"
-                    + (
-                        " [dim]/help lists the commands[/dim]"
-                        if self._settings.link.role == "drive"
-                        else ""
-                    )
-                )
-                if message.sandbox is not None:
-                    sandbox = printable(sandbox_text(message.sandbox))
-                    self._console.print(f"[dim]{escape(sandbox)}[/dim]")
-                if self._terminal and not self._settings.raw:
-                    self._console.print(
-                        "[dim]the agent is a terminal program: its screen is shown with escape"
-                        " sequences made visible (--raw shows it as it is)[/dim]"
-                    )
+                self._ready(message)
             case incoming.Snapshot():
                 if message.reset:
                     # The host's log is not the one we saw (a new log under the same
                     # conversation).
                     self._view = ConversationView()
-                    self._console.print("[dim]the host's conversation log starts over[/dim]")
+                    self._note("the host's conversation log starts over")
+                if message.earlier and message.first_seq is not None:
+                    self._earlier = message.first_seq
+                # The state a bounded join left behind (settings, commands, open requests):
+                # known, not shown.
+                for item in reversed(message.context):
+                    self._view.absorb_earlier(item)
                 for item in message.items:
-                    self._show_item(item)
+                    self._replayed(item)
+                if not message.more:
+                    self._end_replay()
             case incoming.ItemMessage():
                 self._show_item(message.item)
             case incoming.EventMessage():
-                line = render_event(message.event)
-                if line is not None:
-                    self._console.print(line)
+                if raw is None:
+                    self._transcript.event(message.event)
             case incoming.PresenceMessage():
-                names = ", ".join(f"{m.name} ({m.role})" for m in message.members)
-                self._console.print(f"[dim]attached: {escape(printable(names))}[/dim]")
+                if raw is None:
+                    names = ", ".join(f"{m.name} ({m.role})" for m in message.members)
+                    self._screen.note(f"attached: {names}")
             case incoming.Error():
-                self._console.print(f"[red]refused: {escape(printable(message.message))}[/red]")
+                self._note(f"refused: {message.message}", "red")
+
+    def _note(self, text: str, style: str = "dim") -> None:
+        if self._raw is not None:
+            self._raw.note(text)
+        else:
+            self._screen.note(text, style)
+
+    def _ready(self, message: incoming.Ready) -> None:
+        # The host answered: this attachment works, so the next outage starts over.
+        self._backoff.reset()
+        self._attached = True
+        self._host_gone = 0
+        self._terminal = message.agent_kind == "terminal"
+        # What was streaming when the link dropped comes back whole in the replay.
+        self._transcript.drop_streams()
+        self._replaying = True
+        self._replay.clear()
+        self._unshown = 0
+        if self._raw is not None:
+            self._send_size_soon()
+            return
+        name, role = printable(message.name), printable(message.role)
+        self._screen.print(
+            Text(f"attached as {name} ({role})", style="bold")
+            + (Text(" /help lists the commands", style="dim") if self._driver else Text(""))
+        )
+        if message.sandbox is not None:
+            self._screen.note(sandbox_text(message.sandbox))
+        if not self._terminal:
+            return
+        if self._settings.raw and self._raw_possible():
+            self._start_raw()
+        elif not self._settings.raw:
+            self._screen.note(
+                "the agent is a terminal program: its screen is shown with escape sequences made"
+                " visible (--raw shows it as it is)"
+                + ("; a blank line sends Enter" if self._driver else "")
+            )
+
+    def _replayed(self, item: Any) -> None:
+        """One item of a snapshot: kept to be shown at its end, if among the last ones."""
+        if not isinstance(item, Mapping) or not self._view.accept(item):
+            return
+        if self._raw is not None or not self._replaying:
+            # A terminal's screen needs all its output to be drawn right.
+            self._show_accepted(item)
+            return
+        if self._history == 0:
+            self._transcript.remember(item)
+            self._unshown += 1
+            return
+        if len(self._replay) == self._replay.maxlen:
+            self._transcript.remember(self._replay[0])
+            self._unshown += 1
+        self._replay.append(item)
+
+    def _end_replay(self) -> None:
+        if not self._replaying:
+            return
+        self._replaying = False
+        earlier, self._earlier = self._earlier, None
+        if self._unshown:
+            noun = "item" if self._unshown == 1 else "items"
+            self._screen.note(
+                f"… {self._unshown} earlier {noun} not shown (--history N shows the last N)"
+            )
+        elif earlier is not None:
+            self._screen.note("… earlier items not shown (--history N shows the last N)")
+        if earlier is not None and self._channel is not None and self._connection is not None:
+            self._connection.start_soon(self._backfill, self._channel, earlier)
+        replay, self._unshown = list(self._replay), 0
+        self._replay.clear()
+        for item in replay:
+            self._show_accepted(item)
 
     def _show_item(self, item: Any) -> None:
         if not isinstance(item, Mapping) or not self._view.accept(item):
             return
-        if item.get("type") != "terminal":
-            self._console.print(render_item(item))
-            return
+        if self._replaying:
+            # An item after an unfinished snapshot: the replay ends with what it holds.
+            self._end_replay()
+        self._show_accepted(item)
+
+    def _show_accepted(self, item: Mapping[str, Any]) -> None:
+        kind = item.get("type")
+        raw = self._raw
         data = item.get("data")
-        if self._settings.raw and self._terminal and isinstance(data, Mapping):
+        if raw is not None:
             # The one exception (docs/security.md, "What a terminal prints"): with --raw, a
             # terminal agent's screen output is written as it is, so its escapes draw the screen.
-            self._console.file.write(str(data.get("text", "")))
-            self._console.file.flush()
+            if kind == "terminal" and isinstance(data, Mapping):
+                raw.write(str(data.get("text", "")))
+            elif kind != "message":
+                # Prompts show on the screen as the program echoes them; the rest as a note.
+                raw.note(render_item(item).plain)
             return
-        # Output chunks follow each other with no line break of their own.
-        self._console.print(render_item(item), end="", soft_wrap=True)
+        if kind == "terminal" and self._settings.raw and self._terminal:
+            # --raw where keys cannot pass through (not a terminal): the screen output as it is.
+            if isinstance(data, Mapping):
+                self._console.file.write(str(data.get("text", "")))
+                self._console.file.flush()
+            return
+        self._transcript.item(item)
+
+    # -- raw mode -------------------------------------------------------------------------------
+
+    def _raw_possible(self) -> bool:
+        return isinstance(self._screen, PromptScreen) and self._stdout_fd is not None
+
+    def _start_raw(self) -> None:
+        assert self._stdout_fd is not None
+        assert self._tg is not None
+        self._raw = RawTerminal(
+            fd_in=self._stdin.fileno(),
+            fd_out=self._stdout_fd,
+            send_keys=self._send_keys,
+            resized=self._send_size,
+        )
+        self._tg.start_soon(self._run_raw, self._raw)
+
+    async def _run_raw(self, raw: RawTerminal) -> None:
+        self._screen.note(
+            f"the agent's screen follows; your keys go to it. {ESCAPE_NAME} leaves", "bold"
+        )
+        await self._screen.release()
+        await raw.run()
+        self._left.set()
+
+    async def _send_keys(self, data: bytes) -> None:
+        if not self._driver:
+            self._tell_once(VIEW_ONLY + f"; {ESCAPE_NAME} leaves")
+            return
+        channel = self._channel
+        if channel is None:
+            self._tell_once("not attached right now: keys are not sent")
+            return
+        await channel.send(encode_request(Input(data=data)))
+
+    async def _send_size(self, cols: int, rows: int) -> None:
+        # A viewer sees the screen at the size its drivers gave it.
+        channel = self._channel
+        if self._driver and channel is not None:
+            await channel.send(encode_request(Resize(cols=cols, rows=rows)))
+
+    def _send_size_soon(self) -> None:
+        raw = self._raw
+        if raw is not None and raw.running and self._tg is not None:
+            self._tg.start_soon(self._send_size, *raw.size())
+
+    def _tell_once(self, text: str) -> None:
+        if not self._raw_told and self._raw is not None:
+            self._raw_told = True
+            self._raw.note(text)
 
 
 async def run_attach(settings: AttachSettings) -> int:
@@ -283,7 +536,21 @@ async def run_attach(settings: AttachSettings) -> int:
 
     Runs until the user quits, the link is refused, attach gives up, or SIGINT/SIGTERM.
     """
-    attachment = Attachment(settings, console=Console(highlight=False), stdin=sys.stdin)
+    console = Console(highlight=False)
+    screen: Screen
+    if interactive_terminal(sys.stdin, sys.stdout):
+        local = [name for name in LOCAL_COMMANDS if name != "/revoke"]
+        view = CommandCompleter(lambda: attachment.view, local=local)
+        screen = PromptScreen(completer=view)
+    else:
+        screen = PlainScreen(console, sys.stdin)
+    attachment = Attachment(
+        settings,
+        console=console,
+        stdin=sys.stdin,
+        screen=screen,
+        stdout_fd=sys.stdout.fileno() if screen.live else None,
+    )
     code = EXIT_OK
 
     async def main(tg: TaskGroup) -> None:

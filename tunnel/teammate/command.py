@@ -50,10 +50,22 @@ def attach_command(
         typer.Option(
             "--raw",
             help="Show a terminal (pty:) agent's screen as it is, its escape sequences included,"
-            " so the program draws it in this terminal. Names, prompts, errors and a chat"
-            " agent's output are shown with control characters made visible either way.",
+            " so the program draws it in this terminal; on a terminal, every key then goes to"
+            " the program (Enter alone, Ctrl-C) until Ctrl-] leaves. Names, prompts, errors and"
+            " a chat agent's output are shown with control characters made visible either way.",
         ),
     ] = False,
+    history: Annotated[
+        int | None,
+        typer.Option(
+            envvar="TUNNEL_HISTORY",
+            min=0,
+            metavar="N",
+            help="Show the last N items of the conversation when attaching (and of what was"
+            " missed after a reconnect). Default: as many as the terminal has rows.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Attach to a shared session from this terminal: watch, and drive with a drive link."""
     # The client loads only now, so that `tunnel --help` and the other commands never do.
@@ -87,6 +99,11 @@ def attach_command(
         typer.echo(f"tunnel attach: --name: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
     settings = AttachSettings(
-        link=parsed, name=name, reconnect=reconnect, give_up_after=give_up_after, raw=raw
+        link=parsed,
+        name=name,
+        reconnect=reconnect,
+        give_up_after=give_up_after,
+        raw=raw,
+        history=history,
     )
     raise typer.Exit(anyio.run(run_attach, settings))

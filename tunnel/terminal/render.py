@@ -1,18 +1,27 @@
 """Turns items and events (their wire maps, docs/application.md) into terminal text.
 
-Shared by the host console and `tunnel attach`, so both show a conversation the same way.
-Agent output is untrusted: every string of an item or event is made printable (control and
-invisible characters escaped, tunnel/terminal/sanitize.py) before anything is built from it, and
-it is rendered as plain text, never as rich markup.
+Shared by the host console and `tunnel attach`, so both show a conversation the same way: in
+words (a tool call is one line with its title, kind and status; a session event is a sentence),
+never as raw maps or internal ids. Agent output is untrusted: every string of an item or event is
+made printable (control and invisible characters escaped, tunnel/terminal/sanitize.py) before
+anything is built from it, and it is rendered as text, never as rich markup. An agent's reply can
+also be rendered as markdown (`markdown()`): the markdown parser decodes entities, so what it
+renders is made printable a second time.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping
+import textwrap
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from markdown_it import MarkdownIt
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.markdown import Markdown
+from rich.segment import Segment
+from rich.table import Table
 from rich.text import Text
 
 from tunnel.terminal.sanitize import printable
@@ -26,6 +35,19 @@ MAX_DIFF_LINES = 2000
 # Deeper values are shown as "…": the log refuses items nested deeper than 64 levels, and a
 # message from elsewhere must not exhaust the stack.
 MAX_SHOWN_DEPTH = 64
+
+# A tool call's input on its one line: enough to tell one call from another.
+MAX_INPUT_SHOWN = 160
+
+FINAL_TOOL_STATUSES = frozenset({"completed", "failed"})
+"""A tool call in one of these is over: its line no longer changes."""
+
+_STOP_REASONS = {
+    "cancelled": "the turn was cancelled",
+    "max_tokens": "the agent reached its token limit",
+    "max_turn_requests": "the agent reached its limit of requests in one turn",
+    "refusal": "the agent refused to go on",
+}
 
 
 def _printable_data(value: Any, depth: int = 0) -> Any:
@@ -62,6 +84,23 @@ def _str(data: Mapping[str, Any], key: str, default: str = "") -> str:
     return value if isinstance(value, str) else str(value)
 
 
+def _words(value: Any, depth: int = 0) -> str:
+    """A value as words, for details nobody gave a sentence to: no braces, no quotes."""
+    if isinstance(value, Mapping):
+        if depth >= 3:
+            return "…"
+        return ", ".join(f"{k} {_words(v, depth + 1)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        if depth >= 3:
+            return "…"
+        return ", ".join(_words(v, depth + 1) for v in value)
+    if value is None:
+        return "none"
+    if value is True or value is False:
+        return "yes" if value else "no"
+    return str(value)
+
+
 def unified_diff(path: str, old: str, new: str) -> str:
     """`old` to `new` as a unified diff of `path` (a file the agent creates has no old text)."""
     before = old.splitlines()[:MAX_DIFF_LINES]
@@ -72,28 +111,50 @@ def unified_diff(path: str, old: str, new: str) -> str:
     return "\n".join(lines)
 
 
-def _content_text(content: Any) -> str:
+def _diff_style(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return "bold"
+    if line.startswith("@@"):
+        return "cyan"
+    if line.startswith("+"):
+        return "green"
+    if line.startswith("-"):
+        return "red"
+    return ""
+
+
+def _append_diff(text: Text, diff: str) -> None:
+    """A unified diff, its added lines green and removed lines red."""
+    for number, line in enumerate(_clip(diff).split("\n")):
+        if number:
+            text.append("\n")
+        text.append(line, style=_diff_style(line))
+
+
+def _append_content(text: Text, content: Any) -> None:
+    """A tool call's content entries, each on lines of its own: text, diffs, terminals."""
     if not isinstance(content, list):
-        return ""
-    parts: list[str] = []
+        return
     for entry in content:
         if not isinstance(entry, Mapping):
             continue
         if entry.get("type") == "diff":
             old = entry.get("old_text")
             new = entry.get("new_text")
-            parts.append(
+            text.append("\n")
+            _append_diff(
+                text,
                 unified_diff(
                     _str(entry, "path"),
                     old if isinstance(old, str) else "",
                     new if isinstance(new, str) else "",
-                )
+                ),
             )
         elif entry.get("type") == "terminal":
-            parts.append(f"[terminal {_str(entry, 'terminal_id')}]")
+            # The output itself follows as a `tool_terminal` item.
+            text.append("\n  (runs a command; its output follows)", style="dim")
         elif "text" in entry:
-            parts.append(_str(entry, "text"))
-    return "\n".join(parts)
+            text.append("\n" + _clip(_str(entry, "text")))
 
 
 def _json(value: Any) -> str:
@@ -102,6 +163,15 @@ def _json(value: Any) -> str:
         return value
     try:
         return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except ValueError:
+        return str(value)
+
+
+def _compact_json(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
     except ValueError:
         return str(value)
 
@@ -119,7 +189,8 @@ def _locations(locations: Any) -> str:
 
 
 def _tool_call_details(head: Text, call: Mapping[str, Any]) -> None:
-    """Kind, locations, raw input and content (diffs as unified diffs) of a tool call."""
+    """Kind, locations, raw input and content (diffs as unified diffs) of a tool call, as a
+    permission request shows them: in full, since someone decides on them."""
     kind = _str(call, "kind")
     if kind:
         head.append(f"\n  kind: {kind}", style="dim")
@@ -128,12 +199,74 @@ def _tool_call_details(head: Text, call: Mapping[str, Any]) -> None:
         head.append(f"\n  where: {where}", style="dim")
     if call.get("input") is not None:
         head.append("\n  input:\n")
-        head.append(_clip(_json(call["input"])))
-    body = _content_text(call.get("content"))
-    if body:
-        head.append("\n" + _clip(body))
+        head.append(textwrap.indent(_clip(_json(call["input"])), "    "))
+    _append_content(head, call.get("content"))
     if call.get("truncated") is True:
         head.append("\n  (cut: too large to store whole)", style="dim")
+
+
+def _status_style(status: str) -> str:
+    if status == "completed":
+        return "green"
+    if status == "failed":
+        return "bold red"
+    return "yellow"
+
+
+def tool_line(call: Mapping[str, Any]) -> Text:
+    """A tool call as one line: `tool TITLE · KIND · STATUS · WHERE · INPUT`; safe to print.
+
+    `call` is the tool call as known so far: the `tool_call` item's data with every later
+    update's fields over it.
+    """
+    call = _printable_data(call)
+    line = Text("tool ", style="bold yellow")
+    # An update of a call this client never saw has no title: its id would say nothing.
+    line.append(_str(call, "title") or "a tool call")
+    kind = _str(call, "kind")
+    if kind:
+        line.append(f" · {kind}", style="dim")
+    status = _str(call, "status")
+    if status:
+        line.append(" · ")
+        line.append(status, style=_status_style(status))
+    where = _locations(call.get("locations"))
+    if where:
+        line.append(f" · {where}", style="dim")
+    if call.get("input") is not None:
+        line.append(f" · {_input_summary(call['input'])}", style="dim")
+    return line
+
+
+def _short(text: str, limit: int) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _input_summary(value: Any) -> str:
+    """A tool call's input on one line: each field cut short, so every field shows."""
+    if isinstance(value, Mapping) and value:
+        share = max(MAX_INPUT_SHOWN // len(value), 24)
+        fields = [
+            f"{_short(str(k), share // 3)}={_short(_compact_json(v), share)}"
+            for k, v in value.items()
+        ]
+        return _short(" ".join(fields), 2 * MAX_INPUT_SHOWN)
+    return _short(_compact_json(value), MAX_INPUT_SHOWN)
+
+
+def tool_content(data: Mapping[str, Any]) -> Text | None:
+    """What a tool call item carries below its line (text, diffs in colour, a cut); None when
+    it carries nothing."""
+    data = _printable_data(data)
+    text = Text()
+    _append_content(text, data.get("content"))
+    if data.get("truncated") is True:
+        text.append("\n  (cut: too large to store whole)", style="dim")
+    if not text.plain:
+        return None
+    # Each piece starts with a line break of its own; the first is not needed.
+    return text[1:]
 
 
 def _permission_request(head: Text, data: Mapping[str, Any]) -> None:
@@ -167,6 +300,13 @@ def _choice_text(state: Any) -> str | None:
     return current
 
 
+def _count(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    if isinstance(value, list):
+        return len(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _session_event(head: Text, who: str, data: Mapping[str, Any]) -> None:
     what = _str(data, "what")
     if what == "settings":
@@ -192,10 +332,65 @@ def _session_event(head: Text, who: str, data: Mapping[str, Any]) -> None:
     if what == "unsupported_update":
         head.append(f"unsupported update: {_str(data, 'kind')}", style="dim")
         return
-    head.append(what or "session event", style="bold")
-    details = ", ".join(f"{k}={v}" for k, v in data.items() if k not in ("what", "turn"))
+    sentence = _sentence(what, who, data)
+    if sentence is not None:
+        head.append(sentence, style="dim")
+        return
+    # A kind this client does not know: its name in words, its details without braces.
+    head.append(what.replace("_", " ") or "session event", style="bold")
+    details = _words({k: v for k, v in data.items() if k not in ("what", "turn")})
     if details:
-        head.append(" " + _clip(details, 500), style="dim")
+        head.append(": " + _clip(details, 500), style="dim")
+
+
+def _sentence(what: str, who: str, data: Mapping[str, Any]) -> str | None:
+    """The session events of docs/application.md as sentences; None for any other."""
+    if what == "cancelled":
+        return f"{who} cancelled the turn"
+    if what == "agent_started":
+        name = " ".join(x for x in (_str(data, "agent"), _str(data, "version")) if x)
+        said = f"the agent started ({name})" if name else "the agent started"
+        if data.get("resumed") is True:
+            said += "; it resumed its earlier session"
+        if data.get("load_failed"):
+            said += f"; it could not resume its earlier session: {_str(data, 'load_failed')}"
+        return said
+    if what == "agent_exited":
+        code = data.get("code")
+        return f"the agent exited with code {code}" if code is not None else "the agent exited"
+    if what == "turn_ended":
+        reason = _str(data, "stop_reason")
+        if not reason:
+            return "the turn ended with nothing to show"
+        return _STOP_REASONS.get(reason, f"the turn ended: {reason.replace('_', ' ')}")
+    if what == "fs_refused":
+        return (
+            f"refused the agent's {_str(data, 'op')} of {_str(data, 'path')}: outside the workspace"
+        )
+    if what == "terminal_refused":
+        command = data.get("command")
+        line = " ".join(str(a) for a in command) if isinstance(command, list) else str(command)
+        return f"refused to run {line} in {_str(data, 'cwd')}: outside the workspace"
+    if what == "log_unwritable":
+        seconds = data.get("seconds")
+        lasted = f" for {seconds:.0f} s" if isinstance(seconds, int | float) else ""
+        said = f"the host's log could not be written{lasted} ({_str(data, 'reason')})"
+        said += f": {_count(data, 'held')} items held, {_count(data, 'dropped')} dropped"
+        if data.get("turn_cancelled") is True:
+            said += "; the turn was cancelled"
+        return said
+    if what == "host_restarted":
+        said = "the host restarted after it stopped mid-turn"
+        closed = [
+            f"{_count(data, 'dropped_prompts')} prompts not run",
+            f"{_count(data, 'closed_permissions')} permission requests closed",
+            f"{_count(data, 'closed_tool_calls')} tool calls closed",
+        ]
+        said += ": " + ", ".join(closed)
+        if data.get("partial_text") is True:
+            said += "; the last reply was cut short"
+        return said
+    return None
 
 
 def _tool_terminal(head: Text, data: Mapping[str, Any]) -> None:
@@ -219,8 +414,7 @@ def render_item(item: Mapping[str, Any]) -> Text:
     data = item.get("data")
     data = data if isinstance(data, Mapping) else {}
     who = _str(item, "created_by", "?")
-    seq = item.get("seq")
-    head = Text(f"#{seq} ", style="dim")
+    head = Text()
 
     if kind == "message":
         role = _str(data, "role")
@@ -231,18 +425,11 @@ def render_item(item: Mapping[str, Any]) -> Text:
         head.append("thinking: ", style="italic dim")
         head.append(_clip(_str(data, "text")), style="italic dim")
     elif kind in ("tool_call", "tool_call_update"):
-        status = _str(data, "status")
-        title = _str(data, "title") or _str(data, "tool_call_id")
-        head.append("tool ", style="bold yellow")
-        head.append(title)
-        if status:
-            head.append(f" [{status}]", style="yellow")
-        if kind == "tool_call":
-            _tool_call_details(head, data)
-        else:
-            body = _content_text(data.get("content"))
-            if body:
-                head.append("\n" + _clip(body))
+        head = tool_line(data)
+        content = tool_content(data)
+        if content is not None:
+            head.append("\n")
+            head.append(content)
     elif kind == "tool_result":
         ok = data.get("ok") is True
         head.append("result ", style="bold green" if ok else "bold red")
@@ -254,8 +441,12 @@ def render_item(item: Mapping[str, Any]) -> Text:
     elif kind == "permission_decision":
         head.append("decision ", style="bold magenta")
         name = _str(data, "option_name") or _str(data, "option_id")
-        option_kind = _str(data, "option_kind")
-        head.append(f"{who} chose {name}" + (f" ({option_kind})" if option_kind else ""))
+        if data.get("outcome") == "cancelled" or not name:
+            reason = _str(data, "reason")
+            head.append("the request was closed" + (f": {reason}" if reason else ""))
+        else:
+            option_kind = _str(data, "option_kind")
+            head.append(f"{who} chose {name}" + (f" ({option_kind})" if option_kind else ""))
     elif kind == "plan":
         head.append("plan", style="bold blue")
         entries = data.get("entries")
@@ -270,10 +461,13 @@ def render_item(item: Mapping[str, Any]) -> Text:
     elif kind == "terminal":
         head = Text(_str(data, "text"))
     elif kind == "terminal_exit":
-        head.append(f"terminal exited with code {data.get('code')}", style="bold")
+        head.append(f"the program exited with code {data.get('code')}", style="bold")
     else:
-        head.append(f"{kind} ", style="bold")
-        head.append(_clip(str(dict(data))), style="dim")
+        # A kind this client does not know (the type set is open): in words, not as a map.
+        head.append(f"{kind.replace('_', ' ')}", style="bold")
+        details = _words(dict(data))
+        if details:
+            head.append(": " + _clip(details, 500), style="dim")
     return head
 
 
@@ -299,3 +493,71 @@ def render_event(event: Mapping[str, Any]) -> Text | None:
             style="bold yellow",
         )
     return None
+
+
+# -- markdown --------------------------------------------------------------------------------
+
+
+class _Printable:
+    """A renderable whose every printed segment is made printable, and carries no hyperlink.
+
+    The markdown parser turns entities (`&#x1b;`, `&#x202e;`) into the characters they name,
+    after `printable()` saw the text: each segment it renders is escaped again. Control
+    segments (cursor moves) of the inner renderable are dropped.
+    """
+
+    def __init__(self, inner: RenderableType) -> None:
+        self._inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self._inner, options):
+            if segment.control:
+                continue
+            style = segment.style
+            if style is not None and style.link:
+                style = style.update_link(None)
+            yield Segment(printable(segment.text), style)
+
+
+class _Markdown(Markdown):
+    """Rich's Markdown with HTML off (a tag is text, not dropped) and no hyperlinks (a link
+    shows its target, so its text cannot hide where it goes)."""
+
+    def __init__(self, markup: str) -> None:
+        super().__init__("", hyperlinks=False)
+        self.markup = markup
+        parser = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
+        self.parsed = parser.parse(markup)
+
+
+def markdown(text: str) -> RenderableType:
+    """Untrusted markdown (an agent's reply) rendered for a terminal; safe to print."""
+    return _Printable(_Markdown(printable(_clip(text))))
+
+
+def labelled(label: Text, body: RenderableType) -> RenderableType:
+    """`body` beside `label`, its lines indented under the first (a reply under `agent`)."""
+    grid = Table.grid(padding=(0, 1, 0, 0))
+    grid.add_column(no_wrap=True)
+    grid.add_column(ratio=1)
+    grid.add_row(label, body)
+    return grid
+
+
+def reply(item: Mapping[str, Any], *, continued: bool = False) -> RenderableType:
+    """An agent's `message` item with its text as markdown; other items as `render_item`."""
+    data = item.get("data")
+    if (
+        item.get("type") != "message"
+        or not isinstance(data, Mapping)
+        or data.get("role") == "user"
+        or not isinstance(data.get("text"), str)
+    ):
+        return render_item(item)
+    label = Text("   " if continued else "agent", style="bold green")
+    return labelled(label, markdown(data["text"]))
+
+
+def renderables(items: Iterable[Mapping[str, Any]]) -> list[RenderableType]:
+    """`render_item` of each item, in order."""
+    return [render_item(item) for item in items]

@@ -3,7 +3,9 @@ agent's latest commands and settings (modes, models, config options).
 
 `tunnel attach` keeps one, fed with every item it receives, to de-duplicate across reconnects (it
 resubscribes with the last seq it holds) and to know what /allow, /deny, /mode, /model and /help
-refer to. The host console builds one from the session's own state.
+refer to. When it joins with only the end of the conversation, it feeds the view earlier items
+too (`absorb_earlier`), newest first, for the state they hold. The host console builds one from
+the session's own state.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+MAX_CLOSED_REMEMBERED = 4096
+"""Permission requests remembered as answered, so an earlier item cannot reopen one; older ones
+are forgotten (a request that old is long answered)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +87,10 @@ class ConversationView:
     """The agent's latest advertised commands (`name`, `description`, `hint`)."""
     settings: Mapping[str, Any] = field(default_factory=dict)
     """The latest `settings` session event's data: `modes`, `models`, `config_options`."""
+    known: set[str] = field(default_factory=set)
+    """Which of `commands` and `settings` an item set (an earlier one never overrides it)."""
+    closed: dict[str, None] = field(default_factory=dict)
+    """Permission requests seen answered, oldest first (bounded: MAX_CLOSED_REMEMBERED)."""
 
     def accept(self, item: Mapping[str, Any]) -> bool:
         """Take one item; False if it was already seen (a duplicate to drop)."""
@@ -88,21 +98,48 @@ class ConversationView:
         if not isinstance(seq, int) or (self.last_seq is not None and seq <= self.last_seq):
             return False
         self.last_seq = seq
+        self._take(item, newest=True)
+        return True
+
+    def absorb_earlier(self, item: Mapping[str, Any]) -> None:
+        """Take an item from before those accepted, newest first: what it says counts only where
+        nothing later said otherwise."""
+        self._take(item, newest=False)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the agent's commands and settings are known (earlier items can add nothing
+        but old permission requests)."""
+        return {"commands", "settings"} <= self.known
+
+    def _take(self, item: Mapping[str, Any], *, newest: bool) -> None:
         data = item.get("data")
         data = data if isinstance(data, Mapping) else {}
         kind = item.get("type")
         if kind == "session_event":
             what = data.get("what")
+            if what not in ("commands", "settings") or (not newest and what in self.known):
+                return
             if what == "commands" and isinstance(data.get("commands"), list):
                 self.commands = [c for c in data["commands"] if isinstance(c, Mapping)]
+                self.known.add("commands")
             elif what == "settings":
                 self.settings = data
-            return True
+                self.known.add("settings")
+            return
         request_id = data.get("request_id")
         if not isinstance(request_id, str):
-            return True
-        if kind == "permission_request":
-            self.pending[request_id] = PendingPermission.from_data(request_id, data)
+            return
+        if kind == "permission_request" and request_id not in self.closed:
+            request = PendingPermission.from_data(request_id, data)
+            if newest:
+                self.pending[request_id] = request
+            elif request_id not in self.pending:
+                # Older than every request held: first in line, so /allow still answers the
+                # latest one.
+                self.pending = {request_id: request, **self.pending}
         elif kind == "permission_decision":
             self.pending.pop(request_id, None)
-        return True
+            self.closed[request_id] = None
+            while len(self.closed) > MAX_CLOSED_REMEMBERED:
+                del self.closed[next(iter(self.closed))]

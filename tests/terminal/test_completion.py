@@ -1,0 +1,59 @@
+"""The prompt line completes the local commands and the agent's own, as the page's composer
+does, and never offers a name it could not show as it is."""
+
+from __future__ import annotations
+
+from prompt_toolkit.completion import CompleteEvent
+from prompt_toolkit.document import Document
+
+from tests.terminal.hostile import WIRE
+from tunnel.terminal.completion import CommandCompleter
+from tunnel.terminal.view import ConversationView
+
+
+def _view() -> ConversationView:
+    return ConversationView(
+        commands=[
+            {"name": "review", "description": "Review a change", "hint": "what"},
+            {"name": "compact", "description": WIRE},
+            {"name": "re\x1b[2Jset", "description": "hidden"},
+        ],
+        settings={"modes": {"current": "default", "available": [{"id": "plan", "name": "Plan"}]}},
+    )
+
+
+def _complete(text: str, **options: object) -> list[tuple[str, str]]:
+    completer = CommandCompleter(_view, **options)  # type: ignore[arg-type]
+    found = completer.get_completions(Document(text), CompleteEvent(completion_requested=True))
+    return [(c.text, c.display_meta_text) for c in found]
+
+
+def test_a_slash_offers_the_local_commands_then_the_agents() -> None:
+    names = [text for text, _ in _complete("/")]
+    assert names[:2] == ["/allow", "/deny"]
+    assert "/review " in names  # it takes input: a space follows
+    assert "/compact" in names
+
+
+def test_a_prefix_narrows_and_descriptions_are_shown_escaped() -> None:
+    assert _complete("/re") == [
+        ("/revoke", "replace both links and disconnect everyone (host)"),
+        ("/review ", "Review a change"),
+    ]
+    ((_, description),) = _complete("/comp")
+    assert "\x1b" not in description
+    assert "\\x1b[2J" in description
+
+
+def test_a_name_that_is_not_printable_as_it_is_is_left_out() -> None:
+    assert all("set" not in text for text, _ in _complete("/re"))
+
+
+def test_mode_ids_complete_after_mode_and_nothing_completes_a_prompt() -> None:
+    assert _complete("/mode p") == [("plan", "Plan")]
+    assert _complete("hello /re") == []
+    assert _complete("//re") == []
+
+
+def test_the_local_commands_can_be_narrowed_to_those_of_a_surface() -> None:
+    assert "/revoke" not in [text for text, _ in _complete("/", local=["/allow", "/quit"])]
