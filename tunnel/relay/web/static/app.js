@@ -102,6 +102,7 @@ function boot() {
       storeName(cleaned);
       // The name travels in the hello and the open: reattach to show the new one.
       session.name = cleaned;
+      view.name = cleaned;
       if (session.link) session.link.close();
     },
     onTerminal: (container) => {

@@ -32,6 +32,9 @@ export class TerminalView {
       disableStdin: !interactive,
       scrollback: 5000,
       fontSize: 14,
+      // At line height 1 the cell is exactly the font's ascent plus descent, and at a device
+      // pixel ratio of 1 the rounding cuts the underline stroke of "_" off the bottom of the row.
+      lineHeight: 1.2,
       fontFamily: "ui-monospace, SFMono-Regular, Menlo, Consolas, 'DejaVu Sans Mono', monospace",
       theme: { background: "#0f1115", foreground: "#e6e6e6" },
     });

@@ -186,6 +186,15 @@ export function toolDetails(call, terminals, { open = false, showOutput = true, 
     parts.push(el("ul", { class: "tool-locations", testid: "tool-locations" },
       ...locations.map((location) => el("li", { text: locationText(location) }))));
   }
+  // A command to run is what an execute request is about: shown as a command line, not only as
+  // a field of the raw input.
+  const input = obj(call.input);
+  const command = typeof input.command === "string" || Array.isArray(input.command)
+    ? commandLine(input.command) : "";
+  if (command) {
+    parts.push(el("pre", { class: "tool-command", testid: "tool-command",
+      text: `$ ${command}${typeof input.cwd === "string" ? `\n  (in ${input.cwd})` : ""}` }));
+  }
   if (call.input !== undefined && call.input !== null) {
     parts.push(el("details", { class: "tool-input", testid: "tool-input", open },
       el("summary", { text: "Input" }),

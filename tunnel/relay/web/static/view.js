@@ -8,10 +8,17 @@ import { arr, el, formatTime, obj, pretty, str } from "./dom.js";
 import { setMarkdown } from "./markdown.js";
 import { SettingsBar, settingsText } from "./settings.js";
 import { ToolTerminals, toolDetails, toolHead } from "./tools.js";
-import { MAX_NAME_LENGTH } from "./wire.js";
+import { MAX_NAME_LENGTH, MAX_PROMPT_LENGTH } from "./wire.js";
 
 const ROLE_LABEL = { drive: "driver", view: "viewer" };
 const OP_ERROR_MS = 8000;
+// How close to the end (px) still counts as "at the end": the page follows new items from there.
+const FOLLOW_SLACK = 48;
+// A scroll this soon (ms) after a wheel, touch, key or pointer press is the reader's own.
+const USER_SCROLL_MS = 1500;
+const SCROLL_UP_KEYS = new Set(["ArrowUp", "PageUp", "Home", " "]);
+// People who left stay listed, greyed, so a reader sees who dropped; the oldest go first.
+const MAX_GONE_MEMBERS = 8;
 // Commands named in the conversation's note about the agent's commands; the rest are counted.
 const COMMANDS_NAMED = 12;
 // What each permission option kind means, shown on its button.
@@ -69,6 +76,21 @@ export class View {
     this.terminal = null;
     this.agentKind = "chat";
     this.opErrorTimer = null;
+    // One plan card per turn, updated in place as the agent revises its plan.
+    this.planCards = new Map();
+    // Prompts stored while another turn runs: shown below that turn until their own starts.
+    this.queuedPrompts = [];
+    // What the status badge combines: the host's status event, its storage state, and the
+    // permission requests still waiting for an answer.
+    this.run = { state: "idle", queued: 0 };
+    this.storageFailing = null;
+    // Everyone seen attached, by name and role: those no longer here stay listed, greyed.
+    this.members = new Map();
+    // Whether the reader is at the end of the conversation: new items scroll into view only
+    // then; otherwise a pill offers to jump down.
+    this.following = true;
+    this.lastScrollTop = 0;
+    this.lastInput = -Infinity;
     this.build();
   }
 
@@ -85,21 +107,65 @@ export class View {
       onchange: () => this.onRename(this.nameInput.value.trim()),
     });
     this.presenceList = el("ul", { class: "presence", testid: "presence" });
+    // At narrow widths the side panel (people, plan, name) is a drawer this button opens.
+    this.drawerButton = el("button", {
+      class: "drawer-toggle", testid: "drawer-toggle", type: "button", "aria-expanded": "false",
+      "aria-controls": "side-panel", text: "People", onclick: () => this.toggleDrawer(),
+    });
+    this.nameSlot = el("span", { class: "name-slot" }, this.nameInput);
     const header = el("header", { class: "top" },
-      el("span", { class: "brand", text: "agent-tunnel" }),
-      this.agentName, this.agentStatus, this.sandboxBadge,
+      el("span", { class: "top-agent" },
+        el("span", { class: "brand", text: "agent-tunnel" }), this.agentName, this.agentStatus),
+      this.status, this.sandboxBadge,
       el("span", { class: "spacer" }),
-      this.roleBadge, this.nameInput, this.status);
+      el("span", { class: "top-you" }, this.roleBadge, this.nameSlot, this.drawerButton));
 
     this.conversation = el("section", { class: "conversation", testid: "conversation", "aria-live": "polite" });
+    this.emptyHint = el("div", { class: "empty-hint", testid: "empty-conversation" },
+      el("p", { class: "empty-title", text: "Nothing here yet" }),
+      el("p", { text: this.isDriver
+        ? "Write to the agent in the box below: everyone with this session's link sees the conversation live, and drivers answer its permission requests."
+        : "When a driver prompts the agent, the conversation shows here live. Your link is read-only." }));
     this.streamArea = el("div", { class: "streams", testid: "streams" });
+    this.queueArea = el("div", { class: "queued-prompts", testid: "queued-prompts" });
     this.terminalBox = el("div", { class: "terminal-box", testid: "terminal", hidden: true });
     this.planPanel = el("div", { class: "live-plan", testid: "live-plan", hidden: true });
+    this.drawerName = el("div", { class: "drawer-name" },
+      el("h2", { text: "Your name" }));
+    this.sandboxDetail = el("p", { class: "sandbox-detail", testid: "sandbox-detail", hidden: true });
+    this.side = el("aside", { class: "side", id: "side-panel", testid: "side-panel" },
+      el("button", { class: "drawer-close", type: "button", text: "Close", "aria-label": "Close the panel",
+        onclick: () => this.toggleDrawer(false) }),
+      el("h2", { text: "Here now" }), this.presenceList,
+      this.drawerName, this.sandboxDetail,
+      this.planPanel);
+    this.backdrop = el("div", { class: "backdrop", onclick: () => this.toggleDrawer(false) });
     const main = el("main", { class: "main" },
-      el("div", { class: "column" }, this.terminalBox, this.conversation, this.streamArea),
-      el("aside", { class: "side" },
-        el("h2", { text: "Here now" }), this.presenceList,
-        this.planPanel));
+      el("div", { class: "column" }, this.terminalBox, this.conversation, this.emptyHint,
+        this.streamArea, this.queueArea),
+      this.side, this.backdrop);
+    // The name field lives in the header, or in the drawer when the header is too narrow.
+    this.narrow = window.matchMedia("(max-width: 760px)");
+    this.narrow.addEventListener("change", () => this.placeNameField());
+    document.addEventListener("keydown", (event) => {
+      if (event.key === "Escape" && this.root.classList.contains("drawer-open")) this.toggleDrawer(false);
+    });
+    window.addEventListener("scroll", () => this.onScroll(), { passive: true });
+    const scrolling = (event) => {
+      if (event.type === "keydown") {
+        const editing = event.target instanceof Element && event.target.closest("input, textarea, select");
+        if (editing || !SCROLL_UP_KEYS.has(event.key)) return;
+      }
+      // A press on the page's own scrollbar targets the root element; a click on a button does not.
+      if (event.type === "pointerdown" && event.target !== document.documentElement) return;
+      this.lastInput = performance.now();
+    };
+    for (const type of ["wheel", "touchmove", "keydown", "pointerdown"]) {
+      window.addEventListener(type, scrolling, { passive: true });
+    }
+    // Whatever makes the conversation taller (a streamed reply, a terminal's output, a card
+    // filled in later) keeps a following reader at the end.
+    new ResizeObserver(() => { if (this.following) this.jumpToEnd(); }).observe(main);
 
     this.footer = el("footer", { class: "bottom" });
     this.settings = new SettingsBar({
@@ -114,8 +180,10 @@ export class View {
     if (this.isDriver) {
       this.input = el("textarea", {
         class: "composer-input", testid: "composer-input", rows: 2,
-        placeholder: "Message the agent (Enter sends, Shift+Enter for a new line, / for the agent's commands)",
+        placeholder: "Message the agent",
         "aria-label": "Message",
+        "aria-describedby": "composer-hint",
+        oninput: () => { this.composerError.hidden = true; },
         onkeydown: (event) => {
           if (this.completion.keydown(event)) return;
           if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
@@ -134,21 +202,49 @@ export class View {
         class: "composer", testid: "composer",
         onsubmit: (event) => { event.preventDefault(); this.submit(); },
       }, this.completion.element, this.input, this.sendButton, this.cancelButton);
-      this.footer.append(this.composer);
+      this.composerError = el("div", { class: "composer-error", testid: "composer-error", role: "alert", hidden: true });
+      this.footer.append(this.composer, this.composerError, el("div", {
+        class: "composer-hint", id: "composer-hint",
+        text: "Enter sends, Shift+Enter starts a new line, / lists the agent's commands",
+      }));
     } else {
       this.footer.append(el("div", {
         class: "viewer-notice", testid: "viewer-notice",
         text: "You are viewing this session read-only: your link cannot send prompts or answer permission requests.",
       }));
     }
+    this.pill = el("button", { class: "new-activity", testid: "new-activity", type: "button", hidden: true,
+      text: "New activity ↓", onclick: () => this.jumpToEnd() });
+    this.footer.prepend(this.pill);
     this.toast = el("div", { class: "toast", testid: "op-error", role: "alert", hidden: true });
     this.screenBox = el("div", { class: "screen-box" });
+    this.header = header;
     this.root.replaceChildren(header, main, this.footer, this.toast, this.screenBox);
+    this.placeNameField();
+  }
+
+  placeNameField() {
+    const slot = this.narrow.matches ? this.drawerName : this.nameSlot;
+    if (this.nameInput.parentElement !== slot) slot.append(this.nameInput);
+  }
+
+  toggleDrawer(open = !this.root.classList.contains("drawer-open")) {
+    this.root.classList.toggle("drawer-open", open);
+    this.drawerButton.setAttribute("aria-expanded", String(open));
   }
 
   submit() {
     const text = this.input.value;
     if (!text.trim()) return;
+    // The host refuses a longer prompt (MAX_PROMPT_LENGTH, counted in code points as Python
+    // counts): say so here and keep the text, rather than send it to be refused.
+    const length = [...text].length;
+    if (length > MAX_PROMPT_LENGTH) {
+      this.composerError.textContent = `Prompt too long: ${MAX_PROMPT_LENGTH.toLocaleString("en-US")} characters at most (this one has ${length.toLocaleString("en-US")}).`;
+      this.composerError.hidden = false;
+      return;
+    }
+    this.composerError.hidden = true;
     if (this.onPrompt(text)) {
       this.input.value = "";
       this.completion.close();
@@ -219,6 +315,8 @@ export class View {
     document.title = `${str(agent.name, "agent")} · agent-tunnel`;
     if (this.agentKind === "terminal") this.ensureTerminal();
     if (this.composer) this.composer.hidden = this.agentKind === "terminal";
+    // A terminal program has no turns: "idle" would say nothing about it.
+    this.agentStatus.hidden = this.agentKind === "terminal";
     this.showSandbox(info.sandbox);
   }
 
@@ -226,7 +324,14 @@ export class View {
     const badge = this.sandboxBadge;
     // A host too old to say: claim nothing either way.
     badge.hidden = !sandbox || typeof sandbox !== "object";
+    this.sandboxDetail.hidden = badge.hidden;
     if (badge.hidden) return;
+    this.showSandboxBadge(badge, sandbox);
+    // The tooltip does not exist on touch screens: the drawer says it in full.
+    this.sandboxDetail.textContent = badge.title;
+  }
+
+  showSandboxBadge(badge, sandbox) {
     const enabled = sandbox.enabled === true;
     badge.dataset.enabled = String(enabled);
     if (!enabled) {
@@ -254,6 +359,10 @@ export class View {
     this.permissions.clear();
     this.decisions.clear();
     this.streams.clear();
+    this.planCards.clear();
+    this.queueArea.replaceChildren();
+    this.queuedPrompts = [];
+    this.showStatus();
     this.settings.reset();
     if (this.completion) this.completion.reset();
     if (this.terminal) this.terminal.reset();
@@ -261,14 +370,108 @@ export class View {
 
   snapshotDone() {
     this.conversation.dataset.loaded = "true";
-    this.scrollToEnd(true);
+    this.jumpToEnd();
+  }
+
+  /**
+   * "Load earlier" above the conversation while the host holds items before those shown
+   * (session.js says so, and what a click calls); disabled while a page is on its way.
+   */
+  earlier({ available, loading }, load) {
+    if (!this.earlierButton) {
+      this.earlierButton = el("button", { class: "load-earlier", testid: "load-earlier",
+        type: "button", hidden: true, onclick: () => this.loadEarlier() });
+      this.conversation.before(this.earlierButton);
+    }
+    this.loadEarlier = load;
+    this.earlierButton.hidden = !available;
+    this.earlierButton.disabled = loading;
+    this.earlierButton.textContent = loading ? "Loading earlier items…" : "Load earlier";
+  }
+
+  /**
+   * Show `items`, every item held in seq order, afresh: a page of earlier ones came. Earlier
+   * items change how later ones show (a tool call's card, an answered permission, the current
+   * settings), so the conversation is rebuilt as a replay from its first item would show it.
+   * Text still streaming in stays, and the reader stays at the same place in the conversation.
+   */
+  replayItems(items, context = []) {
+    const scroller = document.scrollingElement;
+    const fromEnd = scroller ? scroller.scrollHeight - scroller.scrollTop : 0;
+    const streams = new Map(this.streams);
+    const streaming = [...this.streamArea.childNodes];
+    const { loaded } = this.conversation.dataset;
+    this.resetConversation();
+    this.streams = streams;
+    this.streamArea.replaceChildren(...streaming);
+    // As during a snapshot: nothing follows the end or marks a prompt queued meanwhile.
+    delete this.conversation.dataset.loaded;
+    this.context(context);
+    for (const item of items) this.item(item);
+    if (loaded) this.conversation.dataset.loaded = loaded;
+    // The reader went up to read: the taller page must not take them to the end. Back at the
+    // end, the scroll event says so and following resumes.
+    this.following = false;
+    if (scroller) scroller.scrollTop = scroller.scrollHeight - fromEnd;
+  }
+
+  /**
+   * State from before the items shown (the snapshot's `context`, docs/application.md): the
+   * agent's settings and commands and the latest plan apply without a line in the conversation;
+   * an open permission request shows, in the card of the tool call it gates: it is to be answered.
+   */
+  context(items) {
+    for (const item of items) {
+      const data = obj(item.data);
+      if (item.type === "session_event" && data.what === "settings") {
+        this.settings.update(data, str(item.created_by, "someone"));
+      } else if (item.type === "session_event" && data.what === "commands") {
+        if (this.completion) this.completion.setCommands(commandList(data));
+      } else if (item.type === "plan") {
+        this.livePlan(arr(data.entries));
+      } else if (item.type === "tool_call" || item.type === "permission_request") {
+        this.item(item);
+      }
+    }
   }
 
   presence(members) {
-    this.presenceList.replaceChildren(...members.map((member) => el("li", {
-      testid: "presence-member", "data-role": str(member.role), "data-name": str(member.name),
-    }, el("span", { class: "who", text: str(member.name, "?") }),
-    el("span", { class: "what", text: ROLE_LABEL[member.role] ?? str(member.role) }))));
+    const here = members.map((member) => ({ name: str(member.name, "?"), role: str(member.role),
+      you: member.you === true }));
+    // The host says which member this page is; a host from before that leaves a guess by name.
+    const told = here.some((member) => member.you);
+    const now = Date.now();
+    for (const entry of this.members.values()) entry.here = false;
+    for (const member of here) {
+      this.members.set(`${member.role}\u0000${member.name}`, { ...member, here: true, seen: now });
+    }
+    // Who left (or, while this page is disconnected, who it can no longer see), newest first.
+    const gone = [...this.members.values()]
+      .filter((entry) => !entry.here && !(entry.name === this.name && entry.role === this.role))
+      .sort((a, b) => b.seen - a.seen).slice(0, MAX_GONE_MEMBERS);
+    for (const [key, entry] of this.members) if (!entry.here && !gone.includes(entry)) this.members.delete(key);
+    let youMarked = false;
+    const rows = here.map((member) => {
+      // Two tabs under one name look the same to everyone else; mark one of them.
+      const you = told ? member.you
+        : !youMarked && member.name === this.name && member.role === this.role;
+      youMarked ||= you;
+      return el("li", {
+        testid: "presence-member", "data-role": member.role, "data-name": member.name,
+        "data-you": you ? "true" : null, class: you ? "you" : null,
+      }, el("span", { class: "who", text: member.name }),
+      you ? el("span", { class: "you-mark", text: "you" }) : null,
+      el("span", { class: "what", text: ROLE_LABEL[member.role] ?? member.role }));
+    });
+    for (const entry of gone) {
+      rows.push(el("li", {
+        class: "gone", testid: "presence-gone", "data-role": entry.role, "data-name": entry.name,
+        title: "Not attached now",
+      }, el("span", { class: "who", text: entry.name }),
+      el("span", { class: "what", text: "away" })));
+    }
+    this.presenceList.replaceChildren(...rows);
+    this.drawerButton.textContent = `People · ${here.length}`;
   }
 
   opError(code, message) {
@@ -304,21 +507,19 @@ export class View {
         this.delta(data);
         break;
       case "status":
-        this.agentStatus.dataset.state = data.state === "running" ? "running" : "idle";
-        this.agentStatus.textContent = data.state === "running"
-          ? (data.queued > 0 ? `working (${data.queued} queued)` : "working")
-          : "idle";
+        this.run = {
+          state: data.state === "running" ? "running" : "idle",
+          queued: Number.isInteger(data.queued) && data.queued > 0 ? data.queued : 0,
+        };
         if (this.cancelButton) this.cancelButton.disabled = data.state !== "running";
+        this.settleQueue();
+        this.showStatus();
         break;
       case "storage":
         // The host's log cannot be written: it pauses the session until it can (docs/log.md).
-        if (data.state === "ok") {
-          this.agentStatus.dataset.state = "idle";
-          this.agentStatus.textContent = "idle";
-        } else {
-          this.agentStatus.dataset.state = "paused";
-          this.agentStatus.textContent = `paused: the host's log cannot be written (${str(data.reason, "error")})`;
-        }
+        this.storageFailing = data.state === "ok" ? null : str(data.reason, "error");
+        if (data.state === "ok") this.run = { state: "idle", queued: 0 };
+        this.showStatus();
         break;
       case "plan":
         this.livePlan(Array.isArray(data.entries) ? data.entries : []);
@@ -328,6 +529,26 @@ export class View {
         break;
       default:
         break;
+    }
+  }
+
+  /** The status badge: paused, waiting for an answer, working (and how many wait), or idle. */
+  showStatus() {
+    const badge = this.agentStatus;
+    const waiting = [...this.permissions.values()]
+      .filter((entry) => entry.element.dataset.state === "pending").length;
+    if (this.storageFailing !== null) {
+      badge.dataset.state = "paused";
+      badge.textContent = `paused: the host's log cannot be written (${this.storageFailing})`;
+    } else if (waiting > 0) {
+      badge.dataset.state = "waiting";
+      badge.textContent = waiting > 1 ? `waiting for approval (${waiting})` : "waiting for approval";
+    } else if (this.run.state === "running") {
+      badge.dataset.state = "running";
+      badge.textContent = this.run.queued > 0 ? `working (${this.run.queued} queued)` : "working";
+    } else {
+      badge.dataset.state = "idle";
+      badge.textContent = "idle";
     }
   }
 
@@ -354,7 +575,7 @@ export class View {
       requestAnimationFrame(() => {
         stream.pending = false;
         setMarkdown(stream.body, stream.text);
-        this.scrollToEnd();
+        this.follow();
       });
     }
   }
@@ -384,9 +605,19 @@ export class View {
   item(item) {
     const data = item.data && typeof item.data === "object" ? item.data : {};
     let element = null;
+    // An item of a turn means that turn's prompt has started, whatever the status said.
+    if (Number.isInteger(data.turn)) this.settleQueue(data.turn);
     switch (item.type) {
       case "message":
         element = this.messageItem(item, data);
+        if (data.role === "user" && this.run.state === "running" && this.conversation.dataset.loaded === "true") {
+          // Another turn is running: this prompt waits for it (the next status says how long).
+          element.dataset.queued = "true";
+          element.classList.add("queued");
+          element.append(el("div", { class: "queued-label", testid: "queued-label",
+            text: "Queued: runs when the agent is done with the turn above" }));
+          this.queuedPrompts.push(element);
+        }
         break;
       case "reasoning":
         this.endStream(str(item.response_id), "reasoning");
@@ -409,17 +640,9 @@ export class View {
       case "permission_decision":
         element = this.permissionDecision(item, data);
         break;
-      case "plan": {
-        // Every change of plan is stored; the side panel shows the current one, so each stored
-        // version stays folded in the conversation.
-        const entries = Array.isArray(data.entries) ? data.entries : [];
-        const done = entries.filter((entry) => entry.status === "completed").length;
-        element = el("details", { class: "item plan-item", testid: "plan" },
-          el("summary", { text: `Plan: ${done} of ${entries.length} done` }),
-          this.planList(entries));
-        this.livePlan(entries);
+      case "plan":
+        element = this.planItem(item, data);
         break;
-      }
       case "error":
         element = el("article", { class: "item error", testid: "error-item", role: "note" },
           el("div", { class: "label", text: "Error" }), el("pre", { text: str(data.message, pretty(data)) }));
@@ -446,8 +669,59 @@ export class View {
     if (element) {
       element.dataset.seq = String(item.seq);
       element.dataset.type = str(item.type);
-      if (!element.isConnected) this.conversation.append(element);
-      this.scrollToEnd();
+      if (element.dataset.queued === "true") {
+        this.queueArea.append(element);
+      } else if (!element.isConnected) {
+        this.conversation.append(element);
+      }
+    }
+    // Even an item folded into an earlier card (an update, a result, an answer) is news.
+    this.follow({ focus: item.type === "permission_request" ? element : null });
+  }
+
+  /**
+   * The plan of a turn: one card, updated in place each time the agent revises it (every
+   * revision is stored; the card keeps the seq of the first and shows the latest).
+   */
+  planItem(item, data) {
+    const entries = arr(data.entries);
+    this.livePlan(entries);
+    const turn = Number.isInteger(data.turn) ? data.turn : null;
+    let card = turn === null ? null : this.planCards.get(turn);
+    const created = !card;
+    if (!card) {
+      card = el("article", { class: "item plan-item", testid: "plan", "data-turn": turn, "data-revisions": "0" });
+      if (turn !== null) this.planCards.set(turn, card);
+    }
+    const done = entries.filter((entry) => obj(entry).status === "completed").length;
+    card.dataset.revisions = String(Number(card.dataset.revisions) + 1);
+    card.dataset.latestSeq = String(item.seq);
+    card.replaceChildren(
+      el("div", { class: "plan-head" }, el("span", { class: "label", text: "Plan" }),
+        el("span", { class: "plan-progress", testid: "plan-progress", text: `${done} of ${entries.length} done` })),
+      this.planList(entries));
+    return created ? card : null;
+  }
+
+  /**
+   * Prompts stored while a turn runs wait below it, marked queued. The host's status says how
+   * many still wait: the others have started, in order, so they join the conversation here,
+   * after the turn that ran before them.
+   */
+  settleQueue(startedTurn = null) {
+    while (this.queuedPrompts.length > 0) {
+      const next = this.queuedPrompts[0];
+      // An item names the turn it belongs to; a status only how many still wait (and may come
+      // after the running turn's next items, so those do not count against it).
+      const started = startedTurn !== null
+        ? Number(next.dataset.seq) <= startedTurn
+        : this.queuedPrompts.length > this.run.queued;
+      if (!started) break;
+      this.queuedPrompts.shift();
+      delete next.dataset.queued;
+      next.classList.remove("queued");
+      next.querySelector(".queued-label")?.remove();
+      this.conversation.append(next);
     }
   }
 
@@ -534,6 +808,8 @@ export class View {
         call: { title: "", kind: "", status: "pending", input: undefined, content: [],
           locations: undefined, output: undefined, truncated: false },
         result: null,
+        // The permission request that gates this call, shown inside the card.
+        permission: null,
       };
       this.toolCards.set(key, card);
     }
@@ -564,10 +840,20 @@ export class View {
   }
 
   renderTool(card) {
-    const { element, call, result } = card;
+    const { element, call, result, permission } = card;
     element.dataset.status = call.status;
+    const waiting = permission !== null && permission.element.dataset.state === "pending";
+    element.toggleAttribute("data-waiting", waiting);
     const parts = [toolHead(call,
-      el("span", { class: `tool-status status-${call.status}`, testid: "tool-status", text: call.status }))];
+      el("span", { class: `tool-status status-${waiting ? "waiting" : call.status}`, testid: "tool-status",
+        text: waiting ? "waiting for approval" : call.status.replace(/_/g, " ") }))];
+    // The request it waits for comes first: while it is open it shows what is asked in full,
+    // so the card's own details wait for the answer.
+    if (permission !== null) parts.push(permission.element);
+    if (waiting) {
+      element.replaceChildren(...parts);
+      return;
+    }
     // A tool that reports its output both as content (or raw output) and as its result shows it
     // once, as the result.
     parts.push(...toolDetails(call, this.toolTerminals,
@@ -626,6 +912,18 @@ export class View {
     const outcome = el("div", { class: "outcome", testid: "permission-outcome",
       text: this.isDriver ? "Waiting for an answer." : "Waiting for a driver to answer." });
     const title = str(data.title) || str(call.title) || "The agent asks for permission";
+    // The tool call it gates, if shown: the request is shown in its card, and what the agent
+    // told of the call before (its locations, say) completes what it asks about.
+    const card = str(data.tool_call_id) ? this.toolCards.get(this.toolKey(data)) : undefined;
+    const asked = card ? { ...card.call,
+      ...Object.fromEntries(Object.entries(call).filter(([, value]) => value !== null && value !== undefined)) } : call;
+    // Everything decided on, unfolded while the request is open and folded once answered.
+    const context = el("details", { class: "permission-context", open: true },
+      el("summary", { text: "What the agent asks to do" }),
+      el("div", { class: "permission-tool", testid: "permission-tool" },
+        str(asked.title) && asked.title !== title
+          ? el("div", { class: "tool-title", testid: "tool-title", text: asked.title }) : null,
+        ...toolDetails(asked, this.toolTerminals, { open: true })));
     const element = el("article", {
       class: "item permission", testid: "permission-request", "data-request-id": requestId,
       "data-state": "pending", "data-tool-kind": str(call.kind) || null,
@@ -633,15 +931,19 @@ export class View {
     el("div", { class: "permission-title", testid: "permission-title" },
       call.kind ? el("span", { class: "tool-kind", testid: "tool-kind", text: str(call.kind) }) : null,
       el("span", { text: title })),
-    el("div", { class: "permission-tool", testid: "permission-tool" },
-      str(call.title) && call.title !== title
-        ? el("div", { class: "tool-title", testid: "tool-title", text: call.title }) : null,
-      ...toolDetails(call, this.toolTerminals, { open: true })),
-    optionsBox, outcome);
-    const entry = { element, buttons, outcome };
+    context, optionsBox, outcome);
+    const entry = { element, buttons, outcome, context, card: null };
     this.permissions.set(requestId, entry);
+    // Inside the tool call it gates, when that card is shown: the story reads in order.
+    if (card) {
+      entry.card = card;
+      card.permission = entry;
+      element.classList.add("nested");
+    }
     const decided = this.decisions.get(requestId);
     if (decided) this.markDecided(entry, decided);
+    if (card) this.renderTool(card);
+    this.showStatus();
     return element;
   }
 
@@ -655,18 +957,25 @@ export class View {
       kind: str(data.option_kind),
       cancelled,
     };
-    this.decisions.set(requestId, decision);
-    const entry = this.permissions.get(requestId);
-    if (entry) this.markDecided(entry, decision);
-    const text = cancelled
-      ? `The permission request was cancelled (${decision.by}).`
-      : `${decision.by} answered: ${decision.name}`;
-    return el("div", {
-      class: "item note decision", testid: "permission-decision", "data-request-id": requestId,
+    decision.line = el("div", {
+      class: "decision", testid: "permission-decision", "data-request-id": requestId,
       "data-option-id": decision.optionId, "data-option-kind": decision.kind || null,
       "data-outcome": cancelled ? "cancelled" : "selected", "data-by": decision.by,
-    }, el("span", { text }),
+      "data-decision-seq": String(item.seq),
+    }, el("span", { text: cancelled
+      ? `Cancelled by ${decision.by}${str(data.reason) ? `: ${data.reason}` : ""}`
+      : `${decision.by} answered: ${decision.name}` }),
     el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) }));
+    this.decisions.set(requestId, decision);
+    const entry = this.permissions.get(requestId);
+    if (entry) {
+      // One line per answer: the request's own outcome line says who chose what.
+      this.markDecided(entry, decision);
+      return null;
+    }
+    // The request is not shown (it came before what this page loaded): the answer stands alone.
+    decision.line.classList.add("item", "note");
+    return decision.line;
   }
 
   markDecided(entry, decision) {
@@ -677,9 +986,11 @@ export class View {
       button.classList.remove("sent");
       if (!decision.cancelled && button.dataset.optionId === decision.optionId) button.classList.add("chosen");
     }
-    entry.outcome.textContent = decision.cancelled
-      ? `Cancelled (${decision.by})`
-      : `${decision.name}, answered by ${decision.by}`;
+    entry.outcome.replaceChildren(decision.line);
+    // Answered: what was asked folds away, the answer stays in view.
+    entry.context.open = false;
+    if (entry.card) this.renderTool(entry.card);
+    this.showStatus();
   }
 
   // ---- terminal ----
@@ -693,10 +1004,54 @@ export class View {
     return this.terminal;
   }
 
-  scrollToEnd(force = false) {
+  /** Scroll to the end of the page (the reader asked, or the snapshot is in) and follow it. */
+  jumpToEnd() {
     const scroller = document.scrollingElement;
-    if (!scroller) return;
-    const nearEnd = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 160;
-    if (force || nearEnd) scroller.scrollTop = scroller.scrollHeight;
+    scroller.scrollTop = scroller.scrollHeight;
+    this.following = true;
+    this.pill.hidden = true;
+    this.pill.textContent = "New activity ↓";
+  }
+
+  /**
+   * The conversation grew. A reader at the end sees the new part; one who scrolled up is left
+   * where they are and offered the pill. `focus` is a permission request: it is news even
+   * inside a tool card above the end, so its answers are scrolled into view.
+   */
+  follow({ focus = null } = {}) {
+    if (this.conversation.dataset.loaded !== "true") return;
+    if (!this.following) {
+      this.pill.hidden = false;
+      if (focus) this.pill.textContent = "Permission requested ↓";
+      return;
+    }
+    this.jumpToEnd();
+    if (focus && focus.isConnected) {
+      // The card's end (its answers) hidden above the sticky header: bring it down to just
+      // above the sticky footer.
+      const bottom = focus.getBoundingClientRect().bottom;
+      const top = this.header.getBoundingClientRect().bottom;
+      if (bottom < top + FOLLOW_SLACK) {
+        document.scrollingElement.scrollTop -= this.footer.getBoundingClientRect().top - 8 - bottom;
+        // The reader is to answer it: later items must not scroll it away.
+        this.following = false;
+      }
+    }
+  }
+
+  onScroll() {
+    const scroller = document.scrollingElement;
+    const top = scroller.scrollTop;
+    const atEnd = scroller.scrollHeight - top - scroller.clientHeight <= FOLLOW_SLACK;
+    // Only the reader moving up stops following: the page's own scrolls, and the browser
+    // pulling the position back when content shrinks, do not (and the event comes a frame
+    // late, when content added since may lie below what was the end).
+    if (atEnd) this.following = true;
+    else if (top < this.lastScrollTop && performance.now() - this.lastInput < USER_SCROLL_MS) this.following = false;
+    this.lastScrollTop = top;
+    if (this.following) {
+      this.pill.hidden = true;
+      this.pill.textContent = "New activity ↓";
+    }
   }
 }
