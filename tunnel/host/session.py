@@ -164,9 +164,6 @@ class SessionChannelHandler:
         self._log = log
         self._presence = presence
         self._replay = replay if replay is not None else ReplayBudget()
-        # Sends come from the request loop, the stream and the presence pump; one at a time
-        # keeps each message whole and in order per sender.
-        self._send_lock = anyio.Lock()
         self._stream_scope: anyio.CancelScope | None = None
 
     async def run(self) -> None:
@@ -197,8 +194,10 @@ class SessionChannelHandler:
         await self._send_plaintext(out.encode(message))
 
     async def _send_plaintext(self, plaintext: bytes) -> None:
-        async with self._send_lock:
-            await self._channel.send(plaintext)
+        # Sends come from the request loop, the stream and the presence pump with no lock of
+        # their own: the channel queues each message whole, first come first served, and
+        # without a task switch while its window has room (LinkChannel.send_sealed).
+        await self._channel.send(plaintext)
 
     async def _serve_requests(self, tg: anyio.abc.TaskGroup, first: bytes) -> None:
         plaintext = first
