@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +221,71 @@ async def test_a_host_killed_mid_stream_keeps_the_text_stored_so_far(
             assert set("".join(p["data"]["text"] for p in parts)) == {"."}
     finally:
         assert await anyio.to_thread.run_sync(again.stop) == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs of its own: a disk that really fills up (ENOSPC). Mounting needs root with
+    CAP_SYS_ADMIN; without it this test skips, and the RLIMIT_FSIZE test above still covers the
+    failing log on every machine."""
+    mountpoint = tmp_path / "disk"
+    mountpoint.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mountpoint)]
+    result = subprocess.run(mount, capture_output=True, text=True, timeout=30, check=False)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {result.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], timeout=30, check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk is full; returns it (removing it gives the space back)."""
+    filler = disk / "filler"
+    chunk = b"\0" * 65536
+    with filler.open("wb") as file:
+        for _ in range(2 * 4 * 16):  # twice what a 4 MiB disk holds
+            try:
+                file.write(chunk)
+                file.flush()
+            except OSError:  # ENOSPC: full
+                return filler
+    raise AssertionError("the small disk never filled up")
+
+
+async def test_a_full_disk_pauses_the_host_and_freeing_space_resumes_it(
+    relay: RelayProcess, tmp_path: Path, workspace: Path, small_disk: Path
+) -> None:
+    db = small_disk / "log.db"
+    host = HostProcess(relay.url, tmp_path, workspace=workspace, log_db=db)
+    await anyio.to_thread.run_sync(host.start)
+    try:
+        await wait_online(host.view_link)
+        async with attached(host.drive_link, "dave") as dave:
+            await dave.wait_for(lambda t: t.snapshot_done)
+            await dave.send(Prompt(text="one"))
+            await dave.wait_for(lambda t: t.item_of("permission_request") is not None)
+            request = dave.item_of("permission_request")
+            assert request is not None
+
+            filler = await anyio.to_thread.run_sync(fill, small_disk)
+            await dave.send(
+                PermissionAnswer(request_id=request["data"]["request_id"], option_id="allow_once")
+            )
+            await dave.wait_for(lambda t: bool(storage(t, "failing")))
+            assert storage(dave, "failing")[0]["reason"] == "database or disk is full"
+            assert host.alive
+            assert dave.item_of("tool_result") is None
+
+            filler.unlink()  # space is back
+            await dave.wait_for(lambda t: bool(storage(t, "ok")) and t.item_of("tool_result"))
+            assert storage(dave, "ok")[0]["dropped"] == 0
+            assert dave.seqs() == list(range(len(dave.items)))
+    finally:
+        assert await anyio.to_thread.run_sync(host.stop) == 0
+    items = await stored(db)
+    assert [i.seq for i in items] == list(range(len(items)))
+    outage = next(i for i in items if i.data.get("what") == OUTAGE_EVENT)
+    assert outage.data["reason"] == "database or disk is full"
+    assert any(i.type == "tool_result" for i in items)
