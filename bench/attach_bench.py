@@ -22,21 +22,22 @@ Prints the median and [min-max] over the pairs, and the median of the per-pair r
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import sys
 from dataclasses import dataclass
 
 import anyio
 from harness import (
     Child,
+    CrowdOptions,
     Samples,
     Setup,
+    attach_swarm,
     bare_broadcast,
+    compared,
+    crowd_options,
+    in_pairs,
     our_session,
     print_table,
-    raise_fd_limit,
-    ratios,
     run_bench,
     swarm,
     workdir,
@@ -44,13 +45,6 @@ from harness import (
 
 DETACH_LIMIT = 60.0
 """Seconds our host has to see every teammate of a run gone before the next run."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Options:
-    n: int
-    pairs: int
-    concurrency: int
 
 
 @dataclass
@@ -71,22 +65,17 @@ class Run:
     presence_bytes: int
 
 
-async def attach(side: Side, options: Options) -> Run:
+async def attach(side: Side, options: CrowdOptions) -> Run:
     cpu_before = sum(proc.cpu_seconds() for proc in side.processes())
     teammates_before = side.crowd.cpu_seconds()
-    answer = await side.crowd.request(
-        within=900,
-        cmd="attach",
-        kind=side.setup.kind,
-        target=side.setup.target,
-        n=options.n,
+    answer = await attach_swarm(
+        side.crowd,
+        side.setup.kind,
+        side.setup.target,
+        options.n,
         concurrency=options.concurrency,
+        within=900,
     )
-    if answer["failed"]:
-        raise RuntimeError(
-            f"{side.setup.kind}: {answer['failed']} of {options.n} failed: "
-            f"{answer['first_failure']}"
-        )
     settled = await side.crowd.request(within=900, cmd="settle")
     cpu = sum(proc.cpu_seconds() for proc in side.processes()) - cpu_before
     teammates_cpu = side.crowd.cpu_seconds() - teammates_before
@@ -107,7 +96,7 @@ async def attach(side: Side, options: Options) -> Run:
     )
 
 
-async def bench(options: Options) -> None:
+async def bench(options: CrowdOptions) -> None:
     measures = ("seconds", "cpu", "teammates_cpu", "presence", "presence_bytes")
     samples = {kind: {m: Samples() for m in measures} for kind in ("ours", "bare")}
     with workdir("attach-bench-") as wd:
@@ -120,67 +109,28 @@ async def bench(options: Options) -> None:
                 await stack.enter_async_context(bare_broadcast(wd, with_host=False)),
                 await stack.enter_async_context(swarm("swarm-bare", wd)),
             )
-            for pair in range(options.pairs):
-                for side in (ours, bare) if pair % 2 == 0 else (bare, ours):
+            for sides in in_pairs(options.pairs, (ours, bare)):
+                for side in sides:
                     run = await attach(side, options)
                     for measure in measures:
                         samples[side.setup.kind][measure].add(getattr(run, measure))
-                print(f"pair {pair + 1}/{options.pairs} done", file=sys.stderr, flush=True)
     ours_s, bare_s = samples["ours"], samples["bare"]
     n = options.n
-    per_join = {
-        kind: Samples([v / n for v in samples[kind]["presence"].values]) for kind in samples
-    }
+
+    def presence(label: str, measure: str, per: float, fmt: str, goal: str = "") -> list[str]:
+        """A row of `measure` divided by `per`, without a ratio: bare sends no presence."""
+        sides = [Samples([v / per for v in samples[kind][measure].values]) for kind in samples]
+        return [label, *(side.spread(fmt) for side in sides), "", goal]
+
+    about = f"O(N): about {n / 2:.0f} at N={n}"
     rows = [
-        [
-            "all attached s",
-            ours_s["seconds"].spread(".3f"),
-            bare_s["seconds"].spread(".3f"),
-            ratios(ours_s["seconds"], bare_s["seconds"]).spread(".2f"),
-            "< 2",
-        ],
-        [
-            "relay+host CPU s",
-            ours_s["cpu"].spread(".2f"),
-            bare_s["cpu"].spread(".2f"),
-            ratios(ours_s["cpu"], bare_s["cpu"]).spread(".2f"),
-            "",
-        ],
-        [
-            "teammates CPU s",
-            ours_s["teammates_cpu"].spread(".2f"),
-            bare_s["teammates_cpu"].spread(".2f"),
-            ratios(ours_s["teammates_cpu"], bare_s["teammates_cpu"]).spread(".2f"),
-            "",
-        ],
-        [
-            "presence msgs, all",
-            ours_s["presence"].spread(".0f"),
-            bare_s["presence"].spread(".0f"),
-            "",
-            "",
-        ],
-        [
-            "presence msgs per join",
-            per_join["ours"].spread(".1f"),
-            per_join["bare"].spread(".1f"),
-            "",
-            f"O(N): about {n / 2:.0f} at N={n}",
-        ],
-        [
-            "presence MiB, all",
-            Samples([v / 2**20 for v in ours_s["presence_bytes"].values]).spread(".2f"),
-            Samples([v / 2**20 for v in bare_s["presence_bytes"].values]).spread(".2f"),
-            "",
-            "",
-        ],
-        [
-            "presence KiB per join",
-            Samples([v / 1024 / n for v in ours_s["presence_bytes"].values]).spread(".1f"),
-            Samples([v / 1024 / n for v in bare_s["presence_bytes"].values]).spread(".1f"),
-            "",
-            "",
-        ],
+        compared("all attached s", ours_s["seconds"], bare_s["seconds"], ".3f", "< 2"),
+        compared("relay+host CPU s", ours_s["cpu"], bare_s["cpu"], ".2f", ""),
+        compared("teammates CPU s", ours_s["teammates_cpu"], bare_s["teammates_cpu"], ".2f", ""),
+        presence("presence msgs, all", "presence", 1, ".0f"),
+        presence("presence msgs per join", "presence", n, ".1f", about),
+        presence("presence MiB, all", "presence_bytes", 2**20, ".2f"),
+        presence("presence KiB per join", "presence_bytes", 1024 * n, ".1f"),
     ]
     print_table(
         f"{n} teammates attach to one host, {options.pairs} pairs, at most "
@@ -191,16 +141,7 @@ async def bench(options: Options) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=200, help="teammates (default 200)")
-    parser.add_argument("--pairs", type=int, default=5, help="A/B pairs (default 5)")
-    parser.add_argument(
-        "--concurrency", type=int, default=50, help="teammates connecting at once (default 50)"
-    )
-    args = parser.parse_args()
-    options = Options(n=args.n, pairs=args.pairs, concurrency=args.concurrency)
-    raise_fd_limit(4 * options.n + 1000)
-    run_bench(bench, options)
+    run_bench(bench, crowd_options(__doc__, n=200))
 
 
 if __name__ == "__main__":

@@ -30,32 +30,30 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
 import anyio
 from harness import (
-    LISTENING,
-    RELAY_LOAD_OPTIONS,
     Child,
     Samples,
-    child,
+    attach_swarm,
+    expect_items,
     human_size,
+    in_pairs,
     parse_size,
     peer,
-    percentile,
     print_table,
     raise_fd_limit,
     ratios,
     ready,
     swarm,
+    tunnel_relay,
     workdir,
 )
-from relay_bench import System, down, roundtrips, up
+from relay_bench import Results, System, down, roundtrip_pass, up
 
 from tunnel.teammate.client import connect_teammate
 
@@ -97,25 +95,17 @@ async def node(
     wd: Path, name: str, redis_url: str, port: int, public_url: str
 ) -> AsyncIterator[Child]:
     """One cluster node; the secret comes from TUNNEL_RELAY_CLUSTER_SECRET (set in `bench`)."""
-    argv = ["-m", "tunnel.cli", "relay", "--port", str(port), *RELAY_LOAD_OPTIONS]
-    argv += ["--cluster", redis_url, "--node-url", f"ws://127.0.0.1:{port}"]
-    argv += ["--public-url", public_url]
-    async with child(name, argv, wd) as relay:
-        if LISTENING.search(await relay.read_line(30)) is None:
-            raise RuntimeError(f"{name} did not start; stderr:\n{relay.tail()}")
+    cluster = ["--cluster", redis_url, "--node-url", f"ws://127.0.0.1:{port}"]
+    cluster += ["--public-url", public_url]
+    async with tunnel_relay(wd, *cluster, name=name, port=port) as (relay, _):
         yield relay
 
 
-@dataclass
-class Results:
-    samples: dict[str, dict[str, Samples]]
-
-    def add(self, measure: str, system: str, value: float) -> None:
-        self.samples.setdefault(measure, {}).setdefault(system, Samples()).add(value)
-
-
 async def one_pass(
-    systems: list[System], args: argparse.Namespace, results: Results | None, scale: float = 1.0
+    systems: Sequence[System],
+    args: argparse.Namespace,
+    results: Results | None,
+    scale: float = 1.0,
 ) -> None:
     mib = 1024 * 1024
     for size in args.size:
@@ -126,15 +116,18 @@ async def one_pass(
                 if results is not None:
                     label = f"{direction} {human_size(size)} MiB/s"
                     results.add(label, system.name, count * size / mib / run.seconds)
-    for system in systems:
-        run = await roundtrips(system, max(10, int(args.roundtrips * scale)))
-        if results is not None:
-            results.add("round trip p50 ms", system.name, percentile(run.latencies, 0.5) * 1e3)
-            results.add("round trip p99 ms", system.name, percentile(run.latencies, 0.99) * 1e3)
+    await roundtrip_pass(systems, max(10, int(args.roundtrips * scale)), results)
 
 
 def goal(measure: str) -> str:
     return next((text for key, text in GOALS.items() if key in measure), "")
+
+
+def row(label: str, same: Samples, cross: Samples, fmt: str) -> list[str]:
+    """A table row: `label`, the spread of each side in `fmt`, the per-pair ratios cross/same
+    (the same node, or one node for the fan-out, is the baseline), the goal."""
+    ratio = ratios(cross, same).spread(".2f")
+    return [label, same.spread(fmt), cross.spread(fmt), ratio, goal(label)]
 
 
 async def fan_out(host: Child, crowds: list[Child], items: int, delivered: int, size: int) -> float:
@@ -142,17 +135,9 @@ async def fan_out(host: Child, crowds: list[Child], items: int, delivered: int, 
     appended = await host.request(cmd="append", count=items, size=size)
     last = 0.0
     for crowd in crowds:
-        got = await crowd.request(within=600, cmd="expect", items=delivered)
-        if got["complete"] != got["of"]:
-            raise RuntimeError(f"{crowd.name}: {got['of'] - got['complete']} teammates short")
+        got = await expect_items(crowd, delivered)
         last = max(last, float(got["t_last"]))
     return last - float(appended["t0"])
-
-
-async def attach_crowd(crowd: Child, link: str, n: int) -> None:
-    answer = await crowd.request(within=600, cmd="attach", kind="ours", target=link, n=n)
-    if answer["failed"]:
-        raise RuntimeError(f"{answer['failed']} of {n} teammates failed: {answer['first_failure']}")
 
 
 async def fanout_bench(
@@ -171,11 +156,11 @@ async def fanout_bench(
     ):
         link1 = str((await ready(h1))["link"])
         link2 = str((await ready(h2))["link"])
-        await attach_crowd(one, link1, n)
+        await attach_swarm(one, "ours", link1, n)
         third = n // 3
-        await attach_crowd(on_a, link2, n - 2 * third)
-        await attach_crowd(on_b, link2.replace(url_a, url_b, 1), third)
-        await attach_crowd(on_c, link2.replace(url_a, url_c, 1), third)
+        await attach_swarm(on_a, "ours", link2, n - 2 * third)
+        await attach_swarm(on_b, "ours", link2.replace(url_a, url_b, 1), third)
+        await attach_swarm(on_c, "ours", link2.replace(url_a, url_c, 1), third)
         sides = {"one node": (h1, [one]), "three nodes": (h2, [on_a, on_b, on_c])}
         delivered = dict.fromkeys(sides, 0)
         seconds = {name: Samples() for name in sides}
@@ -183,22 +168,13 @@ async def fanout_bench(
         for name, (host, crowds) in sides.items():  # warm-up, not recorded
             delivered[name] += warm
             await fan_out(host, crowds, warm, delivered[name], 1024)
-        for pair in range(args.pairs):
-            names = list(sides) if pair % 2 == 0 else list(sides)[::-1]
+        for names in in_pairs(args.pairs, list(sides), label="fan-out "):
             for name in names:
                 host, crowds = sides[name]
                 delivered[name] += args.items
                 seconds[name].add(await fan_out(host, crowds, args.items, delivered[name], 1024))
-            print(f"fan-out pair {pair + 1}/{args.pairs} done", file=sys.stderr, flush=True)
-    return [
-        [
-            f"fan-out {args.items} items to {n} s",
-            seconds["one node"].spread(".3f"),
-            seconds["three nodes"].spread(".3f"),
-            ratios(seconds["three nodes"], seconds["one node"]).spread(".2f"),
-            "",
-        ]
-    ]
+    label = f"fan-out {args.items} items to {n} s"
+    return [row(label, seconds["one node"], seconds["three nodes"], ".3f")]
 
 
 async def bench(args: argparse.Namespace) -> None:
@@ -227,30 +203,14 @@ async def bench(args: argparse.Namespace) -> None:
                     System("cross", cross.send, cross.receive, [a.pid, b.pid, host.pid]),
                 ]
                 await one_pass(systems, args, None, scale=0.1)  # warm-up, not recorded
-                results = Results({})
-                for pair in range(args.pairs):
-                    order = systems if pair % 2 == 0 else systems[::-1]
-                    started = time.perf_counter()
+                results = Results()
+                for order in in_pairs(args.pairs, systems, timed=True):
                     await one_pass(order, args, results)
-                    print(
-                        f"pair {pair + 1}/{args.pairs} done in"
-                        f" {time.perf_counter() - started:.1f} s",
-                        file=sys.stderr,
-                        flush=True,
-                    )
             fanout_rows = await fanout_bench(args, wd, url_a, url_b, url_c) if args.fanout else []
-    rows = []
-    for measure, by_system in results.samples.items():
-        fmt = ".3f" if "ms" in measure else ".1f"
-        rows.append(
-            [
-                measure,
-                by_system["same"].spread(fmt),
-                by_system["cross"].spread(fmt),
-                ratios(by_system["cross"], by_system["same"]).spread(".2f"),
-                goal(measure),
-            ]
-        )
+    rows = [
+        row(measure, by_system["same"], by_system["cross"], ".3f" if "ms" in measure else ".1f")
+        for measure, by_system in results.samples.items()
+    ]
     rows += fanout_rows
     print_table(
         f"cross-node against same-node attach, {args.pairs} pairs, {args.mib:g} MiB per bulk"

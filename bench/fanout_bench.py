@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,13 @@ from harness import (
     Child,
     Samples,
     Setup,
+    add_concurrency_option,
+    attach_swarm,
     bare_broadcast,
+    compared,
+    expect_items,
+    files_for,
+    in_pairs,
     our_session,
     print_table,
     raise_fd_limit,
@@ -58,19 +63,7 @@ async def attached(
     setup: contextlib.AbstractAsyncContextManager[Setup], wd: Path, n: int, concurrency: int
 ) -> AsyncIterator[Side]:
     async with setup as ready_setup, swarm(f"swarm-{ready_setup.kind}", wd) as crowd:
-        answer = await crowd.request(
-            within=600,
-            cmd="attach",
-            kind=ready_setup.kind,
-            target=ready_setup.target,
-            n=n,
-            concurrency=concurrency,
-        )
-        if answer["failed"]:
-            raise RuntimeError(
-                f"{ready_setup.kind}: {answer['failed']} of {n} teammates failed: "
-                f"{answer['first_failure']}"
-            )
+        await attach_swarm(crowd, ready_setup.kind, ready_setup.target, n, concurrency=concurrency)
         yield Side(ready_setup, crowd)
 
 
@@ -91,9 +84,7 @@ async def fan_out(side: Side, items: int, size: int) -> Run:
     sent_before = uplink_bytes(host.pid, side.setup.relay_port)
     appended = await host.request(cmd="append", count=items, size=size)
     side.delivered += items
-    got = await side.crowd.request(within=600, cmd="expect", items=side.delivered)
-    if got["complete"] != got["of"]:
-        raise RuntimeError(f"{side.setup.kind}: {got['of'] - got['complete']} teammates short")
+    got = await expect_items(side.crowd, side.delivered)
     cpu = host.cpu_seconds() - cpu_before
     relay_cpu = side.setup.relay.cpu_seconds() - others_before[0]
     teammates_cpu = side.crowd.cpu_seconds() - others_before[1]
@@ -129,8 +120,8 @@ async def bench_n(n: int, options: Options, wd: Path) -> list[list[str]]:
     ):
         await fan_out(ours, options.items // 10 or 1, options.size)  # warm-up, not recorded
         await fan_out(bare, options.items // 10 or 1, options.size)
-        for pair in range(options.pairs):
-            for side in (ours, bare) if pair % 2 == 0 else (bare, ours):
+        for sides in in_pairs(options.pairs, (ours, bare), label=f"N={n}: "):
+            for side in sides:
                 run = await fan_out(side, options.items, options.size)
                 kind = side.setup.kind
                 seconds[kind].add(run.seconds)
@@ -139,49 +130,17 @@ async def bench_n(n: int, options: Options, wd: Path) -> list[list[str]]:
                     wire[kind].add(run.bytes_per_item)
                 relay_cpu[kind].add(run.relay_cpu)
                 teammates_cpu[kind].add(run.teammates_cpu)
-            print(f"N={n}: pair {pair + 1}/{options.pairs} done", file=sys.stderr, flush=True)
-    speed = ratios(seconds["bare"], seconds["ours"])
+
+    def row(label: str, samples: dict[str, Samples], fmt: str, *more: str) -> list[str]:
+        return [f"N={n}", *compared(label, samples["ours"], samples["bare"], fmt, *more)]
+
+    speed = ratios(seconds["bare"], seconds["ours"]).spread(".2f")
     return [
-        [
-            f"N={n}",
-            "all delivered s",
-            *(seconds[k].spread(".3f") for k in ("ours", "bare")),
-            ratios(seconds["ours"], seconds["bare"]).spread(".2f"),
-            speed.spread(".2f"),
-            "speed >= 0.5",
-        ],
-        [
-            f"N={n}",
-            "host CPU ms/item",
-            *(cpu[k].spread(".3f") for k in ("ours", "bare")),
-            ratios(cpu["ours"], cpu["bare"]).spread(".2f"),
-            "",
-            "same for every N",
-        ],
-        [
-            f"N={n}",
-            "host uplink B/item",
-            *(wire[k].spread(".0f") for k in ("ours", "bare")),
-            ratios(wire["ours"], wire["bare"]).spread(".2f"),
-            "",
-            "same for every N",
-        ],
-        [
-            f"N={n}",
-            "relay CPU s",
-            *(relay_cpu[k].spread(".2f") for k in ("ours", "bare")),
-            ratios(relay_cpu["ours"], relay_cpu["bare"]).spread(".2f"),
-            "",
-            "",
-        ],
-        [
-            f"N={n}",
-            "teammates CPU s",
-            *(teammates_cpu[k].spread(".2f") for k in ("ours", "bare")),
-            ratios(teammates_cpu["ours"], teammates_cpu["bare"]).spread(".2f"),
-            "",
-            "",
-        ],
+        row("all delivered s", seconds, ".3f", speed, "speed >= 0.5"),
+        row("host CPU ms/item", cpu, ".3f", "", "same for every N"),
+        row("host uplink B/item", wire, ".0f", "", "same for every N"),
+        row("relay CPU s", relay_cpu, ".2f", "", ""),
+        row("teammates CPU s", teammates_cpu, ".2f", "", ""),
     ]
 
 
@@ -206,9 +165,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=200, help="items per run (default 200)")
     parser.add_argument("--size", type=int, default=1024, help="bytes per item (default 1024)")
     parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per N (default 5)")
-    parser.add_argument(
-        "--concurrency", type=int, default=50, help="teammates connecting at once (default 50)"
-    )
+    add_concurrency_option(parser)
     args = parser.parse_args()
     options = Options(
         ns=tuple(args.n or (50, 100)),
@@ -217,7 +174,7 @@ def main() -> None:
         pairs=args.pairs,
         concurrency=args.concurrency,
     )
-    raise_fd_limit(4 * max(options.ns) + 1000)
+    raise_fd_limit(files_for(max(options.ns)))
     run_bench(bench, options)
 
 

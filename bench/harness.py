@@ -1,14 +1,16 @@
 """What the network benches share: child processes spoken to in JSON lines, the relay under test,
-CPU and memory of a process, TCP bytes of a socket, statistics and the result table.
+swarms of teammates, CPU and memory of a process, TCP bytes of a socket, the order of the A/B
+pairs, statistics and the result table.
 
 Every bench compares our relay path with a bare baseline measured in the same run, one after the
-other in pairs (A, B, A, B, ...), so that a machine that gets busier or quieter during the run
-moves both sides alike. A child process is stopped when the `async with` that started it ends,
-also on Ctrl-C or a failure.
+other in pairs (A then B, B then A, ...: `in_pairs`), so that a machine that gets busier or
+quieter during the run moves both sides alike. A child process is stopped when the `async with`
+that started it ends, also on Ctrl-C or a failure.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -21,10 +23,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -90,6 +93,12 @@ def raise_fd_limit(needed: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     if target < needed:
         print(f"warning: open-file limit is {target}, {needed} wanted", file=sys.stderr)
+
+
+def files_for(teammates: int) -> int:
+    """The open-file limit a bench of `teammates` teammates asks for (its children inherit it): a
+    few sockets for each teammate, and room to spare."""
+    return 4 * teammates + 1000
 
 
 # -- processes ------------------------------------------------------------------------------------
@@ -219,13 +228,16 @@ one host, so the per-IP, per-host and per-link limits are turned off; nothing el
 
 
 @contextlib.asynccontextmanager
-async def tunnel_relay(workdir: Path, *extra: str) -> AsyncIterator[tuple[Child, str]]:
-    """`tunnel relay` on a free loopback port with RELAY_LOAD_OPTIONS; yields it and its URL."""
-    argv = ["-m", "tunnel.cli", "relay", "--port", "0", *RELAY_LOAD_OPTIONS, *extra]
-    async with child("relay", argv, workdir) as relay:
+async def tunnel_relay(
+    workdir: Path, *extra: str, name: str = "relay", port: int = 0
+) -> AsyncIterator[tuple[Child, str]]:
+    """`tunnel relay` on loopback `port` (0: a free one) with RELAY_LOAD_OPTIONS and `extra`;
+    yields it and its URL once it listens."""
+    argv = ["-m", "tunnel.cli", "relay", "--port", str(port), *RELAY_LOAD_OPTIONS, *extra]
+    async with child(name, argv, workdir) as relay:
         match = LISTENING.search(await relay.read_line(30))
         if match is None:
-            raise RuntimeError(f"relay did not start; stderr:\n{relay.tail()}")
+            raise RuntimeError(f"{name} did not start; stderr:\n{relay.tail()}")
         yield relay, match.group(1)
 
 
@@ -338,6 +350,28 @@ def ratios(ours: Samples, base: Samples) -> Samples:
     return Samples([a / b for a, b in zip(ours.values, base.values, strict=False)])
 
 
+def compared(label: str, ours: Samples, base: Samples, fmt: str, *more: str) -> list[str]:
+    """A table row: `label`, the spread of each side in `fmt`, the per-pair ratios ours/base,
+    then the cells `more` (a goal, ...)."""
+    return [label, ours.spread(fmt), base.spread(fmt), ratios(ours, base).spread(".2f"), *more]
+
+
+T = TypeVar("T")
+
+
+def in_pairs(
+    count: int, sides: Sequence[T], *, label: str = "", timed: bool = False
+) -> Iterator[Sequence[T]]:
+    """The sides of each of `count` pairs in the order to run them: as given in an even pair,
+    reversed in an odd one, so that neither always goes first. Says on stderr when a pair is
+    done, after `label` (and, if `timed`, in how many seconds)."""
+    for pair in range(count):
+        started = time.perf_counter()
+        yield sides if pair % 2 == 0 else sides[::-1]
+        took = f" in {time.perf_counter() - started:.1f} s" if timed else ""
+        print(f"{label}pair {pair + 1}/{count} done{took}", file=sys.stderr, flush=True)
+
+
 def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """A plain text table, columns padded to their widest cell."""
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
@@ -418,6 +452,71 @@ async def swarm(name: str, wd: Path) -> AsyncIterator[Child]:
     async with child(name, [str(SWARM)], wd) as proc:
         await ready(proc)
         yield proc
+
+
+async def attach_swarm(
+    crowd: Child,
+    kind: str,
+    target: str,
+    n: int,
+    *,
+    concurrency: int = 50,
+    mode: str = "session",
+    within: float = 600.0,
+) -> dict[str, Any]:
+    """Have the swarm `crowd` attach `n` teammates to `target` (bench/swarm.py `attach`); its
+    answer, once every one is ready. Raises RuntimeError if any failed."""
+    answer = await crowd.request(
+        within=within,
+        cmd="attach",
+        kind=kind,
+        target=target,
+        n=n,
+        concurrency=concurrency,
+        mode=mode,
+    )
+    if answer["failed"]:
+        raise RuntimeError(
+            f"{crowd.name}: {answer['failed']} of {n} teammates failed: {answer['first_failure']}"
+        )
+    return answer
+
+
+async def expect_items(crowd: Child, items: int, within: float = 600.0) -> dict[str, Any]:
+    """Wait until every teammate of the swarm `crowd` has `items` items in all (bench/swarm.py
+    `expect`); its answer. Raises RuntimeError if some fell short."""
+    got = await crowd.request(within=within, cmd="expect", items=items)
+    if got["complete"] != got["of"]:
+        raise RuntimeError(f"{crowd.name}: {got['of'] - got['complete']} teammates short")
+    return got
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CrowdOptions:
+    """A bench of one host and `n` teammates: A/B `pairs`, at most `concurrency` connecting."""
+
+    n: int
+    pairs: int
+    concurrency: int
+
+
+def add_concurrency_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--concurrency", type=int, default=50, help="teammates connecting at once (default 50)"
+    )
+
+
+def crowd_options(doc: str, n: int) -> CrowdOptions:
+    """--n (default `n`), --pairs and --concurrency from the command line of the bench `doc`
+    describes; raises the open-file limit for that many teammates."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=n, help=f"teammates (default {n})")
+    parser.add_argument("--pairs", type=int, default=5, help="A/B pairs (default 5)")
+    add_concurrency_option(parser)
+    args = parser.parse_args()
+    options = CrowdOptions(n=args.n, pairs=args.pairs, concurrency=args.concurrency)
+    raise_fd_limit(files_for(options.n))
+    return options
 
 
 def uplink_bytes(pid: int, remote_port: int) -> int | None:

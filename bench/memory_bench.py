@@ -17,21 +17,22 @@ order reversed every other pair), and the median of the per-pair ratios.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 from harness import (
+    CrowdOptions,
     Samples,
     Setup,
+    attach_swarm,
     bare_broadcast,
+    compared,
+    crowd_options,
+    in_pairs,
     our_session,
     print_table,
-    raise_fd_limit,
-    ratios,
     run_bench,
     swarm,
     workdir,
@@ -41,13 +42,6 @@ SETTLE = 1.0
 """Seconds between the last attach and the second RSS reading (and before the first one)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Options:
-    n: int
-    pairs: int
-    concurrency: int
-
-
 @dataclass
 class Run:
     relay_per_teammate: float
@@ -55,25 +49,21 @@ class Run:
 
 
 async def measure(
-    setup_cm: contextlib.AbstractAsyncContextManager[Setup], options: Options, wd: Path
+    setup_cm: contextlib.AbstractAsyncContextManager[Setup], options: CrowdOptions, wd: Path
 ) -> Run:
     async with setup_cm as setup, swarm(f"swarm-{setup.kind}", wd) as crowd:
         await anyio.sleep(SETTLE)
         relay_before = setup.relay.rss()
         host_before = setup.host.rss() if setup.kind == "ours" and setup.host else None
-        answer = await crowd.request(
-            within=900,
-            cmd="attach",
-            kind=setup.kind,
-            target=setup.target,
-            n=options.n,
+        await attach_swarm(
+            crowd,
+            setup.kind,
+            setup.target,
+            options.n,
             concurrency=options.concurrency,
             mode="echo",
+            within=900,
         )
-        if answer["failed"]:
-            raise RuntimeError(
-                f"{setup.kind}: {answer['failed']} of {options.n} failed: {answer['first_failure']}"
-            )
         await anyio.sleep(SETTLE)
         relay_per = (setup.relay.rss() - relay_before) / options.n
         host_per = None
@@ -82,47 +72,30 @@ async def measure(
         return Run(relay_per, host_per)
 
 
-async def bench(options: Options) -> None:
+async def bench(options: CrowdOptions) -> None:
     relay = {"ours": Samples(), "bare": Samples()}
     host = Samples()
     with workdir("memory-bench-") as wd:
-        for pair in range(options.pairs):
-            kinds = ("ours", "bare") if pair % 2 == 0 else ("bare", "ours")
+        for kinds in in_pairs(options.pairs, ("ours", "bare")):
             for kind in kinds:
                 setup = our_session(wd, "host") if kind == "ours" else bare_broadcast(wd)
                 run = await measure(setup, options, wd)
                 relay[kind].add(run.relay_per_teammate / 1024)
                 if run.host_per_teammate is not None:
                     host.add(run.host_per_teammate / 1024)
-            print(f"pair {pair + 1}/{options.pairs} done", file=sys.stderr, flush=True)
     print_table(
         f"RSS per idle attached teammate, {options.n} teammates, {options.pairs} pairs: "
         "median [min-max]",
         ["measure", "ours", "bare", "ours/bare", "goal"],
         [
-            [
-                "relay KiB per teammate",
-                relay["ours"].spread(".1f"),
-                relay["bare"].spread(".1f"),
-                ratios(relay["ours"], relay["bare"]).spread(".2f"),
-                "<= 1.3",
-            ],
+            compared("relay KiB per teammate", relay["ours"], relay["bare"], ".1f", "<= 1.3"),
             ["host KiB per teammate", host.spread(".1f"), "-", "", ""],
         ],
     )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=500, help="teammates (default 500)")
-    parser.add_argument("--pairs", type=int, default=5, help="A/B pairs (default 5)")
-    parser.add_argument(
-        "--concurrency", type=int, default=50, help="teammates connecting at once (default 50)"
-    )
-    args = parser.parse_args()
-    options = Options(n=args.n, pairs=args.pairs, concurrency=args.concurrency)
-    raise_fd_limit(4 * options.n + 1000)
-    run_bench(bench, options)
+    run_bench(bench, crowd_options(__doc__, n=500))
 
 
 if __name__ == "__main__":

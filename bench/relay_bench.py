@@ -27,9 +27,8 @@ import argparse
 import contextlib
 import cProfile
 import os
-import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from harness import (
     Samples,
     cpu_seconds,
     human_size,
+    in_pairs,
     parse_size,
     peer,
     percentile,
@@ -206,7 +206,7 @@ class Results:
 
 
 async def one_pass(
-    systems: list[System], options: Options, results: Results | None, scale: float = 1.0
+    systems: Sequence[System], options: Options, results: Results | None, scale: float = 1.0
 ) -> None:
     """Every measure once on every system, in the order of `systems`."""
     mib = 1024 * 1024
@@ -223,8 +223,13 @@ async def one_pass(
                     if options.split:
                         for part, cpu in zip(PARTS, run.cpu, strict=True):
                             results.add(f"{label} CPU s/MiB {part}", system.name, cpu / megabytes)
+    await roundtrip_pass(systems, max(10, int(options.roundtrips * scale)), results)
+
+
+async def roundtrip_pass(systems: Sequence[System], count: int, results: Results | None) -> None:
+    """`count` round trips on every system in turn; their p50 and p99 into `results`."""
     for system in systems:
-        run = await roundtrips(system, max(10, int(options.roundtrips * scale)))
+        run = await roundtrips(system, count)
         if results is not None:
             results.add("round trip p50 ms", system.name, percentile(run.latencies, 0.5) * 1e3)
             results.add("round trip p99 ms", system.name, percentile(run.latencies, 0.99) * 1e3)
@@ -279,16 +284,8 @@ async def bench(options: Options) -> None:
                 systems.append(await stack.enter_async_context(bare_tcp(wd)))
             await one_pass(systems, options, None, scale=0.1)  # warm-up, not recorded
             results = Results()
-            for pair in range(options.pairs):
-                order = systems if pair % 2 == 0 else systems[::-1]
-                started = time.perf_counter()
+            for order in in_pairs(options.pairs, systems, timed=True):
                 await one_pass(order, options, results)
-                elapsed = time.perf_counter() - started
-                print(
-                    f"pair {pair + 1}/{options.pairs} done in {elapsed:.1f} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
             report(results, options)
     if TEAMMATE_PROFILE is not None and PROFILE_DIR:
         TEAMMATE_PROFILE.dump_stats(Path(PROFILE_DIR) / "teammate.prof")

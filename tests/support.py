@@ -70,15 +70,26 @@ class RelayProcess:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc)
         if self.proc is not None and self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+def stop_process(proc: subprocess.Popen[bytes], within: float = 10.0) -> int:
+    """SIGTERM `proc` if it still runs, then `wait_or_kill`; its exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    return wait_or_kill(proc, within)
+
+
+def wait_or_kill(proc: subprocess.Popen[bytes], within: float = 10.0) -> int:
+    """Wait `within` seconds for `proc` to exit, SIGKILL it if it has not; its exit code."""
+    try:
+        return proc.wait(within)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(10)
 
 
 def _read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:

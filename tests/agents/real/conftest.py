@@ -30,7 +30,7 @@ import psutil
 import pytest
 
 from tests.host.teammate import Teammate, attached
-from tests.support import ROOT, RelayProcess
+from tests.support import ROOT, RelayProcess, stop_process, wait_or_kill
 
 from .model_server import ModelServer
 
@@ -206,14 +206,7 @@ class HostProcess:
         os.killpg(children[0].pid, signal.SIGKILL)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
+        return stop_process(self.proc, within=20)
 
 
 @dataclass
@@ -232,11 +225,7 @@ class AttachProcess:
         if self.proc.poll() is None:
             with contextlib.suppress(OSError):
                 self.type("/quit")
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+            wait_or_kill(self.proc)
 
 
 @dataclass

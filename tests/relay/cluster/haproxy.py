@@ -10,7 +10,6 @@ which nodes take new connections.
 from __future__ import annotations
 
 import re
-import signal
 import socket
 import subprocess
 import time
@@ -18,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+
+from tests.support import stop_process
 
 ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "cluster.md"
@@ -126,13 +127,8 @@ class Haproxy:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc)
 
     def command(self, line: str) -> str:
         """Run one command of haproxy's runtime API and return its answer (a loopback round

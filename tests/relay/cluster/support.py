@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,12 @@ from anyio.abc import TaskStatus
 from rich.console import Console
 
 from tests.relay.cluster.haproxy import Haproxy, free_port
-from tests.support import RelayProcess, host_settings
+from tests.support import RelayProcess, host_settings, running_host, stop_process
 from tests.support import wait_online as net_wait_online
 from tunnel.app.host_messages import decode_host_message
 from tunnel.app.requests import Subscribe, encode_request
 from tunnel.e2e.crypto import ShareLink
+from tunnel.host import Host
 from tunnel.host.share import Shared, ShareSettings, run_share
 from tunnel.teammate.client import TeammateError, TeammateSession, connect_teammate
 
@@ -70,13 +70,8 @@ class RedisServer:
             return False
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_process(self.proc)
 
 
 @dataclass
@@ -156,18 +151,45 @@ async def relay_cluster(
         cluster.stop()
 
 
-async def wait_member(node: Node, attempts: int = 200) -> None:
+async def wait_member(node: Node) -> None:
     """Wait until `node` says it is in the cluster (bounded)."""
+    await wait_says(node.health, "cluster: member")
+
+
+async def wait_says(read: Callable[[], str], text: str, attempts: int = 200) -> None:
+    """Wait until `read()` (a node's `health` or `metrics`, called in a thread) contains `text`,
+    trying `attempts` times."""
+    said = ""
     for _ in range(attempts):
-        if "cluster: member" in await anyio.to_thread.run_sync(node.health):
+        said = await anyio.to_thread.run_sync(read)
+        if text in said:
             return
         await anyio.sleep(0.05)
-    raise AssertionError(f"node {node.url} did not join the cluster")
+    raise AssertionError(f"never {text!r}; last: {said!r}")
 
 
 def via(link: ShareLink, node: Node) -> ShareLink:
     """The same share link, dialed at one node's own address instead of the balancer."""
     return ShareLink(relay_url=node.url, host_id=link.host_id, role=link.role, secret=link.secret)
+
+
+@contextlib.asynccontextmanager
+async def echo_host_and_teammates(
+    cluster: RelayCluster, workdir: Path, *nodes: Node
+) -> AsyncIterator[tuple[Host, list[TeammateSession]]]:
+    """An echo host dialing the balancer (so on node 1, unless a test routed it elsewhere), and a
+    teammate with its drive link at each of `nodes`, in that order."""
+    async with (
+        running_host(host_settings(cluster.balancer.url, workdir)) as host,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        teammates = [
+            await stack.enter_async_context(
+                connect_teammate(via(host.drive_link, node), name=f"at-{node.port}")
+            )
+            for node in nodes
+        ]
+        yield host, teammates
 
 
 # -- a sharing host ---------------------------------------------------------------------------

@@ -10,9 +10,8 @@ import pytest
 
 from tests.relay.cluster.support import (
     Follower,
-    RedisServer,
+    RelayCluster,
     host_items,
-    relay_cluster,
     sharing,
     via,
 )
@@ -35,47 +34,46 @@ async def _turn(driver: Follower, text: str, turns_before: int) -> None:
 
 
 async def test_teammates_on_other_nodes_follow_the_host_through_the_loss_of_its_node(
-    tmp_path: Path, redis_server: RedisServer, haproxy: str
+    tmp_path: Path, cluster: RelayCluster
 ) -> None:
-    async with relay_cluster(tmp_path, redis_server, haproxy) as cluster:
-        node1, node2, node3 = cluster.nodes
-        # The host dials the balancer, which sends it to node 1.
-        async with (
-            sharing(cluster.balancer.url, tmp_path) as shared,
-            anyio.create_task_group() as tg,
-        ):
-            assert "relay_cluster_owned_hosts 1.0" in node1.metrics()
-            ann = Follower(via(shared.host.drive_link, node2), "ann")
-            vic = Follower(via(shared.host.view_link, node3), "vic")
-            tg.start_soon(ann.run)
-            tg.start_soon(vic.run)
-            await ann.wait_for(lambda f: f.served == 1)
-            await vic.wait_for(lambda f: f.served == 1)
-            assert "relay_cluster_forwarded_connections 1.0" in node2.metrics()
-            assert "relay_cluster_forwarded_connections 1.0" in node3.metrics()
+    node1, node2, node3 = cluster.nodes
+    # The host dials the balancer, which sends it to node 1.
+    async with (
+        sharing(cluster.balancer.url, tmp_path) as shared,
+        anyio.create_task_group() as tg,
+    ):
+        assert "relay_cluster_owned_hosts 1.0" in node1.metrics()
+        ann = Follower(via(shared.host.drive_link, node2), "ann")
+        vic = Follower(via(shared.host.view_link, node3), "vic")
+        tg.start_soon(ann.run)
+        tg.start_soon(vic.run)
+        await ann.wait_for(lambda f: f.served == 1)
+        await vic.wait_for(lambda f: f.served == 1)
+        assert "relay_cluster_forwarded_connections 1.0" in node2.metrics()
+        assert "relay_cluster_forwarded_connections 1.0" in node3.metrics()
 
-            await _turn(ann, "count the lines", 0)
-            # The live stream (ephemeral deltas) reached the viewer on the third node too.
-            await vic.wait_for(lambda f: f.has("tool_result") == 1 and f.events > 0)
+        await _turn(ann, "count the lines", 0)
+        # The live stream (ephemeral deltas) reached the viewer on the third node too.
+        await vic.wait_for(lambda f: f.has("tool_result") == 1 and f.events > 0)
 
-            # From here on the balancer may send a connection to any node: which one the host
-            # reconnects to is haproxy's choice, made with the documented health check.
-            await cluster.balancer.route_to(node1.port, node2.port, node3.port)
-            node1.process.kill()
-            # haproxy takes the dead node out; the host comes back through it on node 2 or 3,
-            # and both teammates reattach.
-            await cluster.balancer.wait_status(node1.port, "DOWN")
-            await ann.wait_for(lambda f: f.served >= 2 and f.session is not None, within=60)
-            await vic.wait_for(lambda f: f.served >= 2 and f.session is not None, within=60)
-            owners = [n for n in (node2, node3) if "relay_cluster_owned_hosts 1.0" in n.metrics()]
-            assert len(owners) == 1
+        # From here on the balancer may send a connection to any node: which one the host
+        # reconnects to is haproxy's choice, made with the documented health check.
+        await cluster.balancer.route_to(node1.port, node2.port, node3.port)
+        node1.process.kill()
+        # haproxy takes the dead node out; the host comes back through it on node 2 or 3,
+        # and both teammates reattach.
+        await cluster.balancer.wait_status(node1.port, "DOWN")
+        await ann.wait_for(lambda f: f.served >= 2 and f.session is not None, within=60)
+        await vic.wait_for(lambda f: f.served >= 2 and f.session is not None, within=60)
+        owners = [n for n in (node2, node3) if "relay_cluster_owned_hosts 1.0" in n.metrics()]
+        assert len(owners) == 1
 
-            await _turn(ann, "and once more", 1)
-            expected = await host_items(shared)
-            await ann.wait_for(lambda f: f.triples() == expected)
-            await vic.wait_for(lambda f: f.triples() == expected)
-            tg.cancel_scope.cancel()
-        assert ann.resets == vic.resets == 0
-        # Exactly the host's items, each once, in order, on both nodes.
-        assert ann.triples() == vic.triples() == expected
-        assert [seq for seq, _, _ in expected] == list(range(len(expected)))
+        await _turn(ann, "and once more", 1)
+        expected = await host_items(shared)
+        await ann.wait_for(lambda f: f.triples() == expected)
+        await vic.wait_for(lambda f: f.triples() == expected)
+        tg.cancel_scope.cancel()
+    assert ann.resets == vic.resets == 0
+    # Exactly the host's items, each once, in order, on both nodes.
+    assert ann.triples() == vic.triples() == expected
+    assert [seq for seq, _, _ in expected] == list(range(len(expected)))

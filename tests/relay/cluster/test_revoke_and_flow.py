@@ -8,8 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.relay.cluster.support import RedisServer, relay_cluster, via
-from tests.support import echo_roundtrip, host_settings, raw_peer, raw_teammate, running_host
+from tests.relay.cluster.support import RelayCluster, echo_host_and_teammates, via, wait_says
+from tests.support import echo_roundtrip, raw_peer, raw_teammate
 from tunnel.proto import DEFAULT_LIMITS
 from tunnel.proto.codes import CloseCode
 from tunnel.teammate.client import UnauthorizedError, connect_teammate
@@ -17,47 +17,36 @@ from tunnel.teammate.client import UnauthorizedError, connect_teammate
 pytestmark = [pytest.mark.anyio, pytest.mark.cluster, pytest.mark.timeout(120)]
 
 
-async def _attached(node_metrics: object, count: int, attempts: int = 200) -> None:
-    assert callable(node_metrics)
-    for _ in range(attempts):
-        text = await anyio.to_thread.run_sync(node_metrics)
-        if f"relay_teammates_attached {float(count)}" in text:
-            return
-        await anyio.sleep(0.05)
-    raise AssertionError(f"never {count} teammates attached")
-
-
 async def test_a_revoke_closes_teammates_on_every_node_with_4008(
-    tmp_path: Path, redis_server: RedisServer, haproxy: str
+    tmp_path: Path, cluster: RelayCluster
 ) -> None:
-    async with relay_cluster(tmp_path, redis_server, haproxy) as cluster:
-        node1, node2, node3 = cluster.nodes
-        async with running_host(host_settings(cluster.balancer.url, tmp_path)) as host:
-            old = host.drive_link
-            async with (
-                raw_peer(node1.url) as on1,
-                raw_peer(node2.url) as on2,
-                raw_peer(node3.url) as on3,
-            ):
-                # Hellos only, no channel: a 4008 they get can only come from the relay.
-                for peer in (on1, on2, on3):
-                    await raw_teammate(peer, old)
-                # Every teammate of a host is admitted on the host's node, wherever it entered.
-                await _attached(node1.metrics, 3)
-                # The host re-registers through the balancer, which now sends it to node 2: node 2
-                # takes the host over with the new verifiers, and node 1 lets its teammates go.
-                await cluster.balancer.route_to(node2.port)
-                await host.revoke()
-                codes = [await peer.close_code(within=20) for peer in (on1, on2, on3)]
-            assert codes == [CloseCode.REVOKED] * 3
-            for node in cluster.nodes:
-                with pytest.raises(UnauthorizedError), anyio.fail_after(20):
-                    async with connect_teammate(via(old, node), name="old") as session:
-                        await echo_roundtrip(session, b"old link")
-                async with connect_teammate(via(host.drive_link, node), name="new") as session:
-                    assert await echo_roundtrip(session, b"new link") == b"new link"
-            assert "relay_cluster_owned_hosts 1.0" in node2.metrics()
-            assert "relay_cluster_owned_hosts 0.0" in node1.metrics()
+    node1, node2, node3 = cluster.nodes
+    async with echo_host_and_teammates(cluster, tmp_path) as (host, _):
+        old = host.drive_link
+        async with (
+            raw_peer(node1.url) as on1,
+            raw_peer(node2.url) as on2,
+            raw_peer(node3.url) as on3,
+        ):
+            # Hellos only, no channel: a 4008 they get can only come from the relay.
+            for peer in (on1, on2, on3):
+                await raw_teammate(peer, old)
+            # Every teammate of a host is admitted on the host's node, wherever it entered.
+            await wait_says(node1.metrics, "relay_teammates_attached 3.0")
+            # The host re-registers through the balancer, which now sends it to node 2: node 2
+            # takes the host over with the new verifiers, and node 1 lets its teammates go.
+            await cluster.balancer.route_to(node2.port)
+            await host.revoke()
+            codes = [await peer.close_code(within=20) for peer in (on1, on2, on3)]
+        assert codes == [CloseCode.REVOKED] * 3
+        for node in cluster.nodes:
+            with pytest.raises(UnauthorizedError), anyio.fail_after(20):
+                async with connect_teammate(via(old, node), name="old") as session:
+                    await echo_roundtrip(session, b"old link")
+            async with connect_teammate(via(host.drive_link, node), name="new") as session:
+                assert await echo_roundtrip(session, b"new link") == b"new link"
+        assert "relay_cluster_owned_hosts 1.0" in node2.metrics()
+        assert "relay_cluster_owned_hosts 0.0" in node1.metrics()
 
 
 MESSAGE = 16 * 1024
@@ -66,36 +55,33 @@ ROUND_TRIPS = 12 * WINDOW // MESSAGE
 
 
 async def test_a_stalled_teammate_on_one_node_does_not_slow_a_teammate_on_another(
-    tmp_path: Path, redis_server: RedisServer, haproxy: str
+    tmp_path: Path, cluster: RelayCluster
 ) -> None:
-    async with relay_cluster(tmp_path, redis_server, haproxy) as cluster:
-        _, node2, node3 = cluster.nodes
-        async with (
-            running_host(host_settings(cluster.balancer.url, tmp_path)) as host,
-            connect_teammate(via(host.drive_link, node2), name="stalled") as stalled,
-            connect_teammate(via(host.drive_link, node3), name="normal") as normal,
-            anyio.create_task_group() as tg,
-        ):
-            sent = {"stalled": 0}
+    _, node2, node3 = cluster.nodes
+    async with (
+        echo_host_and_teammates(cluster, tmp_path, node2, node3) as (_, (stalled, normal)),
+        anyio.create_task_group() as tg,
+    ):
+        sent = {"stalled": 0}
 
-            async def flood() -> None:
-                # Sends and never reads: the echoes pile up until the windows are spent.
-                while True:
-                    await stalled.send(b"s" * MESSAGE)
-                    sent["stalled"] += 1
+        async def flood() -> None:
+            # Sends and never reads: the echoes pile up until the windows are spent.
+            while True:
+                await stalled.send(b"s" * MESSAGE)
+                sent["stalled"] += 1
 
-            tg.start_soon(flood)
-            payload = b"n" * MESSAGE
-            for _ in range(ROUND_TRIPS):
-                assert await echo_roundtrip(normal, payload) == payload
-            # The normal teammate moved 12 windows each way, while the stalled one sent no more
-            # than the windows allow, as on one node: per direction one window at the relay and
-            # one at the receiving end (docs/relay.md, "Flow control"), plus the message the
-            # host's echo holds. The hop between nodes adds nothing that grows.
-            assert ROUND_TRIPS * MESSAGE >= 12 * WINDOW
-            assert sent["stalled"] * MESSAGE <= 4 * WINDOW + MESSAGE
-            before = sent["stalled"]
-            for _ in range(20):
-                assert await echo_roundtrip(normal, payload) == payload
-            assert sent["stalled"] == before
-            tg.cancel_scope.cancel()
+        tg.start_soon(flood)
+        payload = b"n" * MESSAGE
+        for _ in range(ROUND_TRIPS):
+            assert await echo_roundtrip(normal, payload) == payload
+        # The normal teammate moved 12 windows each way, while the stalled one sent no more
+        # than the windows allow, as on one node: per direction one window at the relay and
+        # one at the receiving end (docs/relay.md, "Flow control"), plus the message the
+        # host's echo holds. The hop between nodes adds nothing that grows.
+        assert ROUND_TRIPS * MESSAGE >= 12 * WINDOW
+        assert sent["stalled"] * MESSAGE <= 4 * WINDOW + MESSAGE
+        before = sent["stalled"]
+        for _ in range(20):
+            assert await echo_roundtrip(normal, payload) == payload
+        assert sent["stalled"] == before
+        tg.cancel_scope.cancel()
