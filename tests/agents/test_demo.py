@@ -69,7 +69,9 @@ async def test_prompt_streams_reasoning_and_reply_then_asks_permission(
                 if e.kind == "delta" and e.data["response_id"] == final.response_id
             } == {channel}
         statuses = [e.data for e in rec.events if e.kind == "status"]
-        assert statuses[-1] == {"state": "running", "queued": 0}
+        # The running turn is known by its prompt: prompts stored after it wait.
+        assert statuses[-1] == {"state": "running", "queued": 0, "turn": prompt.seq}
+        assert session.status() == statuses[-1]
 
 
 async def test_allowed_tool_runs_and_the_result_is_reported(log: Log, workspace: Path) -> None:
@@ -151,7 +153,8 @@ async def test_queued_prompts_run_in_order_and_status_counts_them(
         for n in range(3):
             await session.prompt(f"prompt {n}", by=f"user{n}")
         statuses = [e.data for e in rec.events if e.kind == "status"]
-        assert {"state": "running", "queued": 2} in statuses
+        first = rec.of_type("message")[0]
+        assert {"state": "running", "queued": 2, "turn": first.seq} in statuses
 
         for n in range(3):
             request = await rec.wait_item("permission_request", count=n + 1)

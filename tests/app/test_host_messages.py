@@ -22,6 +22,7 @@ from tunnel.app.host_messages import (
     Ready,
     SandboxInfo,
     Snapshot,
+    TerminalSize,
     decode_host_message,
     encode,
     pack,
@@ -41,6 +42,14 @@ EVERY_KIND: list[HostMessage] = [
         sandbox=SandboxInfo(
             enabled=True, writable=["/srv/proj", "/home/bo/.claude"], network=False
         ),
+    ),
+    Ready(
+        conversation_id="c",
+        role="view",
+        name="cy",
+        agent_name="bash",
+        agent_kind="terminal",
+        terminal=TerminalSize(cols=1000, rows=1),
     ),
     Snapshot(items=[ITEM], last_seq=0, more=False, reset=True),
     Snapshot(items=[], last_seq=-1, more=True),
@@ -99,6 +108,23 @@ def test_ready_says_whether_and_how_the_agent_is_sandboxed() -> None:
     parsed = parse(encode(EVERY_KIND[0]))
     assert isinstance(parsed, Ready)
     assert parsed.sandbox is None
+
+
+def test_ready_gives_a_terminal_agents_size_and_nothing_for_a_chat_agent() -> None:
+    terminal = Ready(
+        conversation_id="c",
+        role="view",
+        name="cy",
+        agent_name="bash",
+        agent_kind="terminal",
+        terminal=TerminalSize(cols=120, rows=40),
+    )
+    assert decode_host_message(encode(terminal))["terminal"] == {"cols": 120, "rows": 40}
+    # A chat agent, or a host from before the field: a teammate keeps its own size.
+    assert "terminal" not in decode_host_message(encode(EVERY_KIND[0]))
+    parsed = parse(encode(EVERY_KIND[1]))
+    assert isinstance(parsed, Ready)
+    assert parsed.terminal is None
 
 
 def test_a_snapshot_says_where_it_starts_and_a_history_page_what_it_answers() -> None:
@@ -201,6 +227,26 @@ def test_fields_a_newer_host_adds_are_ignored() -> None:
                 {"enabled": True, "writable": "/srv", "network": True},
                 {"enabled": True, "writable": [1], "network": True},
                 {"enabled": True, "writable": []},
+            )
+        ),
+        *(
+            {
+                "op": "ready",
+                "conversation_id": "c",
+                "role": "view",
+                "name": "bo",
+                "agent": {"name": "bash", "kind": "terminal"},
+                "terminal": terminal,
+            }
+            for terminal in (
+                [80, 24],
+                {"cols": 80},
+                {"cols": 0, "rows": 24},
+                {"cols": 80, "rows": 1001},
+                {"cols": True, "rows": 24},
+                {"cols": 80.0, "rows": 24},
+                {"cols": "80", "rows": 24},
+                {"cols": 80, "rows": 24, "pixels": 1},
             )
         ),
     ],

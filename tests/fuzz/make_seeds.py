@@ -45,6 +45,7 @@ from tunnel.app.host_messages import (
     Ready,
     SandboxInfo,
     Snapshot,
+    TerminalSize,
     encode,
 )
 from tunnel.app.requests import (
@@ -276,6 +277,17 @@ def host_message_seeds() -> dict[str, bytes]:
                 sandbox=sandbox,
             )
         ),
+        "ok-ready-terminal": encode(
+            Ready(
+                conversation_id="main",
+                role="view",
+                name="carol",
+                agent_name="bash",
+                agent_kind="terminal",
+                sandbox=sandbox,
+                terminal=TerminalSize(cols=120, rows=40),
+            )
+        ),
         "ok-ready-old-host": encode(
             Ready(
                 conversation_id="main",
@@ -355,6 +367,22 @@ def host_message_seeds() -> dict[str, bytes]:
             "name": "n",
             "agent": {"name": "a", "kind": "chat"},
             "sandbox": [],
+        },
+        "near-ready-terminal-zero": {
+            "op": "ready",
+            "conversation_id": "m",
+            "role": "view",
+            "name": "n",
+            "agent": {"name": "a", "kind": "terminal"},
+            "terminal": {"cols": 0, "rows": 24},
+        },
+        "near-ready-terminal-extra": {
+            "op": "ready",
+            "conversation_id": "m",
+            "role": "view",
+            "name": "n",
+            "agent": {"name": "a", "kind": "terminal"},
+            "terminal": {"cols": 80, "rows": 24, "x": 1},
         },
         "near-snapshot-seq-bool": {"op": "snapshot", "items": [], "last_seq": True, "more": 0},
         "near-snapshot-first-seq-str": {
@@ -544,6 +572,9 @@ _HOST_MESSAGE_WORDS = [
     "agent",
     "kind",
     "sandbox",
+    "terminal",
+    "cols",
+    "rows",
     "enabled",
     "writable",
     "network",

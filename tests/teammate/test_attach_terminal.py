@@ -14,16 +14,16 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.host.teammate import attached
+from tests.host.teammate import Teammate, attached
 from tests.support import RelayProcess, read_line
 from tests.terminal.pty_process import ScreenProcess, screen_process
-from tunnel.app.requests import Prompt
+from tunnel.app.requests import Input, Prompt, Resize
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -80,6 +80,19 @@ async def _link(host: subprocess.Popen[bytes], role: str = "drive") -> str:
         if match:
             return match.group(1)
     raise AssertionError(f"the host printed no {role} link")
+
+
+async def _links(host: subprocess.Popen[bytes]) -> tuple[str, str]:
+    """The view link and the drive link, which the host prints in that order."""
+    links: dict[str, str] = {}
+    for _ in range(20):
+        line = await anyio.to_thread.run_sync(read_line, host)
+        match = re.search(r"(view|drive) link:\s+(\S+)", line)
+        if match:
+            links[match.group(1)] = match.group(2)
+        if len(links) == 2:
+            return links["view"], links["drive"]
+    raise AssertionError("the host printed no view and drive links")
 
 
 def _attach(link: str, *args: str) -> contextlib.AbstractContextManager[ScreenProcess]:
@@ -211,3 +224,64 @@ async def test_a_blank_line_sends_enter_to_a_pty_agent_without_raw(
             screen.keys(b"\r")
             # The program answered Enter alone with a prompt of its own.
             await screen.wait_screen(r"(?m)^>>> ?\n>>>")
+
+
+def _resized_to(cols: int, rows: int) -> Callable[[Teammate], bool]:
+    size = {"cols": cols, "rows": rows}
+    return lambda t: any(e["kind"] == "terminal_size" and e["data"] == size for e in t.events)
+
+
+async def test_a_raw_viewer_in_a_smaller_terminal_is_told_the_hosts_size_first(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    with _host(relay, tmp_path, f"pty:{sys.executable} -q") as host:
+        view_link, drive_link = await _links(host)
+        async with attached(drive_link, "bob") as bob:
+            await bob.send(Resize(cols=100, rows=40))
+            await bob.wait_for(_resized_to(100, 40))
+            with screen_process(
+                [*TUNNEL, "attach", "--raw", "--name", "carol"],
+                env=dict(os.environ, TUNNEL_LINK=view_link, **TERMINAL),
+                cwd=ROOT,
+                rows=20,
+                columns=60,
+            ) as screen:
+                await screen.wait_screen(
+                    r"the host's terminal is 100x40, larger than this one \(60x20\)"
+                )
+                await screen.wait_screen(r"the agent's screen follows")
+                screen.keys(b"\x1d")  # Ctrl-]
+                assert await _exits(screen) == 0
+
+
+async def test_a_raw_viewer_in_a_larger_terminal_sees_the_screen_at_the_hosts_rows(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    with _host(relay, tmp_path, f"pty:{sys.executable} -q") as host:
+        view_link, drive_link = await _links(host)
+        async with attached(drive_link, "bob") as bob:
+            await bob.send(Resize(cols=60, rows=10))
+            await bob.wait_for(_resized_to(60, 10))
+            with screen_process(
+                [*TUNNEL, "attach", "--raw", "--name", "carol"],
+                env=dict(os.environ, TUNNEL_LINK=view_link, **TERMINAL),
+                cwd=ROOT,
+                rows=30,
+                columns=100,
+            ) as screen:
+                await screen.wait_screen(r"(?m)^>>>")
+                # Forty lines on a ten-row terminal: it scrolls, within its ten rows here too.
+                await bob.send(Input(data=b'print("\\n".join(f"line {n}" for n in range(40)))\r'))
+                await screen.wait_screen(r"(?m)^line 39\n>>>")
+                shown = screen.display()
+                assert "line 39" in shown[:10]
+                assert shown[10:] == [""] * 20, "the screen runs past the host's ten rows"
+                # The host's terminal grows: the screen starts over at the new size.
+                await bob.send(Resize(cols=60, rows=25))
+                await bob.send(Input(data=b'print("\\n".join(f"row {n}" for n in range(40)))\r'))
+                await screen.wait_screen(r"(?m)^row 39\n>>>")
+                shown = screen.display()
+                assert "row 39" in shown[:25]
+                assert shown[25:] == [""] * 5
+                screen.keys(b"\x1d")  # Ctrl-]
+                assert await _exits(screen) == 0

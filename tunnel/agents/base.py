@@ -117,6 +117,16 @@ class AgentSession(abc.ABC):
         """Resize the agent's terminal (terminal agents only)."""
         raise SessionError("not_supported", f"{self.info.name} is a chat agent: it has no terminal")
 
+    def status(self) -> dict[str, Any] | None:
+        """The data of a `status` event as it stands now (docs/application.md, "Events"), for a
+        teammate who joins between two of them; None for a session without turns."""
+        return None
+
+    def terminal_size(self) -> tuple[int, int] | None:
+        """The agent's terminal as (columns, rows), what its program draws for; None for a chat
+        agent."""
+        return None
+
     def storage(self) -> dict[str, Any] | None:
         """The data of a `storage` event while the log cannot be written (docs/agents.md, "When
         the log cannot be written"); None while it can."""

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -35,6 +36,9 @@ logger = logging.getLogger("tunnel.agents.chat")
 
 MAX_QUEUED_PROMPTS = 16
 """Prompts that may wait behind the running turn; one more is refused (`agent_unavailable`)."""
+
+STATUS_EVENT = "status"
+"""The event that says whether a turn runs and how many prompts wait (docs/application.md)."""
 
 STOP_FLUSH_TIMEOUT = 2.0
 """How long a stopping session may spend storing the text its agent was streaming."""
@@ -69,6 +73,8 @@ class ChatSession(AgentSession):
         self._accept_lock = anyio.Lock()
         self._queued = 0
         self._busy = False
+        # The seq of the prompt the running turn answers: prompts stored after it still wait.
+        self._running_prompt: int | None = None
         self._serving = False
         self._turn_scope: anyio.CancelScope | None = None
 
@@ -166,6 +172,7 @@ class ChatSession(AgentSession):
         async for prompt in self._receive:
             self._queued -= 1
             self._busy = True
+            self._running_prompt = prompt.seq
             await self._begin_turn(prompt)
             await self._publish_status()
             try:
@@ -178,6 +185,7 @@ class ChatSession(AgentSession):
             finally:
                 self._turn_scope = None
                 self._busy = False
+                self._running_prompt = None
             await self._recorder.flush()
             if prompt.seq is not None and self._recorder.turn_items == 0:
                 # The turn left nothing of its own: say it ended, so a restart never takes
@@ -192,5 +200,16 @@ class ChatSession(AgentSession):
         if self._busy and self._session_tasks is not None:
             self._session_tasks.start_soon(functools.partial(self._cancel_turn, by="host"))
 
+    def status(self) -> dict[str, Any]:
+        return status_data(running=self._busy, queued=self._queued, turn=self._running_prompt)
+
     async def _publish_status(self) -> None:
-        await self._recorder.status(running=self._busy, queued=self._queued)
+        await self._recorder.publish(STATUS_EVENT, self.status())
+
+
+def status_data(*, running: bool, queued: int, turn: int | None) -> dict[str, Any]:
+    """A `status` event's data: `turn` only while a turn runs and its prompt's seq is known."""
+    data: dict[str, Any] = {"state": "running" if running else "idle", "queued": queued}
+    if running and turn is not None:
+        data["turn"] = turn
+    return data

@@ -51,6 +51,9 @@ READ_SIZE = 64 * 1024
 INPUT_TIMEOUT = 5.0
 """Seconds to wait for a program that does not read its input before refusing more."""
 
+TERMINAL_SIZE_EVENT = "terminal_size"
+"""The event that tells every teammate the terminal's new size (docs/application.md)."""
+
 START_TIMEOUT = 10.0
 STOP_GRACE = 1.0
 
@@ -184,10 +187,17 @@ class PtySession(AgentSession):
             raise SessionError(
                 "bad_request", f"cols and rows must be between 1 and {MAX_TERMINAL_SIDE}"
             )
+        changed = (cols, rows) != self._size
         self._size = (cols, rows)
         program = self._program
         if program is not None and not program.closed:
             _set_size(program.master, cols, rows)
+        if changed:
+            # Every teammate draws the screen at this size: the program now draws for it.
+            await self._recorder.publish(TERMINAL_SIZE_EVENT, {"cols": cols, "rows": rows})
+
+    def terminal_size(self) -> tuple[int, int]:
+        return self._size
 
     # -- internals -----------------------------------------------------------------------------
 

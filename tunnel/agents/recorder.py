@@ -308,7 +308,7 @@ class Recorder:
             status="completed",
         )
 
-    # -- plans, usage, status ------------------------------------------------------------------
+    # -- plans, usage ------------------------------------------------------------------------
 
     async def plan(self, entries: Sequence[Mapping[str, Any]]) -> Item | None:
         """Publish the plan; store it as a `plan` item only when it changed."""
@@ -322,9 +322,6 @@ class Recorder:
 
     async def usage(self, data: Mapping[str, Any]) -> None:
         await self.publish("usage", data)
-
-    async def status(self, *, running: bool, queued: int) -> None:
-        await self.publish("status", {"state": "running" if running else "idle", "queued": queued})
 
     # -- session life --------------------------------------------------------------------------
 

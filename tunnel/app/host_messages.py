@@ -27,6 +27,7 @@ __all__ = [
     "Ready",
     "SandboxInfo",
     "Snapshot",
+    "TerminalSize",
     "decode_host_message",
     "encode",
     "pack",
@@ -48,6 +49,15 @@ class SandboxInfo:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TerminalSize:
+    """A terminal agent's terminal: what its program draws for, so a teammate shows its screen
+    at that size (docs/application.md, "The terminal's size")."""
+
+    cols: int
+    rows: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ready:
     """The host's first message on a channel, once the keys work."""
 
@@ -61,6 +71,8 @@ class Ready:
     """"chat" or "terminal": whether to show a conversation or a terminal."""
     sandbox: SandboxInfo | None = None
     """None only from a host too old to say."""
+    terminal: TerminalSize | None = None
+    """A terminal agent's size now; None for a chat agent, or from a host too old to say."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,6 +199,8 @@ def encode(message: HostMessage) -> bytes:
                     "writable": list(message.sandbox.writable),
                     "network": message.sandbox.network,
                 }
+            if message.terminal is not None:
+                wire["terminal"] = {"cols": message.terminal.cols, "rows": message.terminal.rows}
         case Snapshot():
             wire = {
                 "op": "snapshot",
@@ -260,6 +274,7 @@ def parse(plaintext: bytes) -> HostMessage:
             agent_name=_get(agent, "name", str),
             agent_kind=_get(agent, "kind", str),
             sandbox=_sandbox(message.get("sandbox")),
+            terminal=_terminal(message.get("terminal")),
         )
     if op == "snapshot":
         return Snapshot(
@@ -354,6 +369,26 @@ def _sandbox(value: Any) -> SandboxInfo | None:
         writable=writable,
         network=_get(value, "network", bool),
     )
+
+
+def _terminal(value: Any) -> TerminalSize | None:
+    """`ready`'s `terminal`: absent, or exactly `cols` and `rows`, each a side the host would
+    take in a `resize`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"cols", "rows"}:
+        raise BadRequest("field 'terminal' must be a map of cols and rows")
+    return TerminalSize(cols=_side(value, "cols"), rows=_side(value, "rows"))
+
+
+def _side(message: Mapping[str, Any], name: str) -> int:
+    # Imported here: tunnel.app.requests encodes with this module's `pack`.
+    from tunnel.app.requests import MAX_TERMINAL_SIDE
+
+    value = message.get(name)
+    if type(value) is not int or not 1 <= value <= MAX_TERMINAL_SIDE:
+        raise BadRequest(f"field {name!r} must be an integer from 1 to {MAX_TERMINAL_SIDE}")
+    return value
 
 
 def _optional(message: Mapping[str, Any], name: str, kind: type) -> Any:

@@ -16,7 +16,9 @@ same budget.
 A fresh joiner also gets, with its first snapshot page, the items from before the snapshot whose
 state still holds (`context`: the latest settings, commands and plan, the open permission
 requests and their tool calls), so what it shows of the session's state is what a replay from
-the start would show. And presence goes as deltas: the whole list once, then what changed.
+the start would show; and right after its snapshot, the state that only ephemeral events tell
+(the agent's status, a terminal agent's size, the log's trouble), as it stands then. And
+presence goes as deltas: the whole list once, then what changed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import Any, NamedTuple, Protocol
 import anyio
 
 from tunnel.agents import AgentSession
+from tunnel.agents.chat import STATUS_EVENT
+from tunnel.agents.pty_agent import TERMINAL_SIZE_EVENT
 from tunnel.agents.writer import STORAGE_EVENT
 from tunnel.app import host_messages as out
 from tunnel.app.errors import AppError, BadRequest
@@ -137,6 +141,12 @@ def _fit(wire: dict[str, Any]) -> tuple[dict[str, Any], int]:
     return wire, len(out.pack(wire))
 
 
+def _terminal_size(session: AgentSession) -> out.TerminalSize | None:
+    """What the `ready` message says of the agent's terminal: its size, for a terminal agent."""
+    size = session.terminal_size()
+    return None if size is None else out.TerminalSize(cols=size[0], rows=size[1])
+
+
 def _sandbox_info(session: AgentSession) -> out.SandboxInfo:
     """What the `ready` message says of the agent's sandbox (docs/application.md)."""
     sandbox = session.sandbox
@@ -176,6 +186,7 @@ class SessionChannelHandler:
                 agent_name=self._session.info.name,
                 agent_kind=self._session.info.kind,
                 sandbox=_sandbox_info(self._session),
+                terminal=_terminal_size(self._session),
             )
         )
         # Only a message that decrypted proves the keys, and with them the role and the name:
@@ -284,15 +295,27 @@ class SessionChannelHandler:
             # meanwhile comes from the store, then the live tail; a joiner waiting for its
             # replay holds no live buffer.
             async with self._log.subscribe(conversation, after=last) as sub:
-                storage = self._session.storage()
-                if storage is not None:
-                    # Said when it began, before this teammate came: say it again.
-                    await self._send_entry(
-                        Event(conversation_id=conversation, kind=STORAGE_EVENT, data=storage)
-                    )
+                await self._send_state(conversation)
                 while True:  # the live tail
                     for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
                         await self._send_entry(entry)
+
+    async def _send_state(self, conversation: str) -> None:
+        """Say again, after the snapshot, the session's state that only events tell: the
+        agent's status (so a joiner knows a turn runs, and which stored prompts still wait
+        behind it), the terminal's size (it may have changed while the snapshot was sent), and
+        the log's trouble. Read once subscribed, so a change from now on comes as its own event,
+        after this one."""
+        state: list[tuple[str, dict[str, Any] | None]] = [
+            (STATUS_EVENT, self._session.status()),
+            (STORAGE_EVENT, self._session.storage()),
+        ]
+        size = self._session.terminal_size()
+        if size is not None:
+            state.append((TERMINAL_SIZE_EVENT, {"cols": size[0], "rows": size[1]}))
+        for kind, data in state:
+            if data is not None:
+                await self._send_entry(Event(conversation_id=conversation, kind=kind, data=data))
 
     async def _tail_start(self, conversation: str, head: int, tail: int | None) -> tuple[int, int]:
         """The cursor a fresh join's snapshot starts after (the last `tail` items, or with None

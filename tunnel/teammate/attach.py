@@ -167,6 +167,8 @@ class Attachment:
         """Where the replay began, when the log holds items before it (a fresh join)."""
         self._raw: RawTerminal | None = None
         self._raw_told = False
+        self._host_size: tuple[int, int] | None = None
+        """A terminal agent's size on the host (`ready`, then `terminal_size` events)."""
         self._left = anyio.Event()
         self._tg: TaskGroup | None = None
 
@@ -370,6 +372,8 @@ class Attachment:
             case incoming.EventMessage():
                 if raw is None:
                     self._transcript.event(message.event)
+                elif message.event.get("kind") == "terminal_size":
+                    self._terminal_size(message.event.get("data"))
             case incoming.PresenceMessage():
                 if raw is None:
                     names = ", ".join(f"{m.name} ({m.role})" for m in message.members)
@@ -389,6 +393,8 @@ class Attachment:
         self._attached = True
         self._host_gone = 0
         self._terminal = message.agent_kind == "terminal"
+        if message.terminal is not None:
+            self._draw_at(message.terminal.cols, message.terminal.rows)
         # What was streaming when the link dropped comes back whole in the replay.
         self._transcript.drop_streams()
         self._replaying = True
@@ -482,6 +488,21 @@ class Attachment:
 
     # -- raw mode -------------------------------------------------------------------------------
 
+    def _terminal_size(self, data: Any) -> None:
+        """A `terminal_size` event: the host's terminal was resized."""
+        if not isinstance(data, Mapping):
+            return
+        cols, rows = data.get("cols"), data.get("rows")
+        if type(cols) is int and type(rows) is int and cols > 0 and rows > 0:
+            self._draw_at(cols, rows)
+
+    def _draw_at(self, cols: int, rows: int) -> None:
+        self._host_size = (cols, rows)
+        # A driver's terminal gives the host its size; a viewer shows the screen at the size
+        # the drivers gave.
+        if self._raw is not None and not self._driver:
+            self._raw.draw_at(cols, rows)
+
     def _raw_possible(self) -> bool:
         return isinstance(self._screen, PromptScreen) and self._stdout_fd is not None
 
@@ -494,9 +515,20 @@ class Attachment:
             send_keys=self._send_keys,
             resized=self._send_size,
         )
+        if self._host_size is not None and not self._driver:
+            self._raw.draw_at(*self._host_size)
         self._tg.start_soon(self._run_raw, self._raw)
 
     async def _run_raw(self, raw: RawTerminal) -> None:
+        host = self._host_size
+        cols, rows = raw.size()
+        if host is not None and not self._driver and (host[0] > cols or host[1] > rows):
+            self._screen.note(
+                f"the host's terminal is {host[0]}x{host[1]}, larger than this one ({cols}x"
+                f"{rows}): the agent's screen does not fit and shows garbled; enlarge this "
+                "terminal",
+                "yellow",
+            )
         self._screen.note(
             f"the agent's screen follows; your keys go to it. {ESCAPE_NAME} leaves", "bold"
         )

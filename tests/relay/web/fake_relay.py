@@ -94,6 +94,8 @@ class Scenario:
     agent: dict[str, str] = field(default_factory=lambda: {"name": "scripted", "kind": "chat"})
     # The `sandbox` of the ready message; None leaves it out, as a host before it did.
     sandbox: dict[str, Any] | None = None
+    # The `terminal` of the ready message (a terminal agent's size); None leaves it out.
+    terminal: dict[str, Any] | None = None
     items: list[dict[str, Any]] = field(default_factory=list)
     # How many items go in each snapshot page (the page must handle `more: true`).
     page_size: int = 3
@@ -330,6 +332,8 @@ class FakeRelay:
         }
         if self.scenario.sandbox is not None:
             ready["sandbox"] = self.scenario.sandbox
+        if self.scenario.terminal is not None:
+            ready["terminal"] = self.scenario.terminal
         await self._send(attachment, ready)
 
     async def _release_nonce(self) -> None:

@@ -82,7 +82,7 @@ export class View {
     this.queuedPrompts = [];
     // What the status badge combines: the host's status event, its storage state, and the
     // permission requests still waiting for an answer.
-    this.run = { state: "idle", queued: 0 };
+    this.run = { state: "idle", queued: 0, turn: null };
     this.storageFailing = null;
     // Everyone seen attached, by name and role: those no longer here stay listed, greyed.
     this.members = new Map();
@@ -313,7 +313,11 @@ export class View {
     this.agentName.textContent = str(agent.name, "agent");
     this.agentKind = agent.kind === "terminal" ? "terminal" : "chat";
     document.title = `${str(agent.name, "agent")} · agent-tunnel`;
-    if (this.agentKind === "terminal") this.ensureTerminal();
+    if (this.agentKind === "terminal") {
+      // The size the host's program draws for: its screen is shown at that size, not reflowed.
+      const size = obj(info.terminal);
+      this.ensureTerminal().hostSize(size.cols, size.rows);
+    }
     if (this.composer) this.composer.hidden = this.agentKind === "terminal";
     // A terminal program has no turns: "idle" would say nothing about it.
     this.agentStatus.hidden = this.agentKind === "terminal";
@@ -409,6 +413,8 @@ export class View {
     this.context(context);
     for (const item of items) this.item(item);
     if (loaded) this.conversation.dataset.loaded = loaded;
+    // The prompts that still wait were shown as stored: the status says which they are.
+    this.queueStored();
     // The reader went up to read: the taller page must not take them to the end. Back at the
     // end, the scroll event says so and following resumes.
     this.following = false;
@@ -506,19 +512,28 @@ export class View {
       case "delta":
         this.delta(data);
         break;
-      case "status":
+      case "status": {
+        const running = data.state === "running";
         this.run = {
-          state: data.state === "running" ? "running" : "idle",
+          state: running ? "running" : "idle",
           queued: Number.isInteger(data.queued) && data.queued > 0 ? data.queued : 0,
+          // The seq of the prompt the running turn answers; a host from before it says only
+          // how many wait.
+          turn: running && Number.isInteger(data.turn) ? data.turn : null,
         };
-        if (this.cancelButton) this.cancelButton.disabled = data.state !== "running";
-        this.settleQueue();
+        if (this.cancelButton) this.cancelButton.disabled = !running;
+        this.settleQueue(this.run.turn);
+        this.queueStored();
         this.showStatus();
+        break;
+      }
+      case "terminal_size":
+        if (this.terminal) this.terminal.hostSize(data.cols, data.rows);
         break;
       case "storage":
         // The host's log cannot be written: it pauses the session until it can (docs/log.md).
         this.storageFailing = data.state === "ok" ? null : str(data.reason, "error");
-        if (data.state === "ok") this.run = { state: "idle", queued: 0 };
+        if (data.state === "ok") this.run = { state: "idle", queued: 0, turn: null };
         this.showStatus();
         break;
       case "plan":
@@ -612,11 +627,7 @@ export class View {
         element = this.messageItem(item, data);
         if (data.role === "user" && this.run.state === "running" && this.conversation.dataset.loaded === "true") {
           // Another turn is running: this prompt waits for it (the next status says how long).
-          element.dataset.queued = "true";
-          element.classList.add("queued");
-          element.append(el("div", { class: "queued-label", testid: "queued-label",
-            text: "Queued: runs when the agent is done with the turn above" }));
-          this.queuedPrompts.push(element);
+          this.markQueued(element);
         }
         break;
       case "reasoning":
@@ -703,6 +714,33 @@ export class View {
     return created ? card : null;
   }
 
+  /** Label a prompt's element queued; it waits, in `queuedPrompts`, until its turn starts. */
+  markQueued(element) {
+    element.dataset.queued = "true";
+    element.classList.add("queued");
+    element.append(el("div", { class: "queued-label", testid: "queued-label",
+      text: "Queued: runs when the agent is done with the turn above" }));
+    this.queuedPrompts.push(element);
+  }
+
+  /**
+   * Prompts already shown that the host's status says still wait: those stored after the
+   * prompt the running turn answers (prompts run in the order they were stored). A page that
+   * joined mid-turn, or rebuilt its view, learns it only so; they move below the turn.
+   */
+  queueStored() {
+    const { turn } = this.run;
+    if (turn === null || this.conversation.dataset.loaded !== "true") return;
+    const waiting = [...this.conversation.querySelectorAll('[data-testid="message"][data-role="user"]')]
+      .filter((element) => Number(element.dataset.seq) > turn);
+    for (const element of waiting) {
+      this.markQueued(element);
+      this.queueArea.append(element);
+    }
+    this.queuedPrompts.sort((a, b) => Number(a.dataset.seq) - Number(b.dataset.seq));
+    this.queueArea.append(...this.queuedPrompts);
+  }
+
   /**
    * Prompts stored while a turn runs wait below it, marked queued. The host's status says how
    * many still wait: the others have started, in order, so they join the conversation here,
@@ -711,8 +749,9 @@ export class View {
   settleQueue(startedTurn = null) {
     while (this.queuedPrompts.length > 0) {
       const next = this.queuedPrompts[0];
-      // An item names the turn it belongs to; a status only how many still wait (and may come
-      // after the running turn's next items, so those do not count against it).
+      // An item names the turn it belongs to, and so does a host's status while a turn runs;
+      // an older host's status only how many still wait (and may come after the running turn's
+      // next items, so those do not count against it).
       const started = startedTurn !== null
         ? Number(next.dataset.seq) <= startedTurn
         : this.queuedPrompts.length > this.run.queued;
