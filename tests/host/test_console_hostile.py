@@ -172,7 +172,7 @@ async def test_the_host_console_on_a_terminal_receives_no_control_sequence(
     assert b"\x1b" not in received
     assert dangerous(text.replace("\r\n", "\n")) == []
     assert_every_label_shown_escaped(text, extra=("refusal",))
-    presence = [line for line in text.splitlines() if line.startswith("attached: ")]
+    presence = [line for line in text.splitlines() if line.rstrip().endswith(") joined")]
     for name in NAMES[:2]:
         assert any(printable(name) in line for line in presence), name
 
@@ -241,6 +241,6 @@ async def test_the_host_console_with_a_prompt_line_receives_no_control_sequence_
     text = received.decode("utf-8")  # strict: no stray byte a terminal could read as C1
     assert dangerous(without_drawing(text)) == []
     assert_every_label_shown_escaped(screen, extra=("refusal",), markdown=("message",))
-    presence = [line for line in screen.splitlines() if line.startswith("attached: ")]
+    presence = [line for line in screen.splitlines() if line.rstrip().endswith(") joined")]
     for name in NAMES[:2]:
         assert any(printable(name) in line for line in presence), name

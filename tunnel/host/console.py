@@ -26,6 +26,7 @@ from tunnel.host.presence import Presence
 from tunnel.log import Event, Log
 from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line
 from tunnel.terminal.completion import CommandCompleter
+from tunnel.terminal.presence import PresenceLines
 from tunnel.terminal.sanitize import printable
 from tunnel.terminal.screen import PlainScreen, PromptScreen, Screen, interactive_terminal
 from tunnel.terminal.transcript import Transcript
@@ -129,10 +130,12 @@ class HostConsole:
 
     async def _show_presence(self) -> None:
         seen = self._presence.version
+        lines = PresenceLines()
+        lines.update(self._presence.keyed().items())  # who is here already is no news
         while True:
             seen = await self._presence.wait_changed(seen)
-            names = ", ".join(f"{m.name} ({m.role})" for m in self._presence.members())
-            self._screen.note(f"attached: {names or 'nobody'}")
+            for line in lines.update(self._presence.keyed().items()):
+                self._screen.note(line)
 
     async def _read_lines(self) -> None:
         assert self._stdin is not None

@@ -46,6 +46,7 @@ from tunnel.proto.codes import FINAL_CODES, CloseCode
 from tunnel.teammate.client import TeammateError, TeammateSession, connect_teammate
 from tunnel.terminal.commands import LOCAL_COMMANDS, Quit, Revoke, Say, parse_line
 from tunnel.terminal.completion import CommandCompleter
+from tunnel.terminal.presence import PresenceLines
 from tunnel.terminal.raw import ESCAPE_NAME, RawTerminal
 from tunnel.terminal.render import render_item
 from tunnel.terminal.sanitize import printable
@@ -148,6 +149,7 @@ class Attachment:
         self._host_gone = 0
         self._hinted = False
         self._view = ConversationView()
+        self._presence = PresenceLines()
         self._terminal = False
         self._backoff = Backoff(maximum=settings.max_backoff)
         # Lines typed while disconnected wait here; bounded so a paste storm cannot grow memory.
@@ -375,9 +377,15 @@ class Attachment:
                 elif message.event.get("kind") == "terminal_size":
                     self._terminal_size(message.event.get("data"))
             case incoming.PresenceMessage():
+                # A host from before member ids: its members are told apart by place.
+                keyed = (
+                    (m.id if m.id is not None else (n, m.name, m.role), m)
+                    for n, m in enumerate(message.members)
+                )
+                lines = self._presence.update(keyed)
                 if raw is None:
-                    names = ", ".join(f"{m.name} ({m.role})" for m in message.members)
-                    self._screen.note(f"attached: {names}")
+                    for line in lines:
+                        self._screen.note(line)
             case incoming.Error():
                 self._note(f"refused: {message.message}", "red")
 
