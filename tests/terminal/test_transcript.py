@@ -97,8 +97,9 @@ def test_a_tool_call_is_one_line_changed_in_place_then_printed_when_it_ends() ->
     transcript.item(_tool(3, status="completed", content=[diff]))
     assert transcript.live_view() == []
     printed = screen.text()
-    assert "-x\n+y\n" in printed
-    assert printed.endswith("tool Edit a.py · edit · completed\n")
+    # The call's line, then what it changed, as without a live part.
+    assert printed.startswith("tool Edit a.py · edit · completed\n")
+    assert printed.endswith("-x\n+y\n")
     assert "call_1" not in printed
 
 

@@ -304,13 +304,14 @@ class Transcript:
         content = tool_content(data)
         over = status in FINAL_TOOL_STATUSES or not status
         if self._out.live:
-            if content is not None:
-                self._print(content)
             if over:
+                # The call's line first, then what it produced: read as one block.
                 if key in self._live_tools:
                     self._live_tools.remove(key)
                 self._print(tool_line(call))
-            elif key not in self._live_tools:
+            if content is not None:
+                self._print(content)
+            if not over and key not in self._live_tools:
                 self._live_tools.append(key)
                 while len(self._live_tools) > MAX_LIVE_TOOLS:
                     self._print(tool_line(self._tools.get(self._live_tools.pop(0), {})))
