@@ -48,7 +48,9 @@ class Teammate:
             elif op == "event":
                 self.events.append(message["event"])
             elif op == "presence":
-                self.presence.append(message["members"])
+                # The whole list or what changed: the session holds the list they make.
+                members = self.session.members
+                self.presence.append([{"name": m.name, "role": m.role} for m in members])
             elif op == "error":
                 self.errors.append(message)
             self.changed.set()

@@ -1,6 +1,6 @@
 """Presence deltas end to end: a relay subprocess, a sharing host and 50 Python clients attaching
 at once. Every client ends with the same list of who is attached, made from the host's first
-list and its deltas, and hands its reader that whole list each time."""
+list and its deltas."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from tests.support import RelayProcess
-from tunnel.app.host_messages import PresenceMessage, parse
+from tunnel.app.host_messages import PresenceDelta, PresenceMessage, parse
 from tunnel.teammate.client import TeammateSession, connect_teammate
 
 from .conftest import sharing
@@ -34,13 +34,14 @@ def roomy_relay(tmp_path: Path) -> Iterator[RelayProcess]:
 async def test_fifty_clients_attaching_at_once_end_with_the_same_members(
     roomy_relay: RelayProcess, tmp_path: Path, workspace: Path
 ) -> None:
-    lists: dict[str, list[PresenceMessage]] = {}
+    wholes: dict[str, int] = {}
+    deltas: dict[str, int] = {}
     sessions: dict[str, TeammateSession] = {}
     everyone = anyio.Event()
 
     def all_told() -> bool:
-        return len(lists) == TEAMMATES and all(
-            len(messages[-1].members) == TEAMMATES + 1 for messages in lists.values()
+        return len(sessions) == TEAMMATES and all(
+            len(session.members) == TEAMMATES + 1 for session in sessions.values()
         )
 
     async def teammate(name: str, link: str) -> None:
@@ -50,9 +51,13 @@ async def test_fifty_clients_attaching_at_once_end_with_the_same_members(
             while True:
                 message = parse(await session.receive())
                 if isinstance(message, PresenceMessage):
-                    lists.setdefault(name, []).append(message)
-                    if all_told():
-                        everyone.set()
+                    wholes[name] = wholes.get(name, 0) + 1
+                elif isinstance(message, PresenceDelta):
+                    deltas[name] = deltas.get(name, 0) + 1
+                else:
+                    continue
+                if all_told():
+                    everyone.set()
 
     async with sharing(roomy_relay.url, tmp_path, agent="demo", workspace=workspace) as shared:
         link = str(shared.host.view_link)
@@ -63,21 +68,19 @@ async def test_fifty_clients_attaching_at_once_end_with_the_same_members(
                 await everyone.wait()
             tg.cancel_scope.cancel()
 
-    # The host sends each channel the whole list once: every later list a client got is one it
-    # made of a delta.
-    assert sum(len(messages) for messages in lists.values()) > TEAMMATES
+    # The host sends each channel the whole list once, then only what changed.
+    assert wholes == {f"t{n:02}": 1 for n in range(TEAMMATES)}
+    assert sum(deltas.values()) > 0
     names = {f"t{n:02}" for n in range(TEAMMATES)}
     expected = None
-    for name, messages in lists.items():
-        last = messages[-1]
-        members = {(m.id, m.name, m.role) for m in last.members}
+    for name, session in sessions.items():
+        members = {(m.id, m.name, m.role) for m in session.members}
         # The host's console is attached too.
-        assert {m.name for m in last.members if m.role != "host"} == names
-        assert [m.role for m in last.members].count("host") == 1
+        assert {m.name for m in session.members if m.role != "host"} == names
+        assert [m.role for m in session.members].count("host") == 1
         assert len(members) == TEAMMATES + 1
         expected = members if expected is None else expected
         assert members == expected
-        # Each client knows which member it is, and its session holds the same list.
-        you = [m for m in last.members if m.id == last.you]
+        # Each client knows which member it is.
+        you = [m for m in session.members if m.id == session.you]
         assert [m.name for m in you] == [name]
-        assert sessions[name].members == list(last.members)

@@ -21,12 +21,14 @@ from rich.console import Console
 from rich.text import Text
 
 from tunnel.agents import AgentSession, SessionError
+from tunnel.app.host_messages import Member, PresenceMessage
 from tunnel.app.requests import Cancel, PermissionAnswer, Prompt, SetConfig, SetMode, SetModel
+from tunnel.app.roster import Roster
 from tunnel.host.presence import Presence
 from tunnel.log import Event, Log
 from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line
 from tunnel.terminal.completion import CommandCompleter
-from tunnel.terminal.presence import PresenceLines
+from tunnel.terminal.presence import change_lines
 from tunnel.terminal.sanitize import printable
 from tunnel.terminal.screen import PlainScreen, PromptScreen, Screen, interactive_terminal
 from tunnel.terminal.transcript import Transcript
@@ -130,12 +132,16 @@ class HostConsole:
 
     async def _show_presence(self) -> None:
         seen = self._presence.version
-        lines = PresenceLines()
-        lines.update(self._presence.keyed().items())  # who is here already is no news
+        roster = Roster()
+        roster.apply(self._whole_list())  # who is here already is no news
         while True:
             seen = await self._presence.wait_changed(seen)
-            for line in lines.update(self._presence.keyed().items()):
+            for line in change_lines(roster.apply(self._whole_list())):
                 self._screen.note(line)
+
+    def _whole_list(self) -> PresenceMessage:
+        members = self._presence.keyed().items()
+        return PresenceMessage(members=[Member(name=m.name, role=m.role, id=k) for k, m in members])
 
     async def _read_lines(self) -> None:
         assert self._stdin is not None

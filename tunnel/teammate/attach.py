@@ -36,6 +36,7 @@ from tunnel.app.requests import (
     Resize,
     encode_request,
 )
+from tunnel.app.roster import Roster
 from tunnel.e2e.crypto import ShareLink
 from tunnel.handshake import check_name
 from tunnel.process.backoff import TEAMMATE_MAX_BACKOFF, Backoff
@@ -46,7 +47,7 @@ from tunnel.proto.codes import FINAL_CODES, CloseCode
 from tunnel.teammate.client import TeammateError, TeammateSession, connect_teammate
 from tunnel.terminal.commands import LOCAL_COMMANDS, Quit, Revoke, Say, parse_line
 from tunnel.terminal.completion import CommandCompleter
-from tunnel.terminal.presence import PresenceLines
+from tunnel.terminal.presence import change_lines, whole_line
 from tunnel.terminal.raw import ESCAPE_NAME, RawTerminal
 from tunnel.terminal.render import render_item
 from tunnel.terminal.sanitize import printable
@@ -149,7 +150,8 @@ class Attachment:
         self._host_gone = 0
         self._hinted = False
         self._view = ConversationView()
-        self._presence = PresenceLines()
+        self._roster = Roster()
+        self._roster_told = False
         self._terminal = False
         self._backoff = Backoff(maximum=settings.max_backoff)
         # Lines typed while disconnected wait here; bounded so a paste storm cannot grow memory.
@@ -376,16 +378,15 @@ class Attachment:
                     self._transcript.event(message.event)
                 elif message.event.get("kind") == "terminal_size":
                     self._terminal_size(message.event.get("data"))
-            case incoming.PresenceMessage():
-                # A host from before member ids: its members are told apart by place.
-                keyed = (
-                    (m.id if m.id is not None else (n, m.name, m.role), m)
-                    for n, m in enumerate(message.members)
-                )
-                lines = self._presence.update(keyed)
+            case incoming.PresenceMessage() | incoming.PresenceDelta():
+                change = self._roster.apply(message)
                 if raw is None:
-                    for line in lines:
-                        self._screen.note(line)
+                    if not self._roster_told:
+                        self._roster_told = True
+                        self._screen.note(whole_line(self._roster.members))
+                    else:
+                        for line in change_lines(change):
+                            self._screen.note(line)
             case incoming.Error():
                 self._note(f"refused: {message.message}", "red")
 

@@ -27,10 +27,10 @@ from tunnel.app.host_messages import (
     PresenceDelta,
     PresenceMessage,
     decode_host_message,
-    encode,
     parse,
 )
 from tunnel.app.requests import MAX_HISTORY_ITEMS, MAX_SEQ, History, Subscribe, encode_request
+from tunnel.app.roster import Roster
 from tunnel.e2e.channel import SealedChannel
 from tunnel.e2e.crypto import SALT_SIZE, ChannelCrypto, DecryptionError, ShareLink, new_salt
 from tunnel.errors import TunnelError, describe_close
@@ -169,10 +169,9 @@ class TeammateSession(SealedChannel):
         # One history request at a time: its answer is told apart by its `before` alone.
         self._history_lock = anyio.Lock()
         self._history_wait: _HistoryWait | None = None
-        # Who is attached, by member id: the host sends the whole list once, then what changed.
-        # As many as the host's presence holds, which the relay's teammate limit bounds.
-        self._members: dict[int, Member] = {}
-        self._you: int | None = None
+        # Who is attached: the host sends the whole list once, then what changed. As many as
+        # the host's presence holds, which the relay's teammate limit bounds.
+        self._roster = Roster()
 
     @property
     def role(self) -> str:
@@ -188,12 +187,12 @@ class TeammateSession(SealedChannel):
     def members(self) -> list[Member]:
         """Who is attached, as of the last presence message `receive()` returned, in the order
         they joined; `you` says which of them this session is."""
-        return list(self._members.values())
+        return self._roster.members
 
     @property
     def you(self) -> int | None:
         """The member id of this session, once the host's first presence message said it."""
-        return self._you
+        return self._roster.you
 
     async def send(self, plaintext: bytes) -> None:
         """Encrypt and send one message, waiting for window. Raises TeammateError once closed."""
@@ -205,9 +204,10 @@ class TeammateSession(SealedChannel):
     async def receive(self) -> bytes:
         """Return the next decrypted message. Raises TeammateError once the session ended.
 
-        While a `history()` call waits, its answer is handed to it and not returned here. A
-        presence message is returned as the whole list of who is attached, whether the host
-        sent the list or what changed since its previous one (docs/application.md).
+        While a `history()` call waits, its answer is handed to it and not returned here.
+        Presence arrives as the host sends it, the whole list once and then what changed
+        (docs/application.md); `members` holds the list they make, already updated when the
+        message is returned.
         """
         while True:
             try:
@@ -218,7 +218,8 @@ class TeammateSession(SealedChannel):
                 error = DecryptionFailedError(CloseCode.DECRYPTION_FAILED, "from the host")
             else:
                 if not self._hand_over(plaintext):
-                    return self._whole_presence(plaintext)
+                    self._track_presence(plaintext)
+                    return plaintext
                 continue
             wait = self._history_wait
             if wait is not None:
@@ -273,34 +274,19 @@ class TeammateSession(SealedChannel):
         assert wait.page is not None  # set with done, unless error was
         return wait.page
 
-    def _whole_presence(self, plaintext: bytes) -> bytes:
-        """`plaintext`, or for a presence delta a presence message with the whole list it makes
-        of the list held, so a reader never needs to know of deltas."""
+    def _track_presence(self, plaintext: bytes) -> None:
+        """Update `members` from a presence message (the whole list, or what changed)."""
         # Most messages are items: only one that may be a presence message is decoded here.
         if b"presence" not in plaintext:
-            return plaintext
+            return
         try:
             if decode_host_message(plaintext)["op"] != "presence":
-                return plaintext
+                return
             message = parse(plaintext)
         except BadRequest:
-            return plaintext  # the reader sees it, and what it does with a malformed message
-        if isinstance(message, PresenceMessage):
-            # The whole list (the first on a channel, or after falling far behind): start over.
-            # A host from before member ids sends lists only: number its members by place.
-            self._members = {
-                m.id if m.id is not None else -1 - n: m for n, m in enumerate(message.members)
-            }
-            self._you = message.you
-            return plaintext
-        if not isinstance(message, PresenceDelta):
-            return plaintext
-        for member_id in message.left:
-            self._members.pop(member_id, None)
-        for member in message.joined:
-            if member.id is not None:
-                self._members[member.id] = member
-        return encode(PresenceMessage(members=list(self._members.values()), you=self._you))
+            return  # the reader sees it, and what it does with a malformed message
+        if isinstance(message, PresenceMessage | PresenceDelta):
+            self._roster.apply(message)
 
     def _hand_over(self, plaintext: bytes) -> bool:
         """Give `plaintext` to the waiting `history()` call if it is its answer."""

@@ -1,0 +1,51 @@
+"""Who is attached, as a teammate learns it: the host's whole list once, then what changed."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from tunnel.app.host_messages import Member, PresenceDelta, PresenceMessage
+
+
+class Change(NamedTuple):
+    """What one presence message changed in the list."""
+
+    joined: list[Member]
+    left: list[Member]
+
+
+class Roster:
+    """The members a channel's presence messages add up to, by member id.
+
+    A host from before member ids sends only whole lists: its members are keyed by place
+    (negative keys, which no host id takes).
+    """
+
+    def __init__(self) -> None:
+        self._members: dict[int, Member] = {}
+        self.you: int | None = None
+        """The member id of the receiving channel, once the host said it."""
+
+    @property
+    def members(self) -> list[Member]:
+        """Everyone attached, in the order they joined."""
+        return list(self._members.values())
+
+    def apply(self, message: PresenceMessage | PresenceDelta) -> Change:
+        """Take in one presence message; returns who it added and who it removed."""
+        if isinstance(message, PresenceMessage):
+            before = self._members
+            self._members = {
+                m.id if m.id is not None else -1 - n: m for n, m in enumerate(message.members)
+            }
+            self.you = message.you
+            joined = [m for key, m in self._members.items() if key not in before]
+            left = [m for key, m in before.items() if key not in self._members]
+            return Change(joined, left)
+        left = [m for key in message.left if (m := self._members.pop(key, None)) is not None]
+        joined = []
+        for member in message.joined:
+            if member.id is not None and member.id not in self._members:
+                joined.append(member)
+                self._members[member.id] = member
+        return Change(joined, left)
