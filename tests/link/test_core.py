@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 import pytest
 from websockets.exceptions import ConnectionClosed
@@ -218,6 +220,28 @@ async def test_a_peer_that_stops_reading_is_cut_off_as_a_slow_consumer(
             assert endpoint.link.failure is None
 
 
+async def test_a_close_behind_a_write_the_peer_never_reads_drops_the_socket_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(core, "CLOSE_GRACE", 0.2)
+    with anyio.fail_after(10):
+        # No send timeout: only the close deadline can end a write the peer never drains.
+        client, server = websocket_pair(max_queue=1)
+        endpoint = Endpoint(server, Side.ACCEPTER)
+        async with running(endpoint):
+            await client.send(encode_frame(Hello(payload={})))
+            endpoint.send_hello({})
+            await endpoint.mux.wait_hello()
+            channel = endpoint.mux.open_channel("s", {})
+            for _ in range(16):
+                await channel.send(b"x" * 16 * 1024)
+            await anyio.wait_all_tasks_blocked()
+            endpoint.link.close_soon(CloseCode.GOING_AWAY, "bye")
+
+            closed = await endpoint.wait_stopped()
+            assert (closed.code, closed.by_peer) == (CloseCode.GOING_AWAY, False)
+
+
 async def test_aclose_on_a_closed_link_returns_how_it_closed() -> None:
     with anyio.fail_after(10):
         async with linked() as (dialer, accepter):
@@ -324,3 +348,53 @@ async def test_more_than_one_batch_queued_at_once_leaves_in_batches_and_in_order
             # few bytes per message), so the third batch holds what is left.
             assert len(writes) == 3
             assert min(writes[:2]) >= core.WRITE_BATCH_BYTES > writes[2]
+
+
+# -- tasks ------------------------------------------------------------------------------------
+
+
+def link_tasks() -> list[str]:
+    """Names of the tasks links start besides their reader (each named after its link)."""
+    return sorted(
+        task.get_name()
+        for task in asyncio.all_tasks()
+        if task.get_name().endswith((" writer", " closer"))
+    )
+
+
+async def test_an_idle_link_runs_no_task_but_its_reader() -> None:
+    with anyio.fail_after(10):
+        before = len(asyncio.all_tasks())
+        async with linked() as (dialer, accepter):
+            ours = dialer.mux.open_channel("s", {})
+            theirs = await accepter.mux.accept()
+            await ours.send(b"ping")
+            assert await theirs.receive() == b"ping"
+            await anyio.wait_all_tasks_blocked()
+
+            # One task per end: the one running `Link.run`, which is the reader.
+            assert len(asyncio.all_tasks()) - before == 2
+
+
+async def test_the_writer_task_runs_only_while_the_socket_is_backed_up() -> None:
+    count, size = 40, 4096  # 160 KiB: over the socket's 64 KiB high-water mark
+    with anyio.fail_after(10):
+        async with linked() as (dialer, accepter):
+            connection = dialer.link.connection
+            channel = connection.open_channel("s", {})
+            dialer.link.flush()
+            await accepter.log.wait_for(lambda events: len(events) == 2)
+            accepter.link.websocket.transport.pause_reading()
+            for n in range(count):
+                assert connection.send_data(channel, b"%d" % n + b"." * size)
+            dialer.link.flush()
+            await anyio.wait_all_tasks_blocked()
+            assert link_tasks() == ["dialer writer"]
+
+            accepter.link.websocket.transport.resume_reading()
+            await accepter.log.wait_for(lambda events: len(events) == 2 + count)
+            assert accepter.log.events[2:] == [
+                DataReceived(channel=channel, data=b"%d" % n + b"." * size) for n in range(count)
+            ]
+            await anyio.wait_all_tasks_blocked()
+            assert link_tasks() == []

@@ -11,11 +11,15 @@ Writes are batched, because the event loop's per-write cost (a timer, a task swi
 call) is what bounds throughput, not encoding. `flush()` schedules one callback for the end of the
 current turn of the event loop; it frames everything queued by then and hands it to the socket in
 one write, without waking a task. Only when the socket's buffer is full (the peer reads slower
-than we write) does the writer task take over: it waits for the socket to drain, and sends
-whatever was queued meanwhile as further batches. Either way frames leave in the order they were
-queued, no timer runs per write (a watchdog checks the send deadline), and the wake-ups use
-asyncio's own Event: websockets' connection runs only on asyncio, and anyio's Event costs several
-times more to make and to wait on.
+than we write) is a writer task started: it waits for the socket to drain, sends whatever was
+queued meanwhile as further batches, and ends once nothing is left. Either way frames leave in the
+order they were queued.
+
+An idle link costs its reader alone: a relay holds thousands of links, and every task, cancel
+scope and Event kept per link is memory per connection (docs/performance.md, "Memory"). So the
+writer exists only while the socket is backed up, and the two deadlines are timer handles armed
+only while they can matter: the send deadline while the writer runs (one look every quarter of
+it, not a timer per write), the close deadline once a close was asked for.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 
 import anyio
 from websockets.asyncio.connection import Connection as WebSocket
@@ -49,6 +53,10 @@ WRITE_BATCH_BYTES = 256 * 1024
 """Bytes of frames the writer hands the socket in one write before it waits for the socket to
 drain; what is queued beyond it is already in memory (the protocol object's buffer), so the bound
 only keeps one write's joined copy small."""
+
+SEND_WATCH_TICKS = 4
+"""How often per send timeout the writer's current write is looked at: the cut-off comes after
+the timeout to (1 + 1/SEND_WATCH_TICKS) times it."""
 
 EventHandler = Callable[[Event], None]
 
@@ -79,6 +87,31 @@ class Link:
     what was queued.
     """
 
+    # A relay keeps one per connection: no per-instance dict.
+    __slots__ = (
+        "_close_request",
+        "_close_timer",
+        "_closed",
+        "_closed_waiter",
+        "_closer",
+        "_failure",
+        "_send_timeout",
+        "_sending",
+        "_task_error",
+        "_unsent",
+        "_watch",
+        "_watch_seen",
+        "_watched",
+        "_write_scheduled",
+        "_write_started",
+        "_writer",
+        "_writes",
+        "_writing",
+        "connection",
+        "label",
+        "websocket",
+    )
+
     def __init__(
         self,
         websocket: WebSocket,
@@ -94,21 +127,30 @@ class Link:
         self.label = label
         """Short description used in log lines (never a secret)."""
         self._send_timeout = send_timeout
-        # Set only while the writer task sleeps: then it holds no frame, and the socket is free
-        # for a write from flush()'s callback.
-        self._wakeup: asyncio.Event | None = None
+        # From run() until the link stops sending (the writer gave up, or run() is ending).
+        self._sending = False
         self._write_scheduled = False
+        # Alive only while the socket is backed up or a close is being sent; while it is, it
+        # takes everything queued and flush() leaves the socket to it.
+        self._writer: asyncio.Task[None] | None = None
+        # Closes the WebSocket of a peer cut off for not reading, while the writer is stuck.
+        self._closer: asyncio.Task[None] | None = None
+        self._task_error: BaseException | None = None
         # Frames taken from the protocol object beyond one batch, for the writer task to send
         # first: bounded by what the protocol object held.
         self._unsent: list[bytes] = []
         self._writes = 0
         self._write_started = 0
+        # A write is in progress, maybe waiting for the socket to drain: the send deadline's cue.
         self._writing = False
-        # A write is in progress, maybe waiting for the socket to drain: the watchdog's cue.
+        self._watch: asyncio.TimerHandle | None = None
+        self._watched = -1
+        self._watch_seen = 0
         self._close_request: tuple[int, str] | None = None
+        self._close_timer: asyncio.TimerHandle | None = None
         self._closed: LinkClosedError | None = None
-        self._closed_event = anyio.Event()
-        self._close_requested = anyio.Event()
+        # Made by the first wait_closed() that has to wait: most links are never waited on.
+        self._closed_waiter: asyncio.Event | None = None
         self._failure: ProtocolError | None = None
 
     # -- state ------------------------------------------------------------------------------
@@ -135,7 +177,10 @@ class Link:
 
     async def wait_closed(self) -> LinkClosedError:
         """Wait until the link is closed and return why."""
-        await self._closed_event.wait()
+        if self._closed is None:
+            if self._closed_waiter is None:
+                self._closed_waiter = asyncio.Event()
+            await self._closed_waiter.wait()
         assert self._closed is not None
         return self._closed
 
@@ -145,32 +190,26 @@ class Link:
         """Make sure everything the protocol object has queued gets sent.
 
         Cheap enough to call after every change: the first call in a turn of the event loop
-        schedules one write for the end of it, later calls find it scheduled; a busy writer task
-        takes the new frames before it sleeps again.
+        schedules one write for the end of it, later calls find it scheduled; a running writer
+        task takes the new frames before it ends.
         """
-        if self._wakeup is None or self._write_scheduled:
+        if not self._sending or self._write_scheduled or self._writer is not None:
             return
         if self._close_request is not None:
-            self._wake_writer()
+            self._start_writer()
         elif self.connection.has_data_to_send():
             self._write_scheduled = True
             asyncio.get_running_loop().call_soon(self._write_now)
 
-    def _wake_writer(self) -> None:
-        wakeup = self._wakeup
-        if wakeup is not None:
-            self._wakeup = None
-            wakeup.set()
-
     def _write_now(self) -> None:
-        """Send what is queued in one socket write while the writer task sleeps (see the module)."""
+        """Send what is queued in one socket write while no writer task runs (see the module)."""
         self._write_scheduled = False
-        if self._wakeup is None:
-            return  # the writer task is awake and takes everything queued
+        if not self._sending or self._writer is not None:
+            return  # the writer task takes everything queued, or nothing is sent any more
         websocket = self.websocket
         if self._close_request is not None or websocket.protocol.state is not State.OPEN:
             # Closing: the writer task sends what is queued, then the close.
-            self._wake_writer()
+            self._start_writer()
             return
         try:
             messages = self.connection.data_to_send()
@@ -184,9 +223,9 @@ class Link:
             # The writer task sends the rest, one batch per drain of the socket, before anything
             # queued later.
             self._unsent = messages[end:]
-            self._wake_writer()
+            self._start_writer()
         elif self._backed_up():
-            self._wake_writer()  # to wait for the socket to drain, under the send deadline
+            self._start_writer()  # to wait for the socket to drain, under the send deadline
 
     def _hand_to_socket(self, messages: list[bytes]) -> None:
         """Frame `messages` and write them to the socket at once; the connection must be open."""
@@ -211,7 +250,8 @@ class Link:
         """
         if self._close_request is None and self._closed is None:
             self._close_request = (int(code), clip_reason(reason))
-            self._close_requested.set()
+            if self._sending:
+                self._arm_close_deadline()
         self.flush()
 
     async def aclose(self, code: int = CloseCode.NORMAL, reason: str = "") -> LinkClosedError:
@@ -230,18 +270,18 @@ class Link:
         `on_event` is called synchronously, in order, for every protocol event. It must not
         block; it may change the protocol object and call `flush()` or `close_soon()`.
         """
+        self._sending = True
+        if self._close_request is not None:
+            self._arm_close_deadline()
+        self.flush()  # what was queued before the link ran
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._writer)
-                tg.start_soon(self._close_watchdog)
-                if self._send_timeout is not None:
-                    tg.start_soon(self._send_watchdog, self._send_timeout)
-                await self._reader(on_event)
-                # The reader ended: give the writer a bounded moment to finish a requested close.
-                with anyio.move_on_after(CLOSE_GRACE):
-                    await self.websocket.wait_closed()
-                tg.cancel_scope.cancel()
+            await self._reader(on_event)
+            # The reader ended: give the writer a bounded moment to finish a requested close.
+            with anyio.move_on_after(CLOSE_GRACE):
+                await self.websocket.wait_closed()
         finally:
+            self._sending = False  # nothing more is sent but the goodbye below
+            await self._stop_tasks()
             if self.websocket.state is not State.CLOSED:
                 # Cancelled from outside (the owner is stopping): say goodbye, briefly.
                 if self._close_request is None:
@@ -251,7 +291,8 @@ class Link:
                 self._abort()
             if self._closed is None:
                 self._finish()
-            self._wakeup = None  # no writer any more: flush() does nothing
+        if self._task_error is not None:
+            raise self._task_error
         assert self._closed is not None
         return self._closed
 
@@ -276,7 +317,51 @@ class Link:
             pass
         self._finish()
 
-    async def _writer(self) -> None:
+    # -- the writer task and the deadlines ----------------------------------------------------
+
+    def _spawn(self, coroutine: Coroutine[None, None, None], name: str) -> asyncio.Task[None]:
+        """Start a task that run() owns: it cancels and awaits it before it returns."""
+        task = asyncio.get_running_loop().create_task(coroutine, name=f"{self.label} {name}")
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if task is self._writer:
+            self._writer = None
+        if task is self._closer:
+            self._closer = None
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and self._task_error is None:
+            # A bug, not the peer: end the link (the reader sees the socket go) and let run()
+            # raise it, as a task group would have.
+            self._task_error = error
+            self._abort()
+
+    async def _stop_tasks(self) -> None:
+        for timer in (self._watch, self._close_timer):
+            if timer is not None:
+                timer.cancel()
+        self._watch = self._close_timer = None
+        tasks = [task for task in (self._writer, self._closer) if task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            with anyio.move_on_after(CANCEL_GRACE, shield=True):
+                await asyncio.wait(tasks)
+
+    def _start_writer(self) -> None:
+        if self._writer is not None or not self._sending:
+            return
+        self._writer = self._spawn(self._write_while_needed(), "writer")
+        if self._send_timeout is not None and self._watch is None:
+            self._watch = asyncio.get_running_loop().call_later(
+                self._send_timeout / SEND_WATCH_TICKS, self._watch_send
+            )
+
+    async def _write_while_needed(self) -> None:
+        lingered = False
         while True:
             if (
                 self._close_request is None
@@ -284,45 +369,58 @@ class Link:
                 and not self.connection.has_data_to_send()
                 and not self._backed_up()
             ):
-                # Checked and set with no await in between, so no flush() can fall in a gap.
-                self._wakeup = wakeup = asyncio.Event()
-                await wakeup.wait()
-                continue
+                if not lingered:
+                    # A bulk sender queues more within a turn of the loop, when the socket is
+                    # likely to back up again: waiting one turn is cheaper than a new task.
+                    lingered = True
+                    await asyncio.sleep(0)
+                    continue
+                # Checked and ended with no await in between, so no flush() can fall in a gap:
+                # the next one writes from its callback again.
+                self._writer = None
+                return
+            lingered = False
             try:
                 await self._send_queued()
             except ConnectionClosed:
+                self._sending = False
                 return
             if self._close_request is not None:
+                self._sending = False
                 await self._close_websocket()
                 return
 
-    async def _send_watchdog(self, limit: float) -> None:
-        """Cut off a peer that has kept one write waiting for more than `limit` seconds.
+    def _watch_send(self) -> None:
+        """Cut off a peer that has kept one write waiting for more than the send timeout.
 
         A deadline per write would cost a timer per batch; looking every quarter of the limit
-        costs four wake-ups per limit per link, and cuts off after the limit to 1.25 times it.
+        while the writer runs costs four wake-ups per limit, and cuts off after the limit to
+        1.25 times it.
         """
-        ticks = 4
-        watched, seen = -1, 0
-        while True:
-            await anyio.sleep(limit / ticks)
-            current = self._write_started if self._writing else -1
-            if current < 0 or current != watched:
-                watched, seen = current, 0
-                continue
-            seen += 1
-            if seen >= ticks:
-                # The same write has waited at least `limit`: the peer stopped reading its socket.
+        self._watch = None
+        if self._writer is None or self._send_timeout is None:
+            return  # nothing waits on the socket; the next writer arms it again
+        current = self._write_started if self._writing else -1
+        if current < 0 or current != self._watched:
+            self._watched, self._watch_seen = current, 0
+        else:
+            self._watch_seen += 1
+            if self._watch_seen >= SEND_WATCH_TICKS:
+                # The same write has waited at least the limit: the peer stopped reading its
+                # socket. The writer is stuck in that write, so the close is sent from aside.
                 self.close_soon(CloseCode.SLOW_CONSUMER, "stopped reading for too long")
-                await self._close_websocket()
+                if self._closer is None:
+                    self._closer = self._spawn(self._close_websocket(), "closer")
                 return
+        self._watch = asyncio.get_running_loop().call_later(
+            self._send_timeout / SEND_WATCH_TICKS, self._watch_send
+        )
 
-    async def _close_watchdog(self) -> None:
+    def _arm_close_deadline(self) -> None:
         # A writer stuck in send() (peer not reading, no send_timeout) must not keep a link we
         # decided to close alive forever.
-        await self._close_requested.wait()
-        await anyio.sleep(CLOSE_GRACE * 2)
-        self._abort()
+        if self._close_timer is None:
+            self._close_timer = asyncio.get_running_loop().call_later(CLOSE_GRACE * 2, self._abort)
 
     async def _send_queued(self) -> None:
         while True:
@@ -391,4 +489,5 @@ class Link:
                     "" if rcvd is None else rcvd.reason,
                     by_peer=True,
                 )
-        self._closed_event.set()
+        if self._closed_waiter is not None:
+            self._closed_waiter.set()

@@ -1,0 +1,82 @@
+"""An idle attached teammate costs the relay no task beyond the two websockets runs per connection.
+
+Memory per idle connection is mostly its tasks (docs/performance.md, "Memory"): each one brings a
+coroutine, cancel scopes and often an Event. The relay runs in a thread of its own, on its own
+event loop, so its tasks are counted apart from the host's and the teammates'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from tests.support import echo_roundtrip, host_settings, running_host
+from tunnel.relay.server import run as run_relay
+from tunnel.relay.settings import RelaySettings
+from tunnel.teammate.client import connect_teammate
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+TEAMMATES = 8
+
+TASKS_PER_CONNECTION = 2
+"""websockets' own: the handler task (our reader runs in it) and its keepalive task. The bare
+websockets server of bench/memory_bench.py runs the same two."""
+
+
+async def _relay_tasks() -> list[str]:
+    return [_describe(task) for task in asyncio.all_tasks()]
+
+
+def _describe(task: asyncio.Task[object]) -> str:
+    coroutine = task.get_coro()
+    return getattr(coroutine, "__qualname__", type(coroutine).__name__)
+
+
+async def count_relay_tasks(portal: BlockingPortal) -> Counter[str]:
+    """The relay loop's tasks, by the function they run."""
+    return Counter(await anyio.to_thread.run_sync(portal.call, _relay_tasks))
+
+
+async def settled_count(portal: BlockingPortal) -> Counter[str]:
+    """The relay's tasks once two looks a moment apart agree: connections that just closed or
+    opened have finished with their tasks."""
+    previous = await count_relay_tasks(portal)
+    while True:
+        await anyio.sleep(0.3)
+        current = await count_relay_tasks(portal)
+        if current == previous:
+            return current
+        previous = current
+
+
+async def test_an_idle_attached_teammate_runs_no_relay_task_beyond_websockets_own(
+    tmp_path: Path,
+) -> None:
+    settings = RelaySettings(host="127.0.0.1", port=0)
+    with start_blocking_portal() as portal:
+        relay, port = portal.start_task(run_relay, settings)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            with anyio.fail_after(40):
+                async with running_host(host_settings(url, tmp_path)) as host:
+                    before = await settled_count(portal)
+                    async with contextlib.AsyncExitStack() as stack:
+                        for index in range(TEAMMATES):
+                            session = await stack.enter_async_context(
+                                connect_teammate(host.view_link, name=f"idle{index}")
+                            )
+                            # Attached with a channel open and used once, as the memory bench's.
+                            assert await echo_roundtrip(session, b"once") == b"once"
+                        after = await settled_count(portal)
+        finally:
+            relay.cancel()
+    added = after - before
+    per_teammate = sum(added.values()) / TEAMMATES
+    assert per_teammate <= TASKS_PER_CONNECTION, dict(added)
