@@ -13,6 +13,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from tests.relay.cluster.support import SECRET, Node, RedisServer, free_port
 from tests.relay.web.conftest import CHROMIUM_ARGS, require_chromium
 from tests.relay.web.stack import Host
+from tests.relay.web.test_web_layout import idle
 from tests.relay.web.test_web_stack import connected, named, prompt, seqs
 from tests.support import RelayProcess
 
@@ -87,6 +88,9 @@ def test_pages_on_two_other_nodes_drive_and_watch_the_host_with_its_exact_items(
         for page in (driver, viewer):
             expect(page.get_by_test_id("tool-result").first).to_be_visible(timeout=30_000)
             expect(page.locator("[data-testid=message][data-role=agent]").last).to_be_visible()
+        # The turn's last items (the plan, the usage) come after its reply: read the host's log
+        # only once the agent is idle again.
+        idle(driver)
         conversation = driver.evaluate("window.__tunnel.session.conversationId")
         expected = [item["seq"] for item in host.log_items(conversation)]
         for page in (driver, viewer):
