@@ -321,6 +321,40 @@ def ask(attach: AttachProcess, line: str) -> int:
     return mark
 
 
+async def drive(session: Session, name: str = "alice") -> AttachProcess:
+    """Start `tunnel attach` with the drive link; return once it says it is attached."""
+    attach = session.attach(name)
+    await attach.output.wait_for(rf"attached as {name} \(drive\)")
+    return attach
+
+
+async def asked(attach: AttachProcess, viewer: Teammate, line: str, *, count: int = 1) -> None:
+    """Type `line` into `tunnel attach`; return once `viewer` holds `count` permission requests
+    and attach shows the last, so that `/allow` or `/deny` there answers it."""
+    mark = ask(attach, line)
+    await viewer.wait_for(lambda t: len(permission_requests(t)) == count)
+    await shown(attach, mark)
+
+
+def agent_starts(teammate: Teammate) -> list[dict[str, Any]]:
+    """The data of the `agent_started` session events, in order."""
+    return [
+        i["data"]
+        for i in teammate.items
+        if i["type"] == "session_event" and i["data"].get("what") == "agent_started"
+    ]
+
+
+@contextlib.asynccontextmanager
+async def driven(
+    sharing: contextlib.AbstractAsyncContextManager[Session],
+) -> AsyncIterator[tuple[Session, Teammate, AttachProcess]]:
+    """`async with driven(share(agent)) as (session, vera, alice):` the shared agent, a viewer
+    "vera" recording what is stored and "alice" driving it through `tunnel attach`."""
+    async with sharing as session, session.teammate("vera") as vera:
+        yield session, vera, await drive(session)
+
+
 @pytest.fixture
 def model() -> Iterator[ModelServer]:
     server = ModelServer().start()

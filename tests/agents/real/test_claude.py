@@ -12,17 +12,19 @@ from pathlib import Path
 import pytest
 
 from tests.support import eventually
-from tunnel.app.requests import Cancel, Prompt, SetMode
+from tunnel.app.requests import Prompt
 
+from . import scenarios
 from .conftest import (
     CLAUDE,
     StartSession,
     agent_said,
-    ask,
+    asked,
     decisions,
+    drive,
+    driven,
     permission_requests,
     settings_events,
-    shown,
 )
 from .model_server import ModelServer, Text, ToolCall, reply
 
@@ -49,21 +51,13 @@ def _script_edit(model: ModelServer, key: str, path: Path, old: str, new: str) -
 async def test_a_prompt_typed_in_attach_streams_the_models_reply_to_everyone(
     share: StartSession, model: ModelServer
 ) -> None:
-    model.script("HELLO-1", reply(Text("Hello from the fake model, streamed in chunks.")))
-    async with share(CLAUDE) as session, session.teammate("vera") as vera:
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
-        alice.type("HELLO-1: say hello")
-        await alice.output.wait_for(r"agent: Hello from the fake model, streamed in chunks\.")
-        await vera.wait_for(agent_said("Hello from the fake model, streamed in chunks."))
-
-        started = next(i for i in vera.items if i["data"].get("what") == "agent_started")
-        assert started["data"]["agent"] == "Claude Agent"
-        assert started["data"]["version"] == "0.49.0"
+    async with driven(share(CLAUDE)) as (_, vera, alice):
+        text = "Hello from the fake model, streamed in chunks."
+        started = await scenarios.prompt_streams_to_everyone(alice, vera, model, text)
+        assert (started["agent"], started["version"]) == ("Claude Agent", "0.49.0")
         deltas = [e["data"] for e in vera.events if e["kind"] == "delta"]
         assert any(d.get("channel") == "message" for d in deltas), vera.events[:10]
-        # The prompt reached the model as typed, and nothing left loopback.
-        assert model.saw_text("HELLO-1: say hello")
+        # Nothing left loopback.
         assert all(stray.startswith("CONNECT ") for stray in model.strays)
 
 
@@ -73,15 +67,8 @@ async def test_allow_once_applies_the_edit_once_and_the_next_edit_asks_again(
     notes = workspace / "notes.txt"
     _script_edit(model, "EDIT-ONCE-1", notes, "milk", "bread")
     _script_edit(model, "EDIT-ONCE-2", notes, "bread", "butter")
-    async with share(CLAUDE) as session, session.teammate("vera") as vera:
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
-        mark = alice.output.mark()
-        alice.type("EDIT-ONCE-1")
-        await vera.wait_for(lambda t: len(permission_requests(t)) == 1)
-        request = permission_requests(vera)[0]["data"]
-        # The agent's own options, in its order, and the diff it wants to apply.
-        assert [(o["option_id"], o["kind"]) for o in request["options"]] == CLAUDE_OPTIONS
+    async with driven(share(CLAUDE)) as (_, vera, alice):
+        request = await scenarios.asked_with_options(alice, vera, "EDIT-ONCE-1", CLAUDE_OPTIONS)
         # The tool call asked about is stored whole: what it is, where, and the diff.
         call = request["tool_call"]
         assert (call["kind"], call["title"]) == ("edit", "Edit notes.txt")
@@ -90,7 +77,6 @@ async def test_allow_once_applies_the_edit_once_and_the_next_edit_asks_again(
             call["content"]
         )
         assert notes.read_text() == "remember the milk\n"
-        await shown(alice, mark)
         alice.type("/allow")
         await vera.wait_for(agent_said("EDIT-ONCE-1 done."))
         assert decisions(vera)[0]["option_id"] == "allow"
@@ -99,10 +85,7 @@ async def test_allow_once_applies_the_edit_once_and_the_next_edit_asks_again(
         assert (result.name, result.is_error) == ("Edit", False)
 
         # Allowed once: the next edit asks again.
-        mark = alice.output.mark()
-        alice.type("EDIT-ONCE-2")
-        await vera.wait_for(lambda t: len(permission_requests(t)) == 2)
-        await shown(alice, mark)
+        await asked(alice, vera, "EDIT-ONCE-2", count=2)
         alice.type("/allow 2")  # the second option as listed: "Allow", once
         await vera.wait_for(agent_said("EDIT-ONCE-2 done."))
         assert decisions(vera)[1]["option_id"] == "allow"
@@ -114,13 +97,8 @@ async def test_deny_leaves_the_file_and_the_model_is_told_it_was_refused(
 ) -> None:
     notes = workspace / "notes.txt"
     _script_edit(model, "EDIT-DENY", notes, "milk", "bread")
-    async with share(CLAUDE) as session, session.teammate("vera") as vera:
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
-        mark = alice.output.mark()
-        alice.type("EDIT-DENY")
-        await vera.wait_for(lambda t: len(permission_requests(t)) == 1)
-        await shown(alice, mark)
+    async with driven(share(CLAUDE)) as (_, vera, alice):
+        await asked(alice, vera, "EDIT-DENY")
         alice.type("/deny")
         await vera.wait_for(agent_said("EDIT-DENY done."))
         assert decisions(vera)[0]["option_id"] == "reject"
@@ -131,26 +109,11 @@ async def test_deny_leaves_the_file_and_the_model_is_told_it_was_refused(
 
 
 async def test_allow_always_lets_later_edits_through_without_asking(
-    share: StartSession, model: ModelServer, workspace: Path
+    share: StartSession, model: ModelServer
 ) -> None:
-    notes = workspace / "notes.txt"
-    _script_edit(model, "EDIT-ALWAYS-1", notes, "milk", "bread")
-    _script_edit(model, "EDIT-ALWAYS-2", notes, "bread", "butter")
-    async with share(CLAUDE) as session, session.teammate("vera") as vera:
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
-        mark = alice.output.mark()
-        alice.type("EDIT-ALWAYS-1")
-        await vera.wait_for(lambda t: len(permission_requests(t)) == 1)
-        await shown(alice, mark)
-        alice.type("/allow always")
-        await vera.wait_for(agent_said("EDIT-ALWAYS-1 done."))
-        assert decisions(vera)[0]["option_id"] == "allow_always"
-        mark = alice.output.mark()
-        alice.type("EDIT-ALWAYS-2")
-        await vera.wait_for(agent_said("EDIT-ALWAYS-2 done."))
-        assert len(permission_requests(vera)) == 1
-        assert notes.read_text() == "remember the butter\n"
+    await scenarios.allow_always_passes_the_next_edit(
+        share, CLAUDE, model, _script_edit, "allow_always"
+    )
 
 
 async def test_a_new_file_and_a_shell_command_run_once_allowed(
@@ -166,22 +129,14 @@ async def test_a_new_file_and_a_shell_command_run_once_allowed(
         reply(ToolCall("Bash", {"command": "echo ran > shell.txt", "description": "Write a file"})),
         reply(Text("RUN-SHELL done.")),
     )
-    async with share(CLAUDE) as session, session.teammate("vera") as vera:
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
-        mark = alice.output.mark()
-        alice.type("WRITE-NEW")
-        await vera.wait_for(lambda t: len(permission_requests(t)) == 1)
-        await shown(alice, mark)
+    async with driven(share(CLAUDE)) as (_, vera, alice):
+        await asked(alice, vera, "WRITE-NEW")
         alice.type("/allow")
         await vera.wait_for(agent_said("WRITE-NEW done."))
         assert (workspace / "new.txt").read_text() == "fresh\n"
 
-        mark = alice.output.mark()
-        alice.type("RUN-SHELL")
-        await vera.wait_for(lambda t: len(permission_requests(t)) == 2)
+        await asked(alice, vera, "RUN-SHELL", count=2)
         assert permission_requests(vera)[1]["data"]["title"] == "echo ran > shell.txt"
-        await shown(alice, mark)
         alice.type("/allow")
         await vera.wait_for(agent_said("RUN-SHELL done."))
         assert (workspace / "shell.txt").read_text() == "ran\n"
@@ -191,18 +146,7 @@ async def test_a_new_file_and_a_shell_command_run_once_allowed(
 async def test_cancel_mid_turn_stops_the_model_call_and_the_next_prompt_runs(
     share: StartSession, model: ModelServer
 ) -> None:
-    model.script("SLOW-TURN", reply(Text("Thinking very slowly about it..."), hold=True))
-    model.script("AFTER-CANCEL", reply(Text("Back again.")))
-    async with share(CLAUDE) as session, session.teammate("alice", drive=True) as alice:
-        await alice.send(Prompt(text="SLOW-TURN"))
-        assert await eventually(model.holding, attempts=300)
-        await alice.send(Cancel())
-        await alice.wait_for(lambda t: t.item_of("session_event", what="cancelled") is not None)
-        assert await eventually(lambda: model.calls("SLOW-TURN")[-1].hung_up, attempts=300)
-        # The session goes on: the next prompt is answered (claude-agent-acp before 0.24 answered
-        # it a turn late: agentclientprotocol/claude-agent-acp#551).
-        await alice.send(Prompt(text="AFTER-CANCEL"))
-        await alice.wait_for(agent_said("Back again."))
+    await scenarios.cancel_mid_turn_then_prompt(share, model, CLAUDE)
 
 
 async def test_a_drivers_mode_switch_takes_effect_and_a_viewers_is_refused(
@@ -214,26 +158,18 @@ async def test_a_drivers_mode_switch_takes_effect_and_a_viewers_is_refused(
         reply(Text("PLAN-TURN done.")),
     )
     async with share(CLAUDE) as session, session.teammate("vera") as vera:
-        await vera.wait_for(lambda t: bool(settings_events(t)))
-        assert settings_events(vera)[-1]["modes"]["current"] == "default"
-        await vera.send(SetMode(mode_id="plan"))
-        await vera.wait_for(lambda t: bool(t.errors))
-        assert vera.errors[0]["code"] == "forbidden"
-
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
+        await scenarios.viewer_mode_switch_is_refused(vera, "plan")
+        alice = await drive(session)
         alice.type("/mode plan")
         await vera.wait_for(lambda t: settings_events(t)[-1]["modes"]["current"] == "plan")
         switch = next(i for i in vera.items if i["data"].get("change") == {"mode": "plan"})
         assert switch["created_by"] == "alice"
 
         # Plan mode reached Claude Code: the model is told, and leaving it asks permission.
-        mark = ask(alice, "PLAN-TURN")
-        await vera.wait_for(lambda t: len(permission_requests(t)) == 1)
+        await asked(alice, vera, "PLAN-TURN")
         assert model.saw_text("Plan mode is active")
         options = permission_requests(vera)[0]["data"]["options"]
         assert {"default", "acceptEdits", "plan"} <= {o["option_id"] for o in options}
-        await shown(alice, mark)
         alice.type("/allow")  # the allow-once option: "manually approve edits", mode default
         await vera.wait_for(agent_said("PLAN-TURN done."))
         assert decisions(vera)[0]["option_id"] == "default"
@@ -283,16 +219,7 @@ async def test_a_killed_agent_is_restarted_and_resumes_the_same_session(
             lambda: any("Noted." in p.read_text() for p in projects.rglob(transcript)),
             attempts=100,
         )
-        session.host.kill_agent()
-        await alice.wait_for(lambda t: t.item_of("session_event", what="agent_exited") is not None)
-        await alice.send(Prompt(text="RECALL-1: what is the password?"))
-        await alice.wait_for(agent_said("It is swordfish."))
-        started = [
-            i["data"]
-            for i in alice.items
-            if i["type"] == "session_event" and i["data"].get("what") == "agent_started"
-        ]
-        assert len(started) == 2
+        started = await scenarios.recall_after_a_kill(session, alice, "It is swordfish.")
         assert started[1]["resumed"] is True
         assert started[1]["session_id"] == first["data"]["session_id"]
         # The restarted agent sent the model the earlier turn: it remembers.

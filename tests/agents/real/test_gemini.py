@@ -11,18 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import eventually
-from tunnel.app.requests import Cancel, Prompt, SetMode
+from tunnel.app.requests import Prompt
 
+from . import scenarios
 from .conftest import (
     GEMINI,
     StartSession,
     agent_said,
-    ask,
+    asked,
     decisions,
+    drive,
+    driven,
     permission_requests,
     settings_events,
-    shown,
 )
 from .model_server import ModelServer, Text, ToolCall, reply
 
@@ -44,17 +45,10 @@ def _script_replace(model: ModelServer, key: str, path: Path, old: str, new: str
 async def test_a_prompt_typed_in_attach_streams_the_models_reply_to_everyone(
     share: StartSession, model: ModelServer
 ) -> None:
-    model.script("HELLO-1", reply(Text("Hello from the fake Gemini, streamed in chunks.")))
-    async with share(GEMINI) as session, session.teammate("vera") as vera:
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
-        alice.type("HELLO-1: say hello")
-        await alice.output.wait_for(r"agent: Hello from the fake Gemini, streamed in chunks\.")
-        await vera.wait_for(agent_said("Hello from the fake Gemini, streamed in chunks."))
-        started = next(i for i in vera.items if i["data"].get("what") == "agent_started")
-        assert started["data"]["agent"] == "Gemini CLI"
-        assert started["data"]["version"] == "0.61.0"
-        assert model.saw_text("HELLO-1: say hello")
+    async with driven(share(GEMINI)) as (_, vera, alice):
+        text = "Hello from the fake Gemini, streamed in chunks."
+        started = await scenarios.prompt_streams_to_everyone(alice, vera, model, text)
+        assert (started["agent"], started["version"]) == ("Gemini CLI", "0.61.0")
         assert model.strays == []
 
 
@@ -64,13 +58,8 @@ async def test_allow_once_applies_the_edit_and_deny_leaves_the_next_one(
     notes = workspace / "notes.txt"
     _script_replace(model, "EDIT-ONCE", notes, "milk", "bread")
     _script_replace(model, "EDIT-DENIED", notes, "bread", "butter")
-    async with share(GEMINI) as session, session.teammate("vera") as vera:
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
-        mark = ask(alice, "EDIT-ONCE")
-        await vera.wait_for(lambda t: len(permission_requests(t)) == 1)
-        request = permission_requests(vera)[0]["data"]
-        assert [(o["option_id"], o["kind"]) for o in request["options"]] == GEMINI_OPTIONS
+    async with driven(share(GEMINI)) as (_, vera, alice):
+        request = await scenarios.asked_with_options(alice, vera, "EDIT-ONCE", GEMINI_OPTIONS)
         # The tool call is stored whole; Gemini's diff is of the whole file, read through us.
         diff = next(c for c in request["tool_call"]["content"] if c["type"] == "diff")
         assert (diff["path"], diff["old_text"], diff["new_text"]) == (
@@ -78,16 +67,13 @@ async def test_allow_once_applies_the_edit_and_deny_leaves_the_next_one(
             "remember the milk\n",
             "remember the bread\n",
         )
-        await shown(alice, mark)
         alice.type("/allow")
         await vera.wait_for(agent_said("EDIT-ONCE done."))
         assert decisions(vera)[0]["option_id"] == "proceed_once"
         assert notes.read_text() == "remember the bread\n"
         assert not model.tool_results("EDIT-ONCE")[-1].is_error
 
-        mark = ask(alice, "EDIT-DENIED")
-        await vera.wait_for(lambda t: len(permission_requests(t)) == 2)
-        await shown(alice, mark)
+        await asked(alice, vera, "EDIT-DENIED", count=2)
         alice.type("/deny")
         await vera.wait_for(agent_said("EDIT-DENIED done."))
         assert decisions(vera)[1]["option_id"] == "cancel"
@@ -95,24 +81,12 @@ async def test_allow_once_applies_the_edit_and_deny_leaves_the_next_one(
         assert model.tool_results("EDIT-DENIED")[-1].is_error
 
 
-async def test_allow_always_lets_the_next_edit_through_without_asking(
-    share: StartSession, model: ModelServer, workspace: Path
+async def test_allow_always_passes_the_next_edit_without_asking(
+    share: StartSession, model: ModelServer
 ) -> None:
-    notes = workspace / "notes.txt"
-    _script_replace(model, "EDIT-ALWAYS-1", notes, "milk", "bread")
-    _script_replace(model, "EDIT-ALWAYS-2", notes, "bread", "butter")
-    async with share(GEMINI) as session, session.teammate("vera") as vera:
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
-        mark = ask(alice, "EDIT-ALWAYS-1")
-        await shown(alice, mark)
-        alice.type("/allow always")
-        await vera.wait_for(agent_said("EDIT-ALWAYS-1 done."))
-        assert decisions(vera)[0]["option_id"] == "proceed_always"
-        alice.type("EDIT-ALWAYS-2")
-        await vera.wait_for(agent_said("EDIT-ALWAYS-2 done."))
-        assert len(permission_requests(vera)) == 1
-        assert notes.read_text() == "remember the butter\n"
+    await scenarios.allow_always_passes_the_next_edit(
+        share, GEMINI, model, _script_replace, "proceed_always"
+    )
 
 
 async def test_gemini_creates_a_new_file_inside_the_workspace(
@@ -124,11 +98,8 @@ async def test_gemini_creates_a_new_file_inside_the_workspace(
         reply(ToolCall("write_file", {"file_path": str(target), "content": "# Fresh\n"})),
         reply(Text("WRITE-NEW done.")),
     )
-    async with share(GEMINI) as session, session.teammate("vera") as vera:
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
-        mark = ask(alice, "WRITE-NEW")
-        await shown(alice, mark)
+    async with driven(share(GEMINI)) as (_, vera, alice):
+        await asked(alice, vera, "WRITE-NEW")
         alice.type("/allow")
         await vera.wait_for(agent_said("WRITE-NEW done."))
         result = model.tool_results("WRITE-NEW")[-1]
@@ -144,12 +115,8 @@ async def test_a_shell_command_runs_once_allowed(
         reply(ToolCall("run_shell_command", {"command": "echo ran > shell.txt"})),
         reply(Text("RUN-SHELL done.")),
     )
-    async with share(GEMINI) as session, session.teammate("vera") as vera:
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
-        mark = ask(alice, "RUN-SHELL")
-        await vera.wait_for(lambda t: len(permission_requests(t)) == 1)
-        await shown(alice, mark)
+    async with driven(share(GEMINI)) as (_, vera, alice):
+        await asked(alice, vera, "RUN-SHELL")
         assert permission_requests(vera)[0]["data"]["title"] == "echo ran > shell.txt"
         alice.type("/allow")
         await vera.wait_for(agent_said("RUN-SHELL done."))
@@ -159,16 +126,7 @@ async def test_a_shell_command_runs_once_allowed(
 async def test_cancel_mid_turn_stops_the_model_call_and_the_next_prompt_runs(
     share: StartSession, model: ModelServer
 ) -> None:
-    model.script("SLOW-TURN", reply(Text("Thinking very slowly about it..."), hold=True))
-    model.script("AFTER-CANCEL", reply(Text("Back again.")))
-    async with share(GEMINI) as session, session.teammate("alice", drive=True) as alice:
-        await alice.send(Prompt(text="SLOW-TURN"))
-        assert await eventually(model.holding, attempts=300)
-        await alice.send(Cancel())
-        await alice.wait_for(lambda t: t.item_of("session_event", what="cancelled") is not None)
-        assert await eventually(lambda: model.calls("SLOW-TURN")[-1].hung_up, attempts=300)
-        await alice.send(Prompt(text="AFTER-CANCEL"))
-        await alice.wait_for(agent_said("Back again."))
+    await scenarios.cancel_mid_turn_then_prompt(share, model, GEMINI)
 
 
 async def test_a_drivers_mode_switch_takes_effect_and_a_viewers_is_refused(
@@ -177,14 +135,8 @@ async def test_a_drivers_mode_switch_takes_effect_and_a_viewers_is_refused(
     notes = workspace / "notes.txt"
     _script_replace(model, "EDIT-AUTO", notes, "milk", "bread")
     async with share(GEMINI) as session, session.teammate("vera") as vera:
-        await vera.wait_for(lambda t: bool(settings_events(t)))
-        assert settings_events(vera)[-1]["modes"]["current"] == "default"
-        await vera.send(SetMode(mode_id="autoEdit"))
-        await vera.wait_for(lambda t: bool(t.errors))
-        assert vera.errors[0]["code"] == "forbidden"
-
-        alice = session.attach("alice")
-        await alice.output.wait_for(r"attached as alice \(drive\)")
+        await scenarios.viewer_mode_switch_is_refused(vera, "autoEdit")
+        alice = await drive(session)
         alice.type("/mode autoEdit")
         await vera.wait_for(lambda t: settings_events(t)[-1]["modes"]["current"] == "autoEdit")
         # Auto Edit: the edit is applied without asking anyone.
@@ -219,16 +171,7 @@ async def test_a_killed_agent_is_restarted_and_the_log_says_whether_it_resumed(
     async with share(GEMINI) as session, session.teammate("alice", drive=True) as alice:
         await alice.send(Prompt(text="REMEMBER-1: the password is swordfish"))
         await alice.wait_for(agent_said("Noted."))
-        session.host.kill_agent()
-        await alice.wait_for(lambda t: t.item_of("session_event", what="agent_exited") is not None)
-        await alice.send(Prompt(text="RECALL-1: what is the password?"))
-        await alice.wait_for(agent_said("Answered."))
-        started = [
-            i["data"]
-            for i in alice.items
-            if i["type"] == "session_event" and i["data"].get("what") == "agent_started"
-        ]
-        assert len(started) == 2
+        started = await scenarios.recall_after_a_kill(session, alice, "Answered.")
         history = json.dumps(model.calls("RECALL-1")[-1].body["contents"])
         # Gemini CLI 0.61.0 offers session/load, but a load in the same UTC minute as the
         # session's start erases the session instead (google-gemini/gemini-cli#28693): then
