@@ -14,7 +14,6 @@ import contextlib
 import io
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,6 +27,8 @@ from tests.terminal.hostile import (
     WIRE,
     assert_every_label_shown_escaped,
     dangerous,
+    hostile_commands,
+    hostile_host_argv,
     without_drawing,
 )
 from tests.terminal.pty_process import TERMINAL_ENV, pty_process, screen_process
@@ -43,8 +44,6 @@ from .teammate import attached
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-TUNNEL = (sys.executable, "-m", "tunnel.cli")
-HOSTILE_AGENT = ROOT / "tests" / "terminal" / "hostile_acp_agent.py"
 
 
 def _console(presence: Presence | None = None) -> tuple[HostConsole, io.StringIO]:
@@ -105,26 +104,7 @@ async def test_who_is_attached_is_shown_escaped() -> None:
 async def test_the_host_console_on_a_terminal_receives_no_control_sequence(
     relay: RelayProcess, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    (workspace / "notes.txt").write_text("milk\n")
-    argv = [
-        *TUNNEL,
-        "host",
-        "--relay",
-        relay.url,
-        "--agent",
-        f"acp:{sys.executable} {HOSTILE_AGENT}",
-        "--workspace",
-        str(workspace),
-        "--log-db",
-        str(tmp_path / "log.db"),
-        "--key-file",
-        str(tmp_path / "key"),
-        "--name",
-        "hannah",
-        "--approve",
-    ]
+    argv = hostile_host_argv(relay.url, tmp_path, "--name", "hannah", "--approve")
     env = dict(os.environ, PYTHONUNBUFFERED="1", **TERMINAL_ENV)
     with pty_process(argv, env=env, cwd=ROOT) as host:
         link = (await host.wait_for(r"drive link: (\S+)")).group(1)
@@ -149,23 +129,14 @@ async def test_the_host_console_on_a_terminal_receives_no_control_sequence(
 
             await joined[0].send(Prompt(text=f"<prompt>{WIRE} ask"))
             await host.wait_for(r"/allow \(allow once\)")
-            for line, expect in [
-                ("/allow nope", r"has no option 'nope'; its options: 1\. <allow-name>"),
-                ("/mode", r"mode: default \(<mode-name>"),
-                ("/help", r"the agent's commands: /<command-name>.*\(<command-desc>"),
-                ("/mode trap", r"the agent refused: <refusal>"),
-                ("/allow", r"chose ok"),
-            ]:
+            for line, expect in hostile_commands():
                 host.type(line)
                 await host.wait_for(expect)
             await host.wait_for(r"turn over")
             await joined[1].send(Prompt(text="fail"))
             await host.wait_for(r"the agent failed the prompt: <failure>")
         host.type("/quit")
-        with anyio.fail_after(20):
-            while host.process.poll() is None:
-                await anyio.sleep(0.05)
-        assert host.process.returncode == 0
+        assert await host.wait_exit(within=20) == 0
     received = host.received
 
     text = received.decode("utf-8")  # strict: no stray byte a terminal could read as C1
@@ -181,26 +152,7 @@ async def test_the_host_console_on_a_terminal_receives_no_control_sequence(
 async def test_the_host_console_with_a_prompt_line_receives_no_control_sequence_from_the_wire(
     relay: RelayProcess, tmp_path: Path
 ) -> None:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    (workspace / "notes.txt").write_text("milk\n")
-    argv = [
-        *TUNNEL,
-        "host",
-        "--relay",
-        relay.url,
-        "--agent",
-        f"acp:{sys.executable} {HOSTILE_AGENT}",
-        "--workspace",
-        str(workspace),
-        "--log-db",
-        str(tmp_path / "log.db"),
-        "--key-file",
-        str(tmp_path / "key"),
-        "--name",
-        "hannah",
-        "--approve",
-    ]
+    argv = hostile_host_argv(relay.url, tmp_path, "--name", "hannah", "--approve")
     env = dict(os.environ, PYTHONUNBUFFERED="1", TERM="xterm-256color", NO_COLOR="1")
     # Wide enough that a hostile string, escaped, stays on one line of the screen.
     with screen_process(argv, env=env, cwd=ROOT, rows=60, columns=1500) as host:
@@ -218,23 +170,14 @@ async def test_the_host_console_with_a_prompt_line_receives_no_control_sequence_
 
             await joined[0].send(Prompt(text=f"<prompt>{WIRE} ask"))
             await host.wait_screen(r"/allow \(allow once\)")
-            for line, expect in [
-                ("/allow nope", r"has no option 'nope'; its options: 1\. <allow-name>"),
-                ("/mode", r"mode: default \(<mode-name>"),
-                ("/help", r"the agent's commands: /<command-name>.*\(<command-desc>"),
-                ("/mode trap", r"the agent refused: <refusal>"),
-                ("/allow", r"chose ok"),
-            ]:
+            for line, expect in hostile_commands():
                 host.keys(line.encode() + b"\r")
                 await host.wait_screen(expect)
             await host.wait_screen(r"turn over")
             await joined[1].send(Prompt(text="fail"))
             await host.wait_screen(r"the agent failed the prompt: <failure>")
         host.keys(b"/quit\r")
-        with anyio.fail_after(20):
-            while host.process.poll() is None:
-                await anyio.sleep(0.05)
-        assert host.process.returncode == 0
+        assert await host.wait_exit(within=20) == 0
         screen = "\n".join(host.lines())
     received = host.received
 

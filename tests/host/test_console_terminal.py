@@ -8,7 +8,6 @@ import os
 import sys
 from pathlib import Path
 
-import anyio
 import pytest
 
 from tests.host.teammate import attached
@@ -46,7 +45,4 @@ async def test_typing_at_the_console_while_a_teammates_turn_prints_keeps_the_lin
         await host.wait_screen(r"hannah: half a line\n")
         await host.wait_screen(r"agent echo: half a line")
         host.keys(b"/quit\r")
-        with anyio.fail_after(20):
-            while host.process.poll() is None:
-                await anyio.sleep(0.05)
-        assert host.process.returncode == 0
+        assert await host.wait_exit(within=20) == 0

@@ -29,6 +29,8 @@ from tests.terminal.hostile import (
     WIRE,
     assert_every_label_shown_escaped,
     dangerous,
+    hostile_commands,
+    hostile_host_argv,
     without_drawing,
 )
 from tests.terminal.pty_process import TERMINAL_ENV, pty_process, screen_process
@@ -50,7 +52,6 @@ from tunnel.terminal.sanitize import printable
 
 ROOT = Path(__file__).resolve().parents[2]
 TUNNEL = (sys.executable, "-m", "tunnel.cli")
-HOSTILE_AGENT = ROOT / "tests" / "terminal" / "hostile_acp_agent.py"
 
 
 def _attachment(*, raw: bool = False) -> tuple[Attachment, io.StringIO]:
@@ -168,25 +169,8 @@ def test_raw_does_not_pass_terminal_items_of_a_chat_session() -> None:
 
 
 def _start_host(relay: RelayProcess, tmp_path: Path) -> subprocess.Popen[bytes]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    (workspace / "notes.txt").write_text("milk\n")
     return subprocess.Popen(
-        [
-            *TUNNEL,
-            "host",
-            "--relay",
-            relay.url,
-            "--agent",
-            f"acp:{sys.executable} {HOSTILE_AGENT}",
-            "--workspace",
-            str(workspace),
-            "--log-db",
-            str(tmp_path / "log.db"),
-            "--key-file",
-            str(tmp_path / "key"),
-            "--no-interactive",
-        ],
+        hostile_host_argv(relay.url, tmp_path, "--no-interactive"),
         cwd=ROOT,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
         stdin=subprocess.DEVNULL,
@@ -234,13 +218,7 @@ async def test_tunnel_attach_on_a_terminal_receives_no_control_sequence(
                 await attach.wait_for(re.escape(printable(NAMES[2])))
                 await first.send(Prompt(text=f"<prompt>{WIRE} ask"))
                 await attach.wait_for(r"/allow \(allow once\)")
-                for line, expect in [
-                    ("/allow nope", r"has no option 'nope'; its options: 1\. <allow-name>"),
-                    ("/mode", r"mode: default \(<mode-name>"),
-                    ("/help", r"the agent's commands: /<command-name>.*\(<command-desc>"),
-                    ("/mode trap", r"refused: the agent refused: <refusal>"),
-                    ("/allow", r"chose ok"),
-                ]:
+                for line, expect in hostile_commands(refused="refused: the agent refused"):
                     attach.type(line)
                     await attach.wait_for(expect)
                 await attach.wait_for(r"turn over")
@@ -248,10 +226,7 @@ async def test_tunnel_attach_on_a_terminal_receives_no_control_sequence(
                 await attach.wait_for(r"the agent failed the prompt: <failure>")
             attach.type("/quit")
             await attach.wait_for(r"/quit")
-            with anyio.fail_after(15):
-                while attach.process.poll() is None:
-                    await anyio.sleep(0.05)
-            assert attach.process.returncode == 0
+            assert await attach.wait_exit() == 0
         received = attach.received
     finally:
         _stop(host)
@@ -288,23 +263,14 @@ async def test_tunnel_attach_with_a_prompt_line_receives_no_control_sequence_fro
                 await attach.wait_screen(re.escape(printable(NAMES[2])))
                 await first.send(Prompt(text=f"<prompt>{WIRE} ask"))
                 await attach.wait_screen(r"/allow \(allow once\)")
-                for line, expect in [
-                    ("/allow nope", r"has no option 'nope'; its options: 1\. <allow-name>"),
-                    ("/mode", r"mode: default \(<mode-name>"),
-                    ("/help", r"the agent's commands: /<command-name>.*\(<command-desc>"),
-                    ("/mode trap", r"refused: the agent refused: <refusal>"),
-                    ("/allow", r"chose ok"),
-                ]:
+                for line, expect in hostile_commands(refused="refused: the agent refused"):
                     attach.keys(line.encode() + b"\r")
                     await attach.wait_screen(expect)
                 await attach.wait_screen(r"turn over")
                 await third.send(Prompt(text="fail"))
                 await attach.wait_screen(r"the agent failed the prompt: <failure>")
             attach.keys(b"/quit\r")
-            with anyio.fail_after(15):
-                while attach.process.poll() is None:
-                    await anyio.sleep(0.05)
-            assert attach.process.returncode == 0
+            assert await attach.wait_exit() == 0
             screen = "\n".join(attach.lines())
         received = attach.received
     finally:

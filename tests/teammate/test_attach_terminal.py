@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -95,61 +95,78 @@ async def _links(host: subprocess.Popen[bytes]) -> tuple[str, str]:
     raise AssertionError("the host printed no view and drive links")
 
 
-def _attach(link: str, *args: str) -> contextlib.AbstractContextManager[ScreenProcess]:
-    """`tunnel attach` as alice on a 30 x 120 emulated terminal; stopped after the block."""
+def _attach(
+    link: str, *args: str, name: str = "alice", rows: int = 30, columns: int = 120
+) -> contextlib.AbstractContextManager[ScreenProcess]:
+    """`tunnel attach` as `name` on a `rows` x `columns` emulated terminal; stopped after."""
     env = dict(os.environ, TUNNEL_LINK=link, **TERMINAL)
-    return screen_process([*TUNNEL, "attach", "--name", "alice", *args], env=env, cwd=ROOT)
+    argv = [*TUNNEL, "attach", "--name", name, *args]
+    return screen_process(argv, env=env, cwd=ROOT, rows=rows, columns=columns)
 
 
-async def _exits(process: ScreenProcess) -> int:
-    with anyio.fail_after(15):
-        while process.process.poll() is None:
-            await anyio.sleep(0.05)
-    return process.process.returncode
+@contextlib.asynccontextmanager
+async def _attached_to_fake_agent(
+    relay: RelayProcess, tmp_path: Path
+) -> AsyncIterator[tuple[str, ScreenProcess]]:
+    """The drive link of a host sharing the fake ACP agent, and alice attached by it."""
+    with _host(relay, tmp_path, f"acp:{sys.executable} {FAKE_ACP_AGENT}") as host:
+        link = await _link(host)
+        with _attach(link) as screen:
+            await screen.wait_screen(r"attached as alice \(drive\)")
+            yield link, screen
+
+
+@contextlib.asynccontextmanager
+async def _raw_viewer(
+    relay: RelayProcess, tmp_path: Path, host_size: Resize, *, rows: int, columns: int
+) -> AsyncIterator[tuple[Teammate, ScreenProcess]]:
+    """Bob driving a host that shares a Python REPL, his terminal `host_size`; carol viewing
+    with `--raw` on a `rows` x `columns` terminal."""
+    with _host(relay, tmp_path, f"pty:{sys.executable} -q") as host:
+        view_link, drive_link = await _links(host)
+        async with attached(drive_link, "bob") as bob:
+            await bob.send(host_size)
+            await bob.wait_for(_resized_to(host_size.cols, host_size.rows))
+            with _attach(view_link, "--raw", name="carol", rows=rows, columns=columns) as screen:
+                yield bob, screen
 
 
 async def test_typing_while_output_arrives_keeps_the_typed_line_whole(
     relay: RelayProcess, tmp_path: Path
 ) -> None:
-    with _host(relay, tmp_path, f"acp:{sys.executable} {FAKE_ACP_AGENT}") as host:
-        link = await _link(host)
-        with _attach(link) as screen:
-            await screen.wait_screen(r"attached as alice \(drive\)")
-            screen.keys(b"half a li")
-            await screen.wait_screen(r"^> half a li$", where="cursor")
-            async with attached(link, "bob") as bob:
-                await bob.send(Prompt(text="from bob"))
-                await screen.wait_screen(r"agent echo: from bob")
-            # Output scrolled above the line being typed; the line is as it was.
-            assert screen.cursor_line() == "> half a li"
-            screen.keys(b"ne\r")
-            await screen.wait_screen(r"alice: half a line\n")
-            await screen.wait_screen(r"agent echo: half a line")
-            # The agent's commands complete at the prompt line (Tab), as in the page.
-            screen.keys(b"/rev\t")
-            await screen.wait_screen(r"^> /review$", where="cursor")
-            screen.keys(b"\x15")  # Ctrl-U: the line is cleared, not sent
-            screen.keys(b"\x04")  # Ctrl-D on an empty line: leave
-            assert await _exits(screen) == 0
+    async with _attached_to_fake_agent(relay, tmp_path) as (link, screen):
+        screen.keys(b"half a li")
+        await screen.wait_screen(r"^> half a li$", where="cursor")
+        async with attached(link, "bob") as bob:
+            await bob.send(Prompt(text="from bob"))
+            await screen.wait_screen(r"agent echo: from bob")
+        # Output scrolled above the line being typed; the line is as it was.
+        assert screen.cursor_line() == "> half a li"
+        screen.keys(b"ne\r")
+        await screen.wait_screen(r"alice: half a line\n")
+        await screen.wait_screen(r"agent echo: half a line")
+        # The agent's commands complete at the prompt line (Tab), as in the page.
+        screen.keys(b"/rev\t")
+        await screen.wait_screen(r"^> /review$", where="cursor")
+        screen.keys(b"\x15")  # Ctrl-U: the line is cleared, not sent
+        screen.keys(b"\x04")  # Ctrl-D on an empty line: leave
+        assert await screen.wait_exit() == 0
 
 
 async def test_a_reply_shows_while_it_streams_before_the_turn_ends(
     relay: RelayProcess, tmp_path: Path
 ) -> None:
-    with _host(relay, tmp_path, f"acp:{sys.executable} {FAKE_ACP_AGENT}") as host:
-        link = await _link(host)
-        with _attach(link) as screen:
-            await screen.wait_screen(r"attached as alice \(drive\)")
-            # The agent streams a dot every 10 ms until the turn is cancelled; its reply
-            # is stored only when the turn ends.
-            screen.keys(b"wait\r")
-            await screen.wait_screen(r"agent \.{5,}")
-            assert "the turn was cancelled" not in "\n".join(screen.lines())
-            screen.keys(b"/cancel\r")
-            await screen.wait_screen(r"the turn was cancelled")
-            # Ctrl-C at the prompt line stops attach as SIGINT does.
-            screen.keys(b"\x03")
-            assert await _exits(screen) == 130
+    async with _attached_to_fake_agent(relay, tmp_path) as (_, screen):
+        # The agent streams a dot every 10 ms until the turn is cancelled; its reply
+        # is stored only when the turn ends.
+        screen.keys(b"wait\r")
+        await screen.wait_screen(r"agent \.{5,}")
+        assert "the turn was cancelled" not in "\n".join(screen.lines())
+        screen.keys(b"/cancel\r")
+        await screen.wait_screen(r"the turn was cancelled")
+        # Ctrl-C at the prompt line stops attach as SIGINT does.
+        screen.keys(b"\x03")
+        assert await screen.wait_exit() == 130
 
 
 async def test_a_fresh_attach_shows_the_last_items_and_knows_the_agents_commands(
@@ -179,13 +196,7 @@ async def test_raw_mode_passes_every_key_and_the_size_to_a_pty_agent_until_ctrl_
 ) -> None:
     with _host(relay, tmp_path, f"pty:{sys.executable} -q") as host:
         link = await _link(host)
-        with screen_process(
-            [*TUNNEL, "attach", "--raw", "--name", "alice"],
-            env=dict(os.environ, TUNNEL_LINK=link, **TERMINAL),
-            cwd=ROOT,
-            rows=30,
-            columns=100,
-        ) as screen:
+        with _attach(link, "--raw", rows=30, columns=100) as screen:
             await screen.wait_screen(r"(?m)^>>>")
             screen.keys(b"1+1\r")
             await screen.wait_screen(r"(?m)^2$")
@@ -208,7 +219,7 @@ async def test_raw_mode_passes_every_key_and_the_size_to_a_pty_agent_until_ctrl_
             screen.keys(b"\x03")
             await screen.wait_screen(r"KeyboardInterrupt")
             screen.keys(b"\x1d")  # Ctrl-]
-            assert await _exits(screen) == 0
+            assert await screen.wait_exit() == 0
 
 
 async def test_a_blank_line_sends_enter_to_a_pty_agent_without_raw(
@@ -234,54 +245,32 @@ def _resized_to(cols: int, rows: int) -> Callable[[Teammate], bool]:
 async def test_a_raw_viewer_in_a_smaller_terminal_is_told_the_hosts_size_first(
     relay: RelayProcess, tmp_path: Path
 ) -> None:
-    with _host(relay, tmp_path, f"pty:{sys.executable} -q") as host:
-        view_link, drive_link = await _links(host)
-        async with attached(drive_link, "bob") as bob:
-            await bob.send(Resize(cols=100, rows=40))
-            await bob.wait_for(_resized_to(100, 40))
-            with screen_process(
-                [*TUNNEL, "attach", "--raw", "--name", "carol"],
-                env=dict(os.environ, TUNNEL_LINK=view_link, **TERMINAL),
-                cwd=ROOT,
-                rows=20,
-                columns=60,
-            ) as screen:
-                await screen.wait_screen(
-                    r"the host's terminal is 100x40, larger than this one \(60x20\)"
-                )
-                await screen.wait_screen(r"the agent's screen follows")
-                screen.keys(b"\x1d")  # Ctrl-]
-                assert await _exits(screen) == 0
+    host_size = Resize(cols=100, rows=40)
+    async with _raw_viewer(relay, tmp_path, host_size, rows=20, columns=60) as (_, screen):
+        await screen.wait_screen(r"the host's terminal is 100x40, larger than this one \(60x20\)")
+        await screen.wait_screen(r"the agent's screen follows")
+        screen.keys(b"\x1d")  # Ctrl-]
+        assert await screen.wait_exit() == 0
 
 
 async def test_a_raw_viewer_in_a_larger_terminal_sees_the_screen_at_the_hosts_rows(
     relay: RelayProcess, tmp_path: Path
 ) -> None:
-    with _host(relay, tmp_path, f"pty:{sys.executable} -q") as host:
-        view_link, drive_link = await _links(host)
-        async with attached(drive_link, "bob") as bob:
-            await bob.send(Resize(cols=60, rows=10))
-            await bob.wait_for(_resized_to(60, 10))
-            with screen_process(
-                [*TUNNEL, "attach", "--raw", "--name", "carol"],
-                env=dict(os.environ, TUNNEL_LINK=view_link, **TERMINAL),
-                cwd=ROOT,
-                rows=30,
-                columns=100,
-            ) as screen:
-                await screen.wait_screen(r"(?m)^>>>")
-                # Forty lines on a ten-row terminal: it scrolls, within its ten rows here too.
-                await bob.send(Input(data=b'print("\\n".join(f"line {n}" for n in range(40)))\r'))
-                await screen.wait_screen(r"(?m)^line 39\n>>>")
-                shown = screen.display()
-                assert "line 39" in shown[:10]
-                assert shown[10:] == [""] * 20, "the screen runs past the host's ten rows"
-                # The host's terminal grows: the screen starts over at the new size.
-                await bob.send(Resize(cols=60, rows=25))
-                await bob.send(Input(data=b'print("\\n".join(f"row {n}" for n in range(40)))\r'))
-                await screen.wait_screen(r"(?m)^row 39\n>>>")
-                shown = screen.display()
-                assert "row 39" in shown[:25]
-                assert shown[25:] == [""] * 5
-                screen.keys(b"\x1d")  # Ctrl-]
-                assert await _exits(screen) == 0
+    host_size = Resize(cols=60, rows=10)
+    async with _raw_viewer(relay, tmp_path, host_size, rows=30, columns=100) as (bob, screen):
+        await screen.wait_screen(r"(?m)^>>>")
+        # Forty lines on a ten-row terminal: it scrolls, within its ten rows here too.
+        await bob.send(Input(data=b'print("\\n".join(f"line {n}" for n in range(40)))\r'))
+        await screen.wait_screen(r"(?m)^line 39\n>>>")
+        shown = screen.display()
+        assert "line 39" in shown[:10]
+        assert shown[10:] == [""] * 20, "the screen runs past the host's ten rows"
+        # The host's terminal grows: the screen starts over at the new size.
+        await bob.send(Resize(cols=60, rows=25))
+        await bob.send(Input(data=b'print("\\n".join(f"row {n}" for n in range(40)))\r'))
+        await screen.wait_screen(r"(?m)^row 39\n>>>")
+        shown = screen.display()
+        assert "row 39" in shown[:25]
+        assert shown[25:] == [""] * 5
+        screen.keys(b"\x1d")  # Ctrl-]
+        assert await screen.wait_exit() == 0

@@ -7,7 +7,9 @@ The check is independent of tunnel/terminal/sanitize.py: it asks `unicodedata`.
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
+from pathlib import Path
 
 CORPUS: dict[str, str] = {
     "csi clear screen": "\x1b[2J\x1b[H",
@@ -122,3 +124,44 @@ def assert_every_label_shown_escaped(
     assert "<terminal-out>" + printable(WIRE.replace("\x00", "")) in text
     for label in SHOWN_CUT:
         assert f"<{label}>" in text, label
+
+
+HOSTILE_AGENT = Path(__file__).with_name("hostile_acp_agent.py")
+"""An ACP agent that puts `CORPUS` in every field it sends."""
+
+
+def hostile_host_argv(relay_url: str, tmp_path: Path, *options: str) -> list[str]:
+    """`tunnel host` sharing `HOSTILE_AGENT` over a new workspace in `tmp_path`, plus `options`."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("milk\n")
+    return [
+        sys.executable,
+        "-m",
+        "tunnel.cli",
+        "host",
+        "--relay",
+        relay_url,
+        "--agent",
+        f"acp:{sys.executable} {HOSTILE_AGENT}",
+        "--workspace",
+        str(workspace),
+        "--log-db",
+        str(tmp_path / "log.db"),
+        "--key-file",
+        str(tmp_path / "key"),
+        *options,
+    ]
+
+
+def hostile_commands(refused: str = "the agent refused") -> list[tuple[str, str]]:
+    """The console commands that show the agent's hostile answers, each with the regex it prints.
+
+    `refused` is how the surface words the agent's refusal of a mode."""
+    return [
+        ("/allow nope", r"has no option 'nope'; its options: 1\. <allow-name>"),
+        ("/mode", r"mode: default \(<mode-name>"),
+        ("/help", r"the agent's commands: /<command-name>.*\(<command-desc>"),
+        ("/mode trap", rf"{refused}: <refusal>"),
+        ("/allow", r"chose ok"),
+    ]

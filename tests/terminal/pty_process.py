@@ -114,6 +114,13 @@ class PtyProcess:
         tail = self.text()[-3000:]
         raise AssertionError(f"no {pattern!r} on the terminal; it ended with:\n{tail}")
 
+    async def wait_exit(self, *, within: float = 15.0) -> int:
+        """Wait until the process exits of itself (fail after `within` seconds); its exit code."""
+        with anyio.fail_after(within):
+            while self.process.poll() is None:
+                await anyio.sleep(0.05)
+        return self.process.returncode
+
     def stop(self) -> int:
         """SIGTERM, then SIGKILL if it does not stop; the exit code. Reads what is left."""
         if self.process.poll() is None:

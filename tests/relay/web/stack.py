@@ -6,6 +6,7 @@ output is collected line by line so a test can wait for what it prints.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -15,9 +16,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import anyio
+
+from tunnel.log import NewItem, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[3]
 LISTENING = re.compile(r"relay listening on (http://127\.0\.0\.1:(\d+))")
@@ -227,3 +234,52 @@ class Host:
         )
         assert result.returncode == 0, result.stderr
         return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+@contextlib.contextmanager
+def running_relay(home: Path) -> Iterator[Relay]:
+    """`Relay.start` in `home` for the block; stopped after."""
+    relay = Relay.start(home)
+    try:
+        yield relay
+    finally:
+        relay.process.stop()
+
+
+def earlier_answers(count: int) -> list[NewItem]:
+    """`count` agent messages, "earlier answer 0" onwards: a long conversation to fill a log."""
+    return [
+        NewItem(
+            type="message",
+            data={"role": "agent", "text": f"earlier answer {n}"},
+            created_by="agent",
+        )
+        for n in range(count)
+    ]
+
+
+async def _append(db: Path, items: Sequence[NewItem]) -> None:
+    store = await SQLiteStore.open(db)
+    try:
+        await store.append("main", list(items))
+    finally:
+        await store.aclose()
+
+
+@contextlib.contextmanager
+def running_host(
+    home: Path, relay_url: str, agent: str = "demo", *, log: Sequence[NewItem] = ()
+) -> Iterator[Host]:
+    """`Host.start` in `home` (made if missing) for the block; stopped after.
+
+    `log` is written to the host's conversation before the host opens its log; in a thread of
+    its own, since the page's playwright runs an event loop in the test's thread."""
+    home.mkdir(exist_ok=True)
+    if log:
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(anyio.run, _append, home / "log.sqlite3", log).result()
+    host = Host.start(home, relay_url, agent=agent)
+    try:
+        yield host
+    finally:
+        host.process.stop()

@@ -9,20 +9,18 @@ The scripted tests run session.js and view.js in chromium with a scripted link; 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from playwright.sync_api import Page, expect
 
 from tunnel.app.requests import DEFAULT_HISTORY_ITEMS
-from tunnel.log import NewItem, SQLiteStore
+from tunnel.log import NewItem
 
 from .conftest import BLANK_PATH
 from .fake_relay import wire_item
-from .stack import Host, Relay
+from .stack import Host, earlier_answers, running_host, running_relay
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
@@ -249,49 +247,26 @@ def test_presence_deltas_make_the_list_and_the_hosts_id_marks_you(
 FILLER = 500
 
 
-async def _fill(db: Path) -> None:
+def _log() -> list[NewItem]:
     settings_data = settings(0, "plan")["data"]
     commands_data = {
         "what": "commands",
         "commands": [{"name": "review", "description": "Review a change", "hint": "what"}],
     }
-    store = await SQLiteStore.open(db)
-    try:
-        await store.append(
-            "main",
-            [
-                NewItem(type="session_event", data=settings_data, created_by="agent"),
-                NewItem(type="session_event", data=commands_data, created_by="agent"),
-                *(
-                    NewItem(
-                        type="message",
-                        data={"role": "agent", "text": f"earlier answer {n}"},
-                        created_by="agent",
-                    )
-                    for n in range(FILLER)
-                ),
-            ],
-        )
-    finally:
-        await store.aclose()
+    return [
+        NewItem(type="session_event", data=settings_data, created_by="agent"),
+        NewItem(type="session_event", data=commands_data, created_by="agent"),
+        *earlier_answers(FILLER),
+    ]
 
 
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[Host]:
-    relay = Relay.start(tmp_path / "relay")
-    home = tmp_path / "host"
-    home.mkdir()
-    # Filled before the host opens it, in a thread: playwright runs an event loop in this one.
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(anyio.run, _fill, home / "log.sqlite3").result()
-    try:
-        host = Host.start(home, relay.url)
-        try:
-            yield host
-        finally:
-            host.process.stop()
-    finally:
-        relay.process.stop()
+    with (
+        running_relay(tmp_path / "relay") as relay,
+        running_host(tmp_path / "host", relay.url, log=_log()) as host,
+    ):
+        yield host
 
 
 def test_a_page_joining_a_long_log_has_the_settings_bar_and_the_commands(

@@ -4,58 +4,27 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import anyio
 import pytest
 from playwright.sync_api import Page, expect
 
 from tunnel.app.requests import DEFAULT_HISTORY_ITEMS, MAX_HISTORY_ITEMS
-from tunnel.log import NewItem, SQLiteStore
 
-from .stack import Host, Relay
+from .stack import Host, earlier_answers, running_host, running_relay
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
 ITEMS = 500
 
 
-async def _fill(db: Path) -> None:
-    store = await SQLiteStore.open(db)
-    try:
-        await store.append(
-            "main",
-            [
-                NewItem(
-                    type="message",
-                    data={"role": "agent", "text": f"earlier answer {n}"},
-                    created_by="agent",
-                )
-                for n in range(ITEMS)
-            ],
-        )
-    finally:
-        await store.aclose()
-
-
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[Host]:
-    relay = Relay.start(tmp_path / "relay")
-    home = tmp_path / "host"
-    home.mkdir()
-    # The host's log as `Host.start` names it, filled before the host opens it; in a thread of
-    # its own, since the page's playwright runs an event loop in this one.
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(anyio.run, _fill, home / "log.sqlite3").result()
-    try:
-        host = Host.start(home, relay.url)
-        try:
-            yield host
-        finally:
-            host.process.stop()
-    finally:
-        relay.process.stop()
+    with (
+        running_relay(tmp_path / "relay") as relay,
+        running_host(tmp_path / "host", relay.url, log=earlier_answers(ITEMS)) as host,
+    ):
+        yield host
 
 
 def named(link: str, name: str) -> str:

@@ -21,7 +21,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from .conftest import PageLog
 from .fake_relay import Scenario, fake_relay, wire_item
-from .stack import Host, Relay
+from .stack import Host, Relay, running_host, running_relay
 from .test_web_layout import DESKTOP, WAIT, open_page, pending_request, send
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
@@ -29,22 +29,14 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
 @pytest.fixture
 def relay(tmp_path: Path) -> Iterator[Relay]:
-    relay = Relay.start(tmp_path / "relay")
-    try:
+    with running_relay(tmp_path / "relay") as relay:
         yield relay
-    finally:
-        relay.process.stop()
 
 
 @pytest.fixture
 def host(tmp_path: Path, relay: Relay) -> Iterator[Host]:
-    home = tmp_path / "host"
-    home.mkdir()
-    host = Host.start(home, relay.url)
-    try:
+    with running_host(tmp_path / "host", relay.url) as host:
         yield host
-    finally:
-        host.process.stop()
 
 
 def test_a_page_joining_mid_turn_shows_it_waits_and_the_prompt_queued_behind_it(

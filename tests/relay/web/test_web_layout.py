@@ -22,7 +22,7 @@ from tunnel.app.requests import MAX_PROMPT_LENGTH
 
 from .conftest import PageLog
 from .fake_relay import Scenario, fake_relay, wire_item
-from .stack import Host, Relay
+from .stack import Host, Relay, running_host, running_relay
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -52,22 +52,14 @@ VISIBLE_BAND = """() => ({
 
 @pytest.fixture
 def relay(tmp_path: Path) -> Iterator[Relay]:
-    relay = Relay.start(tmp_path / "relay")
-    try:
+    with running_relay(tmp_path / "relay") as relay:
         yield relay
-    finally:
-        relay.process.stop()
 
 
 @pytest.fixture
 def host(tmp_path: Path, relay: Relay) -> Iterator[Host]:
-    home = tmp_path / "host"
-    home.mkdir()
-    host = Host.start(home, relay.url)
-    try:
+    with running_host(tmp_path / "host", relay.url) as host:
         yield host
-    finally:
-        host.process.stop()
 
 
 def open_page(browser: Browser, screen: Screen, link: str, name: str, log: PageLog) -> Page:

@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pytest
 from playwright.sync_api import Page, expect
 
-from .stack import Host, Relay
+from .stack import Host, Relay, running_relay
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
@@ -23,11 +23,8 @@ FAKE_ACP_AGENT = Path(__file__).resolve().parents[2] / "agents" / "fake_acp_agen
 
 @pytest.fixture
 def relay(tmp_path: Path) -> Iterator[Relay]:
-    relay = Relay.start(tmp_path / "relay")
-    try:
+    with running_relay(tmp_path / "relay") as relay:
         yield relay
-    finally:
-        relay.process.stop()
 
 
 def start_host(tmp_path: Path, relay: Relay, agent: str = "demo") -> Host:
