@@ -35,6 +35,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
 from tunnel.link.errors import LinkClosedError
+from tunnel.link.socket_write import write_messages
 from tunnel.proto import Connection, Event, ProtocolError, RemoteProtocolError
 from tunnel.proto.codes import CloseCode
 
@@ -229,13 +230,9 @@ class Link:
 
     def _hand_to_socket(self, messages: list[bytes]) -> None:
         """Frame `messages` and write them to the socket at once; the connection must be open."""
-        websocket = self.websocket
-        protocol = websocket.protocol
-        for message in messages:
-            protocol.send_binary(message)
         # Only these frames were added since the protocol's last drain: the connection is open
         # (checked by the caller), and nothing else writes to it without draining at once.
-        websocket.transport.writelines(protocol.data_to_send())
+        write_messages(self.websocket, messages)
         self._writes += 1
 
     def _backed_up(self) -> bool:

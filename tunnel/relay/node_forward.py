@@ -30,6 +30,7 @@ from websockets.datastructures import Headers, MultipleValuesError
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from tunnel.link.core import clip_reason
+from tunnel.link.socket_write import write_messages
 from tunnel.link.urls import websocket_url
 from tunnel.proto import Hello, ProtocolError, decode_frame
 from tunnel.proto.codes import CloseCode
@@ -250,17 +251,10 @@ async def _pipe(
                 # errors become ConnectionClosed, drain on exit); inside it the frames of the
                 # whole batch go out in one write.
                 async with sink.send_context():
-                    protocol = sink.protocol
-                    for message in batch:
-                        if isinstance(message, str):
-                            # Not the link protocol (the owner closes with 4000), but passed on
-                            # as it came: the hop judges nothing.
-                            protocol.send_text(message.encode())
-                        else:
-                            protocol.send_binary(message)
-                    transport = sink.transport
-                    transport.writelines(protocol.data_to_send())
-                    if send_timeout is not None and transport.get_write_buffer_size():
+                    # A text message is not the link protocol (the owner closes with 4000), but
+                    # it is passed on as it came: the hop judges nothing.
+                    write_messages(sink, batch)
+                    if send_timeout is not None and sink.transport.get_write_buffer_size():
                         # The socket did not take it all: the drain on exit may wait for it.
                         scope.deadline = anyio.current_time() + send_timeout
                 scope.deadline = math.inf
