@@ -504,6 +504,7 @@ def reference_vectors() -> dict[str, str]:
     """
     import msgpack
 
+    from tunnel.e2e.broadcast import reference_vectors as broadcast_vectors
     from tunnel.e2e.identity import HostIdentity
 
     secret = bytes(range(0x00, 0x20))
@@ -548,6 +549,7 @@ def reference_vectors() -> dict[str, str]:
         "reply_plaintext_hex": reply.hex(),
         "ciphertext_down_0_hex": down.encrypt(reply).hex(),
         "share_link": str(link),
+        **broadcast_vectors(),
     }
 
 

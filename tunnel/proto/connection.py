@@ -25,6 +25,10 @@ from tunnel.proto.errors import (
     RemoteProtocolError,
 )
 from tunnel.proto.events import (
+    CastCut,
+    CastJoined,
+    CastParted,
+    CastReceived,
     ChannelClosed,
     ChannelOpened,
     DataReceived,
@@ -36,13 +40,18 @@ from tunnel.proto.frames import (
     MAX_CHANNEL_ID,
     MAX_CLOSE_CODE,
     MIN_CLOSE_CODE,
+    Cast,
     Close,
+    Cut,
     Data,
     Frame,
     Hello,
+    Join,
     Open,
+    Part,
     Window,
     decode_frame,
+    encode_cast,
     encode_frame,
 )
 from tunnel.proto.limits import DEFAULT_LIMITS, Limits
@@ -194,9 +203,18 @@ class Connection:
         if not self._hello_sent:
             # The peer may only use channels once it has our hello, so it cannot be ahead of it.
             raise RemoteProtocolError("a channel frame before our hello was sent")
+        if isinstance(frame, Cast) and frame.channel is None:
+            # A broadcast: the dialer (a host) sends it to the accepter (the relay).
+            if self._side is not Side.ACCEPTER:
+                raise RemoteProtocolError("a cast without a channel goes to the relay only")
+            self._events.append(CastReceived(channel=None, data=frame.data))
+            return
+        assert frame.channel is not None
         found = self._channels.get(frame.channel)
         state = found.state if found is not None else None
-        if isinstance(frame, Open):
+        if isinstance(frame, Cast | Join | Part | Cut):
+            self._receive_broadcast(frame, state, found)
+        elif isinstance(frame, Open):
             self._receive_open(frame, state)
         elif isinstance(frame, Data):
             self._receive_data(frame, state, found)
@@ -233,6 +251,34 @@ class Connection:
         if outcome.action is Action.PROCEED:
             found.unacked += size
             self._events.append(DataReceived(channel=frame.channel, data=frame.data))
+
+    def _receive_broadcast(
+        self, frame: Cast | Join | Part | Cut, state: ChannelState | None, found: _Channel | None
+    ) -> None:
+        # Join and part go from the dialer (a host) to the accepter (the relay); cast to a channel
+        # and cut the other way. Within a channel they follow data's rules.
+        to_accepter = isinstance(frame, Join | Part)
+        if to_accepter != (self._side is Side.ACCEPTER):
+            raise RemoteProtocolError("a broadcast frame in the wrong direction")
+        outcome = transition(state, Input.RECV_DATA)
+        assert found is not None
+        if isinstance(frame, Cast):
+            size = len(frame.data)
+            if size > found.recv_window:
+                raise FlowControlError("cast beyond the receive window")
+            found.recv_window -= size
+            if outcome.action is Action.PROCEED:
+                found.unacked += size
+        if outcome.action is not Action.PROCEED:
+            return
+        if isinstance(frame, Cast):
+            self._events.append(CastReceived(channel=frame.channel, data=frame.data))
+        elif isinstance(frame, Join):
+            self._events.append(CastJoined(channel=frame.channel))
+        elif isinstance(frame, Part):
+            self._events.append(CastParted(channel=frame.channel))
+        else:
+            self._events.append(CastCut(channel=frame.channel))
 
     def _receive_window(
         self, frame: Window, state: ChannelState | None, found: _Channel | None
@@ -320,6 +366,73 @@ class Connection:
             return False
         # Queued first: a frame over max_message_size raises, and must not cost window.
         self._queue(Data(channel=channel, data=bytes(data)))
+        found.send_window -= size
+        return True
+
+    def cast(self, data: bytes) -> None:
+        """Queue a cast of our broadcast (a host, the dialer, to its relay); it costs no window:
+        the relay copies it to the channels we joined. Then call `data_to_send()`."""
+        self._check_ready()
+        if self._side is not Side.DIALER:
+            raise LocalProtocolError("only the dialer (a host) casts without a channel")
+        if not isinstance(data, bytes) or not data:
+            raise LocalProtocolError("a cast carries bytes, never empty")
+        max_data = self._limits.max_data_size
+        if max_data is not None and len(data) > max_data:
+            raise LocalProtocolError(
+                "cast is larger than max_data_size", code=CloseCode.LIMIT_REACHED
+            )
+        self._queue(Cast(channel=None, data=data))
+
+    def join(self, channel: int) -> None:
+        """Queue a `join` (a host to its relay): casts from the next one on go to `channel` too.
+        Raises ChannelNotOpenError if the channel is closing or gone."""
+        self._signal(Join(channel=channel), Side.DIALER)
+
+    def part(self, channel: int) -> None:
+        """Queue a `part` (a host to its relay): no more casts to `channel`."""
+        self._signal(Part(channel=channel), Side.DIALER)
+
+    def cut(self, channel: int) -> None:
+        """Queue a `cut` (the relay to a teammate): no more casts on `channel` for now."""
+        self._signal(Cut(channel=channel), Side.ACCEPTER)
+
+    def _signal(self, frame: Join | Part | Cut, side: Side) -> None:
+        self._check_ready()
+        if self._side is not side:
+            raise LocalProtocolError("a broadcast frame in the wrong direction")
+        found = self._channels.get(frame.channel)
+        transition(found.state if found is not None else None, Input.SEND_DATA)
+        self._queue(frame)
+
+    def send_cast(self, channel: int, data: bytes) -> bool:
+        """Queue a cast (the relay to a teammate) on `channel` if it fits the send window, as
+        `send_data` does, with the same errors; False when the window is too small now."""
+        self._check_ready()
+        if self._side is not Side.ACCEPTER:
+            raise LocalProtocolError("only the accepter (the relay) casts to a channel")
+        size = len(data)
+        max_data = self._limits.max_data_size
+        if (
+            not size
+            or size > self._limits.initial_window
+            or (max_data is not None and size > max_data)
+        ):
+            raise LocalProtocolError(
+                "a cast that cannot fit a channel", code=CloseCode.LIMIT_REACHED
+            )
+        found = self._channels.get(channel)
+        transition(found.state if found is not None else None, Input.SEND_DATA)
+        assert found is not None
+        if size > found.send_window:
+            return False
+        message = encode_cast(channel, data)
+        limit = self._limits.max_message_size
+        if limit is not None and len(message) > limit:
+            raise LocalProtocolError(
+                "cast is larger than max_message_size", code=CloseCode.LIMIT_REACHED
+            )
+        self._outgoing.append(message)
         found.send_window -= size
         return True
 

@@ -67,4 +67,47 @@ class WindowUpdated:
     """Bytes we may send on it now."""
 
 
-Event: TypeAlias = HelloReceived | ChannelOpened | DataReceived | ChannelClosed | WindowUpdated
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CastReceived:
+    """A cast of a host's broadcast arrived (docs/protocol.md, "Broadcast").
+
+    At the relay, from a host: `channel` is None. At a teammate: `channel` is the channel it came
+    on, and it counts against that channel's window like data: call `Connection.acknowledge`.
+    """
+
+    channel: int | None
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CastJoined:
+    """At the relay: the host asks for its casts to be copied to this channel of its link."""
+
+    channel: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CastParted:
+    """At the relay: the host asks for its casts to stop on this channel of its link."""
+
+    channel: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CastCut:
+    """At a teammate: the relay stopped copying casts to this channel (it fell behind)."""
+
+    channel: int
+
+
+Event: TypeAlias = (
+    HelloReceived
+    | ChannelOpened
+    | DataReceived
+    | ChannelClosed
+    | WindowUpdated
+    | CastReceived
+    | CastJoined
+    | CastParted
+    | CastCut
+)

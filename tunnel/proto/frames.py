@@ -1,4 +1,4 @@
-"""Frames: the five kinds of message on a link, and their msgpack wire form.
+"""Frames: the nine kinds of message on a link, and their msgpack wire form.
 
 Each WebSocket message is one msgpack map `{"c": channel or nil, "k": kind, "p": payload}`
 (docs/protocol.md, "Frames"). `decode_frame` turns any bytes into a frame or a `ProtocolError`,
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeAlias
 
@@ -84,7 +85,42 @@ class Window:
     """Bytes granted, in 1..2**32-1."""
 
 
-Frame: TypeAlias = Hello | Open | Data | Close | Window
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cast:
+    """One message of a host's broadcast (docs/protocol.md, "Broadcast").
+
+    From a host to the relay `channel` is None: the relay copies it to every channel the host
+    joined. From the relay to a teammate `channel` is the teammate's channel, and it costs
+    `len(data)` bytes of that channel's window, as `data` does.
+    """
+
+    channel: int | None
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Join:
+    """Host to relay: copy my casts to this channel, from the next one on."""
+
+    channel: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Part:
+    """Host to relay: stop copying my casts to this channel."""
+
+    channel: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cut:
+    """Relay to teammate: this channel fell too far behind and gets no more casts until the host
+    joins it again."""
+
+    channel: int
+
+
+Frame: TypeAlias = Hello | Open | Data | Close | Window | Cast | Join | Part | Cut
 
 _UNBOUNDED = Limits(
     max_message_size=None,
@@ -132,7 +168,17 @@ def _wire(frame: Frame) -> dict[str, Any]:
     if isinstance(frame, Hello):
         payload = check_map(frame.payload, "hello payload", _UNBOUNDED, remote=False)
         return {"c": None, "k": "hello", "p": payload}
+    if isinstance(frame, Cast):
+        if not isinstance(frame.data, bytes | bytearray) or not frame.data:
+            raise LocalProtocolError("a cast carries bytes, never empty")
+        channel = None if frame.channel is None else _local_channel(frame.channel)
+        return {"c": channel, "k": "cast", "p": {"d": frame.data}}
+    if isinstance(frame, Join | Part | Cut):
+        return {"c": _local_channel(frame.channel), "k": _SIGNAL_KINDS[type(frame)], "p": {}}
     raise LocalProtocolError("not a frame")
+
+
+_SIGNAL_KINDS: dict[type[Join | Part | Cut], str] = {Join: "join", Part: "part", Cut: "cut"}
 
 
 # --- the fast path for `data` and `window` ---------------------------------------------------
@@ -147,6 +193,8 @@ _HEAD = b"\x83\xa1c"
 """A map of 3 entries, then the key "c"."""
 _DATA_MIDDLE = b"\xa1k\xa4data\xa1p\x81\xa1d"
 """Between the channel id and the bin of a `data` frame: "k": "data", "p": {"d": ...}."""
+_CAST_MIDDLE = b"\xa1k\xa4cast\xa1p\x81\xa1d"
+"""The same for a `cast` frame to a channel: "k": "cast", "p": {"d": ...}."""
 _WINDOW_MIDDLE = b"\xa1k\xa6window\xa1p\x81\xa1n"
 """Between the channel id and the grant of a `window` frame: "k": "window", "p": {"n": ...}."""
 _LONGEST_FIXED_STR = len("window")
@@ -182,6 +230,12 @@ def encode_data(channel: int, data: bytes) -> bytes:
     return b"".join((_HEAD, _pack_uint(channel), _DATA_MIDDLE, _bin_header(len(data)), data))
 
 
+def encode_cast(channel: int, data: bytes) -> bytes:
+    """The wire bytes of `Cast(channel=channel, data=data)`, for arguments already checked: the
+    relay writes one per teammate for every cast."""
+    return b"".join((_HEAD, _pack_uint(channel), _CAST_MIDDLE, _bin_header(len(data)), data))
+
+
 def _read_uint(message: bytes, at: int) -> tuple[int, int] | None:
     """An unsigned int of up to 32 bits at `at` and the offset after it, or None if not one."""
     if at >= len(message):
@@ -207,8 +261,9 @@ def _decode_fast(message: bytes, max_data_size: int | None) -> Frame | None:
     if read is None:
         return None
     channel, at = read
-    if message.startswith(_DATA_MIDDLE, at):
-        at += len(_DATA_MIDDLE)
+    is_data = message.startswith(_DATA_MIDDLE, at)
+    if is_data or message.startswith(_CAST_MIDDLE, at):
+        at += len(_DATA_MIDDLE)  # as long as _CAST_MIDDLE
         if at >= len(message):
             return None
         tag = message[at]
@@ -224,7 +279,9 @@ def _decode_fast(message: bytes, max_data_size: int | None) -> Frame | None:
             return None
         if max_data_size is not None and size > max_data_size:
             return None
-        return Data(channel=channel, data=message[at:])
+        if is_data:
+            return Data(channel=channel, data=message[at:])
+        return Cast(channel=channel, data=message[at:])
     if message.startswith(_WINDOW_MIDDLE, at):
         read = _read_uint(message, at + len(_WINDOW_MIDDLE))
         if read is None or read[1] != len(message) or read[0] == 0:
@@ -243,6 +300,10 @@ def encode_frame(frame: Frame) -> bytes:
         data = frame.data
         if type(data) is bytes and data:
             return encode_data(_local_channel(frame.channel), data)
+    elif type(frame) is Cast and type(frame.channel) is int:
+        data = frame.data
+        if type(data) is bytes and data:
+            return encode_cast(_local_channel(frame.channel), data)
     elif type(frame) is Window and type(frame.n) is int and 1 <= frame.n <= MAX_WINDOW:
         channel = _local_channel(frame.channel)
         return b"".join((_HEAD, _pack_uint(channel), _WINDOW_MIDDLE, _pack_uint(frame.n)))
@@ -333,12 +394,38 @@ def _decode_window(c: object, p: dict[str, Any], limits: Limits) -> Frame:
     return Window(channel=_remote_channel(c), n=n)
 
 
-_DECODERS = {
+_Decoder: TypeAlias = Callable[[object, dict[str, Any], Limits], Frame]
+
+
+def _decode_cast(c: object, p: dict[str, Any], limits: Limits) -> Frame:
+    _keys(p, _DATA_KEYS, "cast")
+    d = p["d"]
+    if type(d) is not bytes or not d:
+        raise FrameError("a cast carries bytes, never empty")
+    if limits.max_data_size is not None and len(d) > limits.max_data_size:
+        raise LimitError("cast is larger than max_data_size")
+    return Cast(channel=None if c is None else _remote_channel(c), data=d)
+
+
+def _decode_signal(kind: type[Join | Part | Cut]) -> _Decoder:
+    def decode(c: object, p: dict[str, Any], limits: Limits) -> Frame:
+        if p:
+            raise FrameError(f"a {_SIGNAL_KINDS[kind]} payload must be empty")
+        return kind(channel=_remote_channel(c))
+
+    return decode
+
+
+_DECODERS: dict[str, _Decoder] = {
     "hello": _decode_hello,
     "open": _decode_open,
     "data": _decode_data,
     "close": _decode_close,
     "window": _decode_window,
+    "cast": _decode_cast,
+    "join": _decode_signal(Join),
+    "part": _decode_signal(Part),
+    "cut": _decode_signal(Cut),
 }
 
 KINDS: tuple[str, ...] = tuple(_DECODERS)
