@@ -190,7 +190,8 @@ def reference_vectors() -> dict[str, str]:
 
     identity = HostIdentity.from_seed(bytes(range(0x20, 0x40)))
     key = BroadcastKey(epoch=bytes(range(0x80, 0x90)), key=bytes(range(0x90, 0xB0)))
-    plaintext = msgpack.packb([{"op": "item", "item": {"seq": 7, "type": "user_message"}}])
+    message = msgpack.packb({"op": "item", "item": {"seq": 7, "type": "user_message"}})
+    plaintext = msgpack.packb([message], use_bin_type=True)
     cast = CastSealer(identity, key, counter=5).seal(plaintext)
     return {
         "cast_epoch_hex": key.epoch.hex(),
