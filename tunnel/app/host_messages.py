@@ -16,6 +16,7 @@ import msgpack
 from tunnel.app.errors import ERROR_CODES, BadRequest, ErrorCode
 
 __all__ = [
+    "BroadcastStart",
     "Error",
     "EventMessage",
     "HistoryPage",
@@ -156,6 +157,20 @@ class PresenceDelta:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BroadcastStart:
+    """From here on the live tail comes as casts of the host's broadcast (docs/application.md,
+    "The broadcast"): its epoch and key, the host's public key, the counter of the next cast, and
+    who is attached as of that cast."""
+
+    epoch: bytes
+    key: bytes
+    public_key: bytes
+    counter: int
+    members: Sequence[Member]
+    you: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Error:
     """A request was refused; nothing happened."""
 
@@ -171,6 +186,7 @@ HostMessage = (
     | EventMessage
     | PresenceMessage
     | PresenceDelta
+    | BroadcastStart
     | Error
 )
 
@@ -235,6 +251,16 @@ def encode(message: HostMessage) -> bytes:
                 "joined": [_member(m) for m in message.joined],
                 "left": list(message.left),
             }
+        case BroadcastStart():
+            wire = {
+                "op": "broadcast",
+                "epoch": message.epoch,
+                "key": message.key,
+                "public_key": message.public_key,
+                "counter": message.counter,
+                "members": [_member(m) for m in message.members],
+                "you": message.you,
+            }
         case Error():
             wire = {"op": "error", "code": message.code, "message": message.message}
     return pack(wire)
@@ -298,6 +324,15 @@ def parse(plaintext: bytes) -> HostMessage:
         return EventMessage(event=_get(message, "event", dict))
     if op == "presence":
         return _presence(message)
+    if op == "broadcast":
+        return BroadcastStart(
+            epoch=_get(message, "epoch", bytes),
+            key=_get(message, "key", bytes),
+            public_key=_get(message, "public_key", bytes),
+            counter=_seq(message, "counter"),
+            members=[_presence_member(m, id_required=True) for m in _get(message, "members", list)],
+            you=_seq(message, "you"),
+        )
     if op == "error":
         code = _get(message, "code", str)
         if code not in ERROR_CODES:

@@ -15,7 +15,7 @@ import anyio
 
 from tunnel.e2e.crypto import TAG_SIZE, ChannelCrypto, DecryptionError
 from tunnel.errors import TunnelError
-from tunnel.link import ChannelClosedError, LinkChannel
+from tunnel.link import Casted, ChannelClosedError, LinkChannel
 from tunnel.proto.codes import CloseCode
 
 __all__ = ["MessageTooLargeError", "SealedChannel"]
@@ -73,12 +73,40 @@ class SealedChannel:
             len(plaintext) + TAG_SIZE, lambda: crypto.send.encrypt(plaintext)
         )
 
+    async def send_built(
+        self, largest: int, build: Callable[[], bytes], *, then: Callable[[], None]
+    ) -> None:
+        """Send the plaintext `build()` returns, built once the window has room for `largest`
+        bytes of it, and call `then()` right after it is queued: what it says and what `then`
+        does hold at one instant, with no other message or frame of this side in between."""
+        if largest > self.max_message_size:
+            raise MessageTooLargeError(largest, self.max_message_size)
+        crypto = await self.keys()
+
+        def seal() -> bytes:
+            plaintext = build()
+            if len(plaintext) > largest:
+                raise MessageTooLargeError(len(plaintext), largest)
+            return crypto.send.encrypt(plaintext)
+
+        await self._channel.send_sealed(largest + TAG_SIZE, seal, then=then)
+
     async def receive(self) -> bytes:
         """Return the next plaintext message."""
+        while True:
+            message = await self.receive_any()
+            if isinstance(message, bytes):
+                return message
+
+    async def receive_any(self) -> bytes | Casted:
+        """Return the next plaintext message, or the next cast of the host's broadcast (still
+        sealed: `tunnel.e2e.broadcast` opens it) or cut, in the order they arrived."""
         crypto = await self.keys()
-        ciphertext = await self._channel.receive()
+        message = await self._channel.receive_any()
+        if isinstance(message, Casted):
+            return message
         try:
-            return crypto.receive.decrypt(ciphertext)
+            return crypto.receive.decrypt(message)
         except DecryptionError:
             self.close_soon(CloseCode.DECRYPTION_FAILED, "decryption failed")
             raise

@@ -87,6 +87,7 @@ class HostChannel(SealedChannel):
             return crypto
 
         super().__init__(link_channel, send_nonce)
+        self._link_channel = link_channel
         self._request = request
         self._on_close = on_close
 
@@ -110,6 +111,22 @@ class HostChannel(SealedChannel):
     def meta(self) -> dict[str, Any]:
         """The `open` meta as the relay forwarded it (including the relay's "peer")."""
         return self._request.meta
+
+    async def hand_over(
+        self, largest: int, build: Callable[[], bytes], *, joined: Callable[[], None]
+    ) -> None:
+        """Send the `broadcast` message `build()` returns and join this channel to the host's
+        broadcast in the same instant (docs/application.md, "The broadcast"), then `joined()`."""
+
+        def join() -> None:
+            self._link_channel.join_broadcast()
+            joined()
+
+        await self.send_built(largest, build, then=join)
+
+    def leave_broadcast(self) -> None:
+        """Take this channel out of the host's broadcast (harmless when it is not in it)."""
+        self._link_channel.part_broadcast()
 
     async def start(self) -> None:
         """Send the host nonce if not sent yet; every send and receive does this first."""

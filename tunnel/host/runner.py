@@ -124,6 +124,13 @@ class Host:
         return self._secrets.link("drive", self.settings.relay_url, self.host_id)
 
     @property
+    def link(self) -> Link | None:
+        """The link to the relay while the host is registered on one (what the broadcast casts
+        on), else None."""
+        link = self._link
+        return link if link is not None and link.closed is None else None
+
+    @property
     def connected(self) -> bool:
         """Whether the host is registered with the relay right now (as far as it knows)."""
         return self._link is not None and self._link.closed is None

@@ -24,7 +24,8 @@ presence goes as deltas: the whole list once, then what changed.
 from __future__ import annotations
 
 import logging
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import anyio
 
@@ -53,6 +54,9 @@ from tunnel.app.requests import (
 from tunnel.host.presence import Member, Presence
 from tunnel.log import Event, Item, Log, StoreError
 from tunnel.process.groups import unwrap_group
+
+if TYPE_CHECKING:
+    from tunnel.host.broadcast import Broadcaster
 
 logger = logging.getLogger("tunnel.session")
 
@@ -130,6 +134,15 @@ class SessionChannel(Protocol):
 
     async def send(self, plaintext: bytes) -> None: ...
 
+    @property
+    def max_message_size(self) -> int: ...
+
+    async def hand_over(
+        self, largest: int, build: Callable[[], bytes], *, joined: Callable[[], None]
+    ) -> None: ...
+
+    def leave_broadcast(self) -> None: ...
+
 
 def _fit(wire: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """The item's wire map, with its data replaced by a note if it could never fit a message,
@@ -139,6 +152,17 @@ def _fit(wire: dict[str, Any]) -> tuple[dict[str, Any], int]:
         return wire, size
     wire = {**wire, "data": {"truncated": True, "note": "item too large to send"}}
     return wire, len(out.pack(wire))
+
+
+def encode_entry(entry: Item | Event) -> bytes | None:
+    """The live-tail message of a log entry: an item (cut to fit if it must be), or an event;
+    None for an event too large for a message. An event is ephemeral and its content arrives
+    again in the item that follows it, so one too large (a huge streamed chunk) is skipped,
+    never allowed to end a channel."""
+    if isinstance(entry, Item):
+        return out.encode(out.ItemMessage(item=_fit(entry.to_wire())[0]))
+    plaintext = out.encode(out.EventMessage(event=entry.to_wire()))
+    return plaintext if len(plaintext) <= MAX_ITEM_BYTES else None
 
 
 def _terminal_size(session: AgentSession) -> out.TerminalSize | None:
@@ -166,14 +190,19 @@ class SessionChannelHandler:
         log: Log,
         presence: Presence,
         replay: ReplayBudget | None = None,
+        broadcast: Broadcaster | None = None,
     ) -> None:
         """`replay` is the host's budget shared by every channel; None gives this channel one
-        of its own."""
+        of its own. With `broadcast`, the live tail and presence go to this channel as casts
+        once its snapshot is sent (docs/application.md, "The broadcast"); without, on the
+        channel itself."""
         self._channel = channel
         self._session = session
         self._log = log
         self._presence = presence
         self._replay = replay if replay is not None else ReplayBudget()
+        self._broadcast = broadcast
+        self._you = -1
         self._stream_scope: anyio.CancelScope | None = None
 
     async def run(self) -> None:
@@ -192,14 +221,17 @@ class SessionChannelHandler:
         # Only a message that decrypted proves the keys, and with them the role and the name:
         # until then the teammate is not shown to anyone.
         first = await self._channel.receive()
-        key = self._presence.join(member)
+        key = self._you = self._presence.join(member)
         try:
             async with unwrap_group(), anyio.create_task_group() as tg:
-                tg.start_soon(self._pump_presence, key)
+                if self._broadcast is None:
+                    tg.start_soon(self._pump_presence, key)
                 await self._serve_requests(tg, first)
                 tg.cancel_scope.cancel()
         finally:
             self._presence.leave(key)
+            if self._broadcast is not None:
+                self._broadcast.left(self._channel)
 
     async def _send(self, message: out.HostMessage) -> None:
         await self._send_plaintext(out.encode(message))
@@ -271,6 +303,10 @@ class SessionChannelHandler:
         # A new subscribe replaces the old stream: the client starts over from `after`.
         if self._stream_scope is not None:
             self._stream_scope.cancel()
+        if self._broadcast is not None:
+            # Out of the broadcast until this stream has sent everything after `after`.
+            self._broadcast.left(self._channel)
+            self._channel.leave_broadcast()
         self._stream_scope = anyio.CancelScope()
         tg.start_soon(self._stream, self._stream_scope, request.after, request.tail)
 
@@ -296,9 +332,30 @@ class SessionChannelHandler:
             # replay holds no live buffer.
             async with self._log.subscribe(conversation, after=last) as sub:
                 await self._send_state(conversation)
+                broadcast = self._broadcast
+                if broadcast is not None:
+                    # Until the channel holds every item the broadcast has cast, the items come
+                    # on the channel; then it joins, and every later one comes as a cast.
+                    while broadcast.last_seq > last:
+                        for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
+                            await self._send_entry(entry)
+                            if isinstance(entry, Item):
+                                last = entry.seq
+                    await self._join_broadcast(broadcast)
+                    return
                 while True:  # the live tail
                     for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
                         await self._send_entry(entry)
+
+    async def _join_broadcast(self, broadcast: Broadcaster) -> None:
+        """Send the `broadcast` message and join the channel in one instant: it says the
+        counter of the very next cast, and the presence as of then."""
+        channel = self._channel
+        await channel.hand_over(
+            channel.max_message_size,
+            lambda: broadcast.start_message(self._you),
+            joined=lambda: broadcast.joined(channel),
+        )
 
     async def _send_state(self, conversation: str) -> None:
         """Say again, after the snapshot, the session's state that only events tell: the
@@ -527,14 +584,8 @@ class SessionChannelHandler:
                 return last
 
     async def _send_entry(self, entry: Item | Event) -> None:
-        if isinstance(entry, Item):
-            await self._send(out.ItemMessage(item=_fit(entry.to_wire())[0]))
-            return
-        plaintext = out.encode(out.EventMessage(event=entry.to_wire()))
-        # An event is ephemeral and its content arrives again in the item that follows it: one
-        # too large for a message (a huge streamed chunk) is skipped, never allowed to end the
-        # channel.
-        if len(plaintext) <= MAX_ITEM_BYTES:
+        plaintext = encode_entry(entry)
+        if plaintext is not None:
             await self._send_plaintext(plaintext)
 
     async def _pump_presence(self, you: int) -> None:

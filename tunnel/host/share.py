@@ -25,6 +25,7 @@ from tunnel.agents.sandbox import (
     host_private_paths,
     prepare_sandbox,
 )
+from tunnel.host.broadcast import Broadcaster
 from tunnel.host.channel import HostChannel
 from tunnel.host.console import HostConsole
 from tunnel.host.presence import Member, Presence
@@ -148,7 +149,12 @@ async def run_share(
 
         async def handler(channel: HostChannel) -> None:
             await SessionChannelHandler(
-                channel, session=session, log=log, presence=presence, replay=replay
+                channel,
+                session=session,
+                log=log,
+                presence=presence,
+                replay=replay,
+                broadcast=broadcast,
             ).run()
 
         async def approve(channel: HostChannel) -> bool:
@@ -157,8 +163,17 @@ async def run_share(
         # Makes the key and share secrets if missing: before the agent starts, so its sandbox
         # finds them to hide (tunnel/agents/sandbox.py).
         host = Host(settings.host, handler, on_join=approve if settings.approve else None)
+        broadcast = Broadcaster(
+            identity=host.identity,
+            log=log,
+            conversation_id=session.conversation_id,
+            presence=presence,
+            link=lambda: host.link,
+        )
 
         async def revoke() -> None:
+            # Before the revoked channels close: the key they hold reads nothing cast after.
+            broadcast.new_epoch()
             await host.revoke()
             print_links(host)
 
@@ -167,6 +182,7 @@ async def run_share(
         presence.join(Member(name=settings.host.name, role="host"))
         async with anyio.create_task_group() as tg:
             await tg.start(session.run)
+            await tg.start(broadcast.run)
             await tg.start(host.run)
             tg.start_soon(host_console.run)
             task_status.started(

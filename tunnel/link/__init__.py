@@ -10,10 +10,11 @@ from __future__ import annotations
 from tunnel.link.core import Link, clip_reason
 from tunnel.link.dial import DialSettings, RelayUnreachableError, dial
 from tunnel.link.errors import ChannelClosedError, LinkClosedError
-from tunnel.link.mux import ChannelMux, LinkChannel
+from tunnel.link.mux import Casted, ChannelMux, LinkChannel
 from tunnel.link.urls import http_base_url, websocket_url
 
 __all__ = [
+    "Casted",
     "ChannelClosedError",
     "ChannelMux",
     "DialSettings",

@@ -103,6 +103,7 @@ class Link:
         "_watch",
         "_watch_seen",
         "_watched",
+        "_writable_waiter",
         "_write_scheduled",
         "_write_started",
         "_writer",
@@ -152,6 +153,8 @@ class Link:
         self._closed: LinkClosedError | None = None
         # Made by the first wait_closed() that has to wait: most links are never waited on.
         self._closed_waiter: asyncio.Event | None = None
+        # Made by the first wait_writable() that has to wait, set when the writer task ends.
+        self._writable_waiter: asyncio.Event | None = None
         self._failure: ProtocolError | None = None
 
     # -- state ------------------------------------------------------------------------------
@@ -184,6 +187,15 @@ class Link:
             await self._closed_waiter.wait()
         assert self._closed is not None
         return self._closed
+
+    async def wait_writable(self) -> None:
+        """Wait while the socket is backed up (the writer task runs): a sender that queues
+        without a channel window, as the host's broadcast does, waits here instead of letting
+        the protocol object's buffer grow. Returns at once once the link is closed."""
+        while self._writer is not None and self._closed is None:
+            if self._writable_waiter is None:
+                self._writable_waiter = asyncio.Event()
+            await self._writable_waiter.wait()
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -325,6 +337,7 @@ class Link:
     def _task_done(self, task: asyncio.Task[None]) -> None:
         if task is self._writer:
             self._writer = None
+            self._wake_writable()
         if task is self._closer:
             self._closer = None
         if task.cancelled():
@@ -375,6 +388,7 @@ class Link:
                 # Checked and ended with no await in between, so no flush() can fall in a gap:
                 # the next one writes from its callback again.
                 self._writer = None
+                self._wake_writable()
                 return
             lingered = False
             try:
@@ -488,3 +502,9 @@ class Link:
                 )
         if self._closed_waiter is not None:
             self._closed_waiter.set()
+        self._wake_writable()
+
+    def _wake_writable(self) -> None:
+        waiter, self._writable_waiter = self._writable_waiter, None
+        if waiter is not None:
+            waiter.set()

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -18,6 +19,8 @@ import anyio
 from tunnel.link.core import Link
 from tunnel.link.errors import ChannelClosedError, LinkClosedError
 from tunnel.proto import (
+    CastCut,
+    CastReceived,
     ChannelClosed,
     ChannelNotOpenError,
     ChannelOpened,
@@ -57,6 +60,14 @@ class _Signal:
         await self._event.wait()
 
 
+@dataclass(frozen=True, slots=True)
+class Casted:
+    """What the relay sent a teammate's channel of the host's broadcast, in the channel's order
+    among its data: a cast (`data`), or with `data` None the relay's `cut`."""
+
+    data: bytes | None
+
+
 class LinkChannel:
     """One channel of a link, as seen by an endpoint. Each message is one `data` frame."""
 
@@ -70,7 +81,7 @@ class LinkChannel:
         """The `open` meta, as the opener sent it (or as the relay forwarded it)."""
         # Bounded by the receive window: the protocol object fails the link (4004) before a peer
         # can make it hold more than `initial_window` bytes not yet acknowledged.
-        self._inbox: deque[bytes] = deque()
+        self._inbox: deque[bytes | Casted] = deque()
         self._readable = _Signal()
         self._writable = _Signal()
         # Keeps messages in the order their senders called send(), which end-to-end encryption
@@ -94,8 +105,11 @@ class LinkChannel:
         """Send one message, waiting for send window first. Raises ChannelClosedError."""
         await self.send_sealed(len(message), lambda: message)
 
-    async def send_sealed(self, size: int, seal: Callable[[], bytes]) -> None:
-        """Send the message `seal()` returns (`size` bytes) once that much window is free.
+    async def send_sealed(
+        self, size: int, seal: Callable[[], bytes], *, then: Callable[[], None] | None = None
+    ) -> None:
+        """Send the message `seal()` returns (at most `size` bytes) once that much window is free,
+        and call `then()` right after it is queued, before anything else can be.
 
         `seal` runs only when the message is sure to be queued, with no await in between: a send
         cancelled while it waits for window never consumes a nonce of the end-to-end encryption,
@@ -113,17 +127,19 @@ class LinkChannel:
                 f"a data frame carries 1 to {largest} bytes", code=CloseCode.LIMIT_REACHED
             )
         # No await between the window check and the seal, so a cancelled send never seals.
-        if not self._waiting and self._try_send(size, seal):
+        if not self._waiting and self._try_send(size, seal, then):
             return
         self._waiting += 1
         try:
             async with self._send_lock:
-                while not self._try_send(size, seal):
+                while not self._try_send(size, seal, then):
                     await self._writable.wait()
         finally:
             self._waiting -= 1
 
-    def _try_send(self, size: int, seal: Callable[[], bytes]) -> bool:
+    def _try_send(
+        self, size: int, seal: Callable[[], bytes], then: Callable[[], None] | None
+    ) -> bool:
         """Queue the sealed message if the window has room; raise once the channel is closed."""
         while True:
             if self._closed is not None:
@@ -136,8 +152,10 @@ class LinkChannel:
                 if connection.send_window(self.id) < size:
                     return False
                 message = seal()
-                if len(message) != size or not connection.send_data(self.id, message):
-                    raise RuntimeError("a sealed message must be exactly `size` bytes")
+                if len(message) > size or not connection.send_data(self.id, message):
+                    raise RuntimeError("a sealed message must be at most `size` bytes")
+                if then is not None:
+                    then()
                 link.flush()
                 return True
             except ChannelNotOpenError:
@@ -151,21 +169,58 @@ class LinkChannel:
     async def receive(self) -> bytes:
         """Return the next message; raise ChannelClosedError once closed and drained.
 
-        Messages that arrived before the close are still returned first.
+        Messages that arrived before the close are still returned first. Casts are skipped:
+        only a channel that takes the host's broadcast reads them, with `receive_any`.
         """
+        while True:
+            message = await self.receive_any()
+            if isinstance(message, bytes):
+                return message
+
+    async def receive_any(self) -> bytes | Casted:
+        """Return the next message or cast (or cut), in the order they arrived; raise
+        ChannelClosedError once closed and drained."""
         while not self._inbox:
             if self._closed is not None:
                 raise self._closed
             await self._readable.wait()
         message = self._inbox.popleft()
-        if self._closed is None:
+        size = len(message) if isinstance(message, bytes) else len(message.data or b"")
+        if size and self._closed is None:
             try:
-                self._mux.link.connection.acknowledge(self.id, len(message))
+                self._mux.link.connection.acknowledge(self.id, size)
             except LocalProtocolError:
                 pass  # the link failed meanwhile; the close reaches us through the mux
             else:
                 self._mux.link.flush()
         return message
+
+    def join_broadcast(self) -> None:
+        """Ask the relay to copy the host's casts to this channel from the next one on (the host's
+        side). Raises ChannelClosedError once the channel is closed."""
+        self._broadcast_signal(self._mux.link.connection.join)
+
+    def part_broadcast(self) -> None:
+        """Ask the relay to stop copying the host's casts to this channel (the host's side);
+        nothing to do once the channel is closed."""
+        with contextlib.suppress(ChannelClosedError):
+            self._broadcast_signal(self._mux.link.connection.part)
+
+    def _broadcast_signal(self, signal: Callable[[int], None]) -> None:
+        if self._closed is not None:
+            raise self._closed
+        try:
+            signal(self.id)
+        except ChannelNotOpenError:
+            self._mark_closed(CloseCode.NORMAL, "closed", by_peer=True)
+            raise self._closed from None  # type: ignore[misc]
+        except LocalProtocolError:
+            failure = self._mux.link.connection.failure
+            if failure is None:
+                raise
+            self._mark_closed(failure.code, "link failed", by_peer=False)
+            raise self._closed from None  # type: ignore[misc]
+        self._mux.link.flush()
 
     def close_soon(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         """Close the channel now (the `close` frame is sent by the link's writer)."""
@@ -185,7 +240,7 @@ class LinkChannel:
 
     # -- called by the mux ------------------------------------------------------------------
 
-    def _deliver(self, data: bytes) -> None:
+    def _deliver(self, data: bytes | Casted) -> None:
         self._inbox.append(data)
         self._readable.notify()
 
@@ -225,6 +280,11 @@ class ChannelMux:
             found = self._channels.get(event.channel)
             if found is not None:
                 found._window()
+        elif isinstance(event, CastReceived | CastCut):
+            found = None if event.channel is None else self._channels.get(event.channel)
+            if found is not None:
+                data = event.data if isinstance(event, CastReceived) else None
+                found._deliver(Casted(data))
         elif isinstance(event, ChannelOpened):
             self._opened(event)
         elif isinstance(event, ChannelClosed):

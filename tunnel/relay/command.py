@@ -10,6 +10,7 @@ import typer
 
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
+from tunnel.proto.limits import MAX_CAST_BACKLOG
 
 if TYPE_CHECKING:
     from tunnel.relay.settings import ClusterSettings
@@ -188,6 +189,16 @@ def relay_command(
             help="Channels one teammate may hold open (0: no limit).",
         ),
     ] = 8,
+    max_cast_backlog: Annotated[
+        int,
+        typer.Option(
+            envvar="TUNNEL_RELAY_MAX_CAST_BACKLOG",
+            metavar="BYTES",
+            min=1,
+            help="Bytes of a host's broadcast queued for one slow teammate before it is cut"
+            " from it (it then catches up on its own channel).",
+        ),
+    ] = MAX_CAST_BACKLOG,
     max_channels_per_link: Annotated[
         int,
         typer.Option(
@@ -270,6 +281,7 @@ def relay_command(
             max_teammates_per_host=_limit(max_teammates_per_host),
             max_connections_per_ip=_limit(max_connections_per_ip),
             max_channels_per_teammate=_limit(max_channels_per_teammate),
+            max_cast_backlog=max_cast_backlog,
             hello_timeout=hello_timeout,
             send_timeout=None if send_timeout <= 0 else send_timeout,
             limits=Limits(max_channels=_limit(max_channels_per_link)),

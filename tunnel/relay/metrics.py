@@ -53,6 +53,17 @@ class RelayMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.casts = Counter(
+            "relay_casts",
+            "Casts received from hosts (each copied to every joined teammate channel, counted"
+            " there as forwarded frames down).",
+            registry=self.registry,
+        )
+        self.cast_cuts = Counter(
+            "relay_cast_cuts",
+            "Teammate channels cut from a host's broadcast for falling behind.",
+            registry=self.registry,
+        )
         # The children the switch counts every forwarded frame in, bound once: looking a label
         # up per frame costs more than the count itself.
         self.frames_up = self.frames_forwarded.labels(direction="up")

@@ -63,6 +63,7 @@ class Relay:
                 max_teammates_per_host=settings.max_teammates_per_host,
                 max_connections_per_ip=settings.max_connections_per_ip,
                 max_channels_per_teammate=settings.max_channels_per_teammate,
+                max_cast_backlog=settings.max_cast_backlog,
             ),
             link_limits=settings.limits,
             metrics=self.metrics,

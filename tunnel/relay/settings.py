@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from tunnel.e2e.crypto import normalize_relay_url
 from tunnel.link.urls import http_base_url
 from tunnel.proto import Limits
+from tunnel.proto.limits import MAX_CAST_BACKLOG
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -120,6 +121,10 @@ class RelaySettings:
     max_channels_per_teammate: int | None = 8
     """Channels one teammate link may hold open; one more `open` is closed with 4006."""
 
+    max_cast_backlog: int = MAX_CAST_BACKLOG
+    """Bytes of a host's casts queued for one teammate channel beyond its window before the
+    channel is cut from the broadcast (it then catches up on its own channel)."""
+
     hello_timeout: float = 10.0
     """Seconds a new connection has to send its hello before it is closed with 4000."""
 
@@ -150,6 +155,8 @@ class RelaySettings:
             http_base_url(self.public_url)
         for origin in self.allowed_origins:
             url_origin(origin)
+        if type(self.max_cast_backlog) is not int or self.max_cast_backlog < 1:
+            raise ValueError("the cast backlog is at least 1 byte")
         if self.metrics_token is not None and not _METRICS_TOKEN.fullmatch(self.metrics_token):
             raise ValueError("the metrics token must be visible ASCII characters, without spaces")
 

@@ -9,6 +9,12 @@ while the other side grants window. Per channel direction the relay therefore ho
 window of bytes waiting (`_pending`, bounded by the window the sender had) plus one window queued
 in the destination link's protocol object; a teammate that stops reading stalls only its own
 channel, and its host sees that channel's window run dry, nothing else.
+
+The host's broadcast (docs/protocol.md, "Broadcast"): a host's `cast` is copied to every channel
+it joined, through the same per-channel queue as data, so a teammate gets casts and data in the
+host's order. Casts are not the host's to wait for: a channel holding more than
+`max_cast_backlog` bytes of queued casts is cut (its queued casts dropped, a `cut` after its
+queued data), and the host never learns of the teammate's pace.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from tunnel.handshake import (
 )
 from tunnel.link import Link
 from tunnel.proto import (
+    CastJoined,
+    CastParted,
+    CastReceived,
     ChannelClosed,
     ChannelNotOpenError,
     ChannelOpened,
@@ -38,9 +47,10 @@ from tunnel.proto import (
     WindowUpdated,
 )
 from tunnel.proto.codes import CloseCode
+from tunnel.proto.limits import MAX_CAST_BACKLOG
 from tunnel.relay.admission import match_role
 from tunnel.relay.metrics import RelayMetrics
-from tunnel.relay.routing import Endpoint, RoutingTable
+from tunnel.relay.routing import Endpoint, Route, RoutingTable
 
 logger = logging.getLogger("relay.switch")
 
@@ -80,6 +90,21 @@ class Peer:
         return f"{self.kind.value} {self.ip}{host}"
 
 
+class _QueuedCast:
+    """A cast waiting in a channel's queue among its data (which is queued as bare bytes)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+_CUT = object()
+"""The `cut` that follows the data still queued for a channel cut from the broadcast."""
+
+_Queued = bytes | _QueuedCast | object
+
+
 class _Outcome(enum.Enum):
     SENT = "sent"
     BLOCKED = "blocked"
@@ -96,6 +121,9 @@ class SwitchLimits:
     max_channels_per_teammate: int | None = 8
     """Channels one teammate link may hold open: the host link's channels are shared by every
     teammate, so one link must not be able to take them all."""
+    max_cast_backlog: int = MAX_CAST_BACKLOG
+    """Bytes of casts queued for one teammate channel beyond its window before it is cut from
+    the broadcast (docs/protocol.md, "Broadcast")."""
 
 
 class Switch:
@@ -119,8 +147,14 @@ class Switch:
         # Bounded by max_teammates_per_host per host.
         self.teammates: dict[str, set[Peer]] = {}
         self.routes: RoutingTable[Peer] = RoutingTable()
-        # Bounded per destination channel by the window its source channel had (see module doc).
-        self._pending: dict[tuple[Peer, int], deque[bytes]] = {}
+        # Bounded per destination channel by the window its source channel had, plus
+        # max_cast_backlog of casts (see module doc).
+        self._pending: dict[tuple[Peer, int], deque[_Queued]] = {}
+        # Per host, its joined channels (host channel id -> the teammate's end); bounded by the
+        # routes.
+        self._joined: dict[Peer, dict[int, Endpoint[Peer]]] = {}
+        # Bytes of casts in each teammate channel's queue.
+        self._cast_backlog: dict[tuple[Peer, int], int] = {}
         self._per_ip: Counter[str] = Counter()
 
     # -- connections --------------------------------------------------------------------------
@@ -147,6 +181,7 @@ class Switch:
         peer.admitted = False
         assert peer.host_id is not None
         if peer.kind is Kind.HOST:
+            self._joined.pop(peer, None)
             if self.hosts.get(peer.host_id) is peer:
                 del self.hosts[peer.host_id]
                 self._metrics.hosts_online.set(len(self.hosts))
@@ -166,6 +201,10 @@ class Switch:
         """Handle one protocol event from `peer`'s link (the `Link.run` callback)."""
         if isinstance(event, DataReceived):
             self._on_data(peer, event)
+        elif isinstance(event, CastReceived):
+            self._on_cast(peer, event)
+        elif isinstance(event, CastJoined | CastParted):
+            self._on_join_or_part(peer, event)
         elif isinstance(event, WindowUpdated):
             self._drain(peer, event.channel)
         elif isinstance(event, ChannelOpened):
@@ -323,6 +362,7 @@ class Switch:
         route = self.routes.remove(peer, event.channel)
         if route is None:
             return  # the answer to a close of ours
+        self._unjoin(route)
         self._forget_pending(route.teammate, route.host)
         other = route.other(peer, event.channel)
         self._close_channel(other, event.code, event.reason)
@@ -337,6 +377,8 @@ class Switch:
         end.link.link.flush()
 
     def _drop_routes(self, peer: Peer, code: CloseCode | None = None) -> None:
+        for route in self.routes.routes(peer):
+            self._unjoin(route)
         for item in self.routes.remove_link(peer):
             self._forget_pending(item.endpoint)
             self._close_channel(
@@ -346,6 +388,7 @@ class Switch:
             )
         for key in [key for key in self._pending if key[0] is peer]:
             del self._pending[key]
+            self._cast_backlog.pop(key, None)
         self._metrics.open_channels.set(len(self.routes))
 
     # -- data ---------------------------------------------------------------------------------
@@ -382,10 +425,20 @@ class Switch:
             return
         destination = Endpoint(link=peer, channel=channel)
         while waiting:
-            if self._send(destination, waiting[0]) is _Outcome.BLOCKED:
-                return
-            self._acknowledge(source.link, source.channel, len(waiting.popleft()))
+            entry = waiting[0]
+            if type(entry) is bytes:
+                if self._send(destination, entry) is _Outcome.BLOCKED:
+                    return
+                self._acknowledge(source.link, source.channel, len(entry))
+            elif isinstance(entry, _QueuedCast):
+                if self._send_cast(destination, entry.data) is _Outcome.BLOCKED:
+                    return
+                self._cast_backlog[key] -= len(entry.data)
+            else:
+                self._send_cut(destination)
+            waiting.popleft()
         del self._pending[key]
+        self._cast_backlog.pop(key, None)
 
     def _send(self, destination: Endpoint[Peer], data: bytes) -> _Outcome:
         link = destination.link.link
@@ -408,6 +461,101 @@ class Switch:
             metrics.bytes_down.inc(len(data))
         return _Outcome.SENT
 
+    # -- the broadcast --------------------------------------------------------------------------
+
+    def _on_join_or_part(self, peer: Peer, event: CastJoined | CastParted) -> None:
+        if peer.kind is not Kind.HOST:
+            self._broadcast_from_teammate(peer)
+            return
+        if isinstance(event, CastParted):
+            joined = self._joined.get(peer)
+            if joined is not None:
+                joined.pop(event.channel, None)
+            return
+        teammate = self.routes.peer(peer, event.channel)
+        if teammate is not None:  # else its close is on the way
+            self._joined.setdefault(peer, {})[event.channel] = teammate
+
+    def _unjoin(self, route: Route[Peer]) -> None:
+        joined = self._joined.get(route.host.link)
+        if joined is not None:
+            joined.pop(route.host.channel, None)
+
+    def _broadcast_from_teammate(self, peer: Peer) -> None:
+        # Only a host casts: a teammate that tries breaks the protocol, and loses its link.
+        self._metrics.frames_rejected.labels(reason="teammate_cast").inc()
+        logger.info("closing %s: a broadcast frame from a teammate", peer.describe())
+        peer.link.close_soon(CloseCode.PROTOCOL_ERROR, "only a host casts")
+
+    def _on_cast(self, peer: Peer, event: CastReceived) -> None:
+        """Copy a host's cast to each channel it joined: at once where the window allows, else
+        behind what that channel has queued; a channel with too much queued is cut."""
+        if peer.kind is not Kind.HOST:
+            self._broadcast_from_teammate(peer)
+            return
+        self._metrics.casts.inc()
+        joined = self._joined.get(peer)
+        if not joined:
+            return
+        data = event.data
+        limit = self._limits.max_cast_backlog
+        cut: list[int] = []
+        for host_channel, end in joined.items():
+            key = (end.link, end.channel)
+            waiting = self._pending.get(key)
+            if waiting is None:
+                if self._send_cast(end, data) is not _Outcome.BLOCKED:
+                    continue
+                waiting = self._pending[key] = deque()
+            backlog = self._cast_backlog.get(key, 0) + len(data)
+            if backlog > limit:
+                cut.append(host_channel)
+                continue
+            self._cast_backlog[key] = backlog
+            waiting.append(_QueuedCast(data))
+        for host_channel in cut:
+            self._cut(joined.pop(host_channel))
+
+    def _cut(self, end: Endpoint[Peer]) -> None:
+        """Take a channel that fell behind out of the broadcast: its queued casts go, and a
+        `cut` follows whatever data it still has queued."""
+        self._metrics.cast_cuts.inc()
+        key = (end.link, end.channel)
+        self._cast_backlog.pop(key, None)
+        waiting = self._pending.get(key)
+        if waiting is not None:
+            kept: deque[_Queued] = deque(e for e in waiting if not isinstance(e, _QueuedCast))
+            if kept:
+                kept.append(_CUT)
+                self._pending[key] = kept
+                return
+            del self._pending[key]
+        self._send_cut(end)
+
+    def _send_cast(self, destination: Endpoint[Peer], data: bytes) -> _Outcome:
+        link = destination.link.link
+        try:
+            sent = link.connection.send_cast(destination.channel, data)
+        except ChannelNotOpenError:
+            return _Outcome.DROPPED
+        except LocalProtocolError:
+            self._metrics.frames_rejected.labels(reason="undeliverable").inc()
+            return _Outcome.DROPPED
+        if not sent:
+            return _Outcome.BLOCKED
+        link.flush()
+        self._metrics.frames_down.inc()
+        self._metrics.bytes_down.inc(len(data))
+        return _Outcome.SENT
+
+    def _send_cut(self, destination: Endpoint[Peer]) -> None:
+        link = destination.link.link
+        try:
+            link.connection.cut(destination.channel)
+        except LocalProtocolError:
+            return  # closing or gone: it gets no more casts either way
+        link.flush()
+
     def _acknowledge(self, source: Peer, channel: int, n: int) -> None:
         link = source.link
         try:
@@ -419,3 +567,4 @@ class Switch:
     def _forget_pending(self, *ends: Endpoint[Peer]) -> None:
         for end in ends:
             self._pending.pop((end.link, end.channel), None)
+            self._cast_backlog.pop((end.link, end.channel), None)

@@ -13,29 +13,38 @@ session can end is a `TeammateError` carrying the close code (docs/protocol.md, 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import anyio
+import msgpack
 
 from tunnel.app.errors import BadRequest
 from tunnel.app.host_messages import (
+    BroadcastStart,
     Error,
     HistoryPage,
+    ItemMessage,
     Member,
     PresenceDelta,
     PresenceMessage,
+    Snapshot,
     decode_host_message,
+    encode,
     parse,
 )
 from tunnel.app.requests import MAX_HISTORY_ITEMS, MAX_SEQ, History, Subscribe, encode_request
 from tunnel.app.roster import Roster
+from tunnel.e2e.broadcast import CastError, CastOpener
 from tunnel.e2e.channel import SealedChannel
 from tunnel.e2e.crypto import SALT_SIZE, ChannelCrypto, DecryptionError, ShareLink, new_salt
 from tunnel.errors import TunnelError, describe_close
 from tunnel.handshake import HelloError, check_name, teammate_hello
 from tunnel.link import (
+    Casted,
     ChannelClosedError,
     DialSettings,
     LinkChannel,
@@ -59,6 +68,9 @@ __all__ = [
     "connect_teammate",
     "error_for",
 ]
+
+
+logger = logging.getLogger("tunnel.teammate")
 
 
 class TeammateError(TunnelError):
@@ -172,6 +184,14 @@ class TeammateSession(SealedChannel):
         # Who is attached: the host sends the whole list once, then what changed. As many as
         # the host's presence holds, which the relay's teammate limit bounds.
         self._roster = Roster()
+        # The host's broadcast (docs/application.md, "The broadcast"): the last item seq held,
+        # the opener of the epoch while the channel is in it, the messages of the last cast
+        # still to hand on (one cast's worth at most), and whether a resubscribe of ours is
+        # catching up, whose snapshot is handed on as items.
+        self._cursor: int | None = None
+        self._opener: CastOpener | None = None
+        self._queued: deque[bytes] = deque()
+        self._catching_up = False
 
     @property
     def role(self) -> str:
@@ -210,17 +230,19 @@ class TeammateSession(SealedChannel):
         message is returned.
         """
         while True:
+            if self._queued:
+                return self._queued.popleft()
             try:
-                plaintext = await super().receive()
+                message = await super().receive_any()
+                if isinstance(message, Casted):
+                    await self._on_cast(message.data)
+                elif not self._hand_over(message):
+                    self._queued.extend(await self._on_message(message))
+                continue
             except ChannelClosedError as exc:
                 error = closed_error(exc)
             except DecryptionError:
                 error = DecryptionFailedError(CloseCode.DECRYPTION_FAILED, "from the host")
-            else:
-                if not self._hand_over(plaintext):
-                    self._track_presence(plaintext)
-                    return plaintext
-                continue
             wait = self._history_wait
             if wait is not None:
                 wait.error = error
@@ -242,6 +264,7 @@ class TeammateSession(SealedChannel):
         """
         if tail is not None and after is not None:
             raise ValueError("tail goes only with after=None: a resume gets every item after it")
+        self._catching_up = False
         await self.send(encode_request(Subscribe(after=after, tail=tail)))
 
     async def history(self, before: int, limit: int = MAX_HISTORY_ITEMS) -> HistoryPage:
@@ -273,6 +296,125 @@ class TeammateSession(SealedChannel):
             raise wait.error
         assert wait.page is not None  # set with done, unless error was
         return wait.page
+
+    # -- the live tail, on the channel or through the broadcast -------------------------------
+
+    async def _on_message(self, plaintext: bytes) -> list[bytes]:
+        """What to hand on of a message that came on the channel, after keeping the cursor,
+        the broadcast and presence up to date."""
+        try:
+            wire = decode_host_message(plaintext)
+        except BadRequest:
+            return [plaintext]  # the reader sees it, and what it does with a malformed message
+        op = wire["op"]
+        if op == "item":
+            return [plaintext] if self._take_item(wire) else []
+        if op == "snapshot":
+            return self._on_snapshot(plaintext)
+        if op == "broadcast":
+            return self._on_broadcast_start(plaintext)
+        if op == "presence":
+            self._track_presence(plaintext)
+        return [plaintext]
+
+    def _on_snapshot(self, plaintext: bytes) -> list[bytes]:
+        # The host took the channel out of the broadcast before it sent this.
+        self._opener = None
+        try:
+            snapshot = parse(plaintext)
+        except BadRequest:
+            return [plaintext]
+        assert isinstance(snapshot, Snapshot)
+        if not self._catching_up or snapshot.reset:
+            self._catching_up = False
+            self._cursor = snapshot.last_seq
+            return [plaintext]
+        # Ours, to catch up after the broadcast failed: hand on the items the reader lacks.
+        items = [
+            encode(ItemMessage(item=item)) for item in snapshot.items if self._take_item(item, True)
+        ]
+        if not snapshot.more:
+            self._catching_up = False
+        return items
+
+    def _on_broadcast_start(self, plaintext: bytes) -> list[bytes]:
+        try:
+            start = parse(plaintext)
+            assert isinstance(start, BroadcastStart)
+            self._opener = CastOpener(
+                host_id=self.host_id,
+                public_key=start.public_key,
+                epoch=start.epoch,
+                key=start.key,
+                counter=start.counter,
+            )
+        except (BadRequest, CastError):
+            # Not the host's key: whoever sent this is not the host of the link.
+            self.close_soon(CloseCode.DECRYPTION_FAILED, "not the host's broadcast")
+            raise DecryptionFailedError(
+                CloseCode.DECRYPTION_FAILED, "the broadcast is not the host's"
+            ) from None
+        presence = encode(PresenceMessage(members=start.members, you=start.you))
+        self._track_presence(presence)
+        return [presence]
+
+    async def _on_cast(self, cast: bytes | None) -> None:
+        """Open a cast and queue its messages; on a cut, a cast that does not open or a gap,
+        catch up on the channel."""
+        opener = self._opener
+        if opener is None:
+            return  # not in the broadcast (yet, or any more): this one is not for us
+        if cast is None:
+            await self._catch_up("the relay cut this channel from the broadcast")
+            return
+        try:
+            messages = _cast_messages(opener.open(cast))
+        except CastError as exc:
+            await self._catch_up(str(exc))
+            return
+        accepted: list[bytes] = []
+        for plaintext in messages:
+            try:
+                wire = decode_host_message(plaintext)
+            except BadRequest:
+                accepted.append(plaintext)
+                continue
+            if wire["op"] == "item":
+                taken = self._take_item(wire, from_cast=True)
+                if taken is None:
+                    self._queued.extend(accepted)
+                    await self._catch_up("an item missing from the broadcast")
+                    return
+                if not taken:
+                    continue
+            elif wire["op"] == "presence":
+                self._track_presence(plaintext)
+            accepted.append(plaintext)
+        self._queued.extend(accepted)
+
+    def _take_item(self, wire: Mapping[str, Any], from_cast: bool = False) -> bool | None:
+        """Whether to hand on this item message (or item map): not one held already. From a
+        cast, None for one past the next expected (a gap)."""
+        item = wire.get("item", wire) if wire.get("op") == "item" else wire
+        seq = item.get("seq") if isinstance(item, dict) else None
+        if type(seq) is not int:
+            return True  # the reader sees it, and what it does with a malformed item
+        if self._cursor is not None:
+            if seq <= self._cursor:
+                return False
+            if from_cast and seq > self._cursor + 1:
+                return None
+        self._cursor = seq
+        return True
+
+    async def _catch_up(self, why: str) -> None:
+        """Leave the broadcast and ask the host, on the channel, for every item after the last
+        one held; its snapshot is handed on as items, and a new `broadcast` message follows."""
+        logger.info("catching up on the channel: %s", why)
+        self._opener = None
+        self._catching_up = True
+        after = -1 if self._cursor is None else self._cursor
+        await self.send(encode_request(Subscribe(after=after, tail=None)))
 
     def _track_presence(self, plaintext: bytes) -> None:
         """Update `members` from a presence message (the whole list, or what changed)."""
@@ -313,6 +455,17 @@ class TeammateSession(SealedChannel):
         wait.page = message
         wait.done.set()
         return True
+
+
+def _cast_messages(plaintext: bytes) -> list[bytes]:
+    """The host messages in an opened cast: a msgpack array of bin (docs/application.md)."""
+    try:
+        messages = msgpack.unpackb(plaintext, raw=False)
+    except Exception as exc:  # msgpack raises many types
+        raise CastError("a cast that is not a list of messages") from exc
+    if not isinstance(messages, list) or not all(isinstance(m, bytes) for m in messages):
+        raise CastError("a cast that is not a list of messages")
+    return messages
 
 
 @asynccontextmanager

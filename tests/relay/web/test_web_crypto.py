@@ -1,4 +1,5 @@
-"""The page's WebCrypto derives the bytes of tunnel/crypto.py (tests/vectors/crypto.json)."""
+"""The page's WebCrypto derives the bytes of tunnel/e2e (tests/vectors/crypto.json) and opens the
+host's casts exactly as tunnel.e2e.broadcast.CastOpener does."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page
 
+from tunnel.e2e.broadcast import BroadcastKey, CastSealer
 from tunnel.e2e.crypto import channel_keys
+from tunnel.e2e.identity import HostIdentity, derive_host_id
 
 from .conftest import BLANK_PATH, PageLog
 
@@ -289,3 +292,140 @@ def test_channel_names_are_what_the_host_accepts(page: Page, static_server: str)
         # The host's rule: 1 to 64 code points, and the name must have a UTF-8 form.
         assert 1 <= len(name) <= 64
         name.encode("utf-8")
+
+
+# Runs in the page: what a CastOpener makes of the vector cast, of casts changed in one byte, and
+# of the cast given to openers that expect another counter, epoch, key or host.
+CASTS = """
+async ([v, extra]) => {
+  const c = await import("/static/crypto.js");
+  const cast = c.fromHex(v.cast_hex);
+  const publicKey = c.fromHex(v.host_public_key_hex);
+  const base = { hostId: v.host_id, publicKey, epoch: c.fromHex(v.cast_epoch_hex),
+    key: c.fromHex(v.cast_key_hex), counter: Number(v.cast_counter) };
+  const verdict = (error) => (error instanceof c.CastError ? "fail" : `other:${error}`);
+  const outcome = async (steps, options = base) => {
+    let opener;
+    try {
+      opener = await c.CastOpener.create(options);
+    } catch (error) {
+      return [`refused:${verdict(error)}`];
+    }
+    const results = [];
+    for (const bytes of steps) {
+      try {
+        results.push(c.toHex(await opener.open(bytes)));
+      } catch (error) {
+        results.push(verdict(error));
+      }
+    }
+    return results;
+  };
+  const flip = (bytes, at) => {
+    const out = bytes.slice();
+    out[at < 0 ? out.length + at : at] ^= 1;
+    return out;
+  };
+  // Calls made without waiting for each other: still opened one after another, in call order.
+  const concurrently = async (steps, options = base) => {
+    const opener = await c.CastOpener.create(options);
+    const settled = await Promise.allSettled(steps.map((bytes) => opener.open(bytes)));
+    return settled.map((s) => (s.status === "fulfilled" ? c.toHex(s.value) : verdict(s.reason)));
+  };
+  const sequence = extra.sequence.map(c.fromHex);
+  const fromZero = { ...base, counter: 0 };
+  return {
+    good: await outcome([cast]),
+    counterAfter: await (async () => {
+      const opener = await c.CastOpener.create(base);
+      await opener.open(cast);
+      return String(opener.counter);
+    })(),
+    hostId: await c.deriveHostId(publicKey),
+    hostIds: await Promise.all(extra.publicKeys.map((hex) => c.deriveHostId(c.fromHex(hex)))),
+    ciphertext: await outcome([flip(cast, 30), cast]),
+    tag: await outcome([flip(cast, -65)]),
+    signature: await outcome([flip(cast, -1), cast]),
+    epoch: await outcome([flip(cast, 0)]),
+    counterField: await outcome([flip(cast, 23)]),
+    counter4: await outcome([cast], { ...base, counter: 4 }),
+    counter6: await outcome([cast], { ...base, counter: 6 }),
+    replay: await outcome([cast, cast]),
+    truncated: await outcome([cast.slice(0, -1)]),
+    tooShort: await outcome([cast.slice(0, 16 + 8 + 16 + 64 - 1)]),
+    empty: await outcome([new Uint8Array(0)]),
+    otherEpoch: await outcome([cast], { ...base, epoch: flip(base.epoch, 15) }),
+    otherKey: await outcome([cast], { ...base, key: flip(base.key, 0) }),
+    forged: await outcome([c.fromHex(extra.forged)]),
+    sequence: await outcome(sequence, fromZero),
+    skipped: await outcome([sequence[0], sequence[2]], fromZero),
+    concurrent: await concurrently(sequence, fromZero),
+    concurrentAfterBad: await concurrently([flip(sequence[0], 30), ...sequence.slice(1)],
+      fromZero),
+    publicKeyNotHosts: await outcome([cast], { ...base, publicKey: flip(publicKey, 0) }),
+    otherHostId: await outcome([cast], { ...base, hostId: "a".repeat(26) }),
+    shortPublicKey: await outcome([cast], { ...base, publicKey: publicKey.slice(1) }),
+    shortEpoch: await outcome([cast], { ...base, epoch: base.epoch.slice(1) }),
+    shortKey: await outcome([cast], { ...base, key: base.key.slice(1) }),
+    negativeCounter: await outcome([cast], { ...base, counter: -1 }),
+    floatCounter: await outcome([cast], { ...base, counter: 5.5 }),
+    unsafeCounter: await outcome([cast], { ...base, counter: 2 ** 53 }),
+  };
+}
+"""
+
+
+def test_the_page_opens_the_vector_cast_and_refuses_every_changed_one(
+    page: Page, static_server: str, page_log: PageLog
+) -> None:
+    vectors = load_vectors()
+    identity = HostIdentity.from_seed(bytes.fromhex(vectors["host_seed_hex"]))
+    assert identity.host_id == vectors["host_id"]
+    key = BroadcastKey(
+        epoch=bytes.fromhex(vectors["cast_epoch_hex"]), key=bytes.fromhex(vectors["cast_key_hex"])
+    )
+    plaintext = bytes.fromhex(vectors["cast_plaintext_hex"])
+    sealer = CastSealer(identity, key)
+    sequence = [sealer.seal(plaintext + bytes([n])) for n in range(3)]
+    # Someone who knows K (a teammate) seals a cast of the right epoch and counter, and signs it
+    # with a key of their own.
+    forger = HostIdentity.from_seed(bytes(range(0x40, 0x60)))
+    forged = CastSealer(forger, key, counter=5).seal(plaintext)
+    public_keys = [bytes(32).hex(), bytes(range(32)).hex(), forger.public_key.hex()]
+    extra = {
+        "sequence": [cast.hex() for cast in sequence],
+        "forged": forged.hex(),
+        "publicKeys": public_keys,
+    }
+    open_blank(page, static_server)
+    got = page.evaluate(CASTS, [vectors, extra])
+    good = vectors["cast_plaintext_hex"]
+    assert got["good"] == [good]
+    assert got["counterAfter"] == "6"
+    assert got["hostId"] == vectors["host_id"]
+    assert got["hostIds"] == [derive_host_id(bytes.fromhex(hex_)) for hex_ in public_keys]
+    # One failure kills the opener: even the genuine cast after it is refused.
+    assert got["ciphertext"] == ["fail", "fail"]
+    assert got["signature"] == ["fail", "fail"]
+    for case in ("tag", "epoch", "counterField", "counter4", "counter6", "truncated"):
+        assert got[case] == ["fail"], case
+    for case in ("tooShort", "empty", "otherEpoch", "otherKey", "forged"):
+        assert got[case] == ["fail"], case
+    assert got["replay"] == [good, "fail"]
+    assert got["sequence"] == [(plaintext + bytes([n])).hex() for n in range(3)]
+    assert got["skipped"] == [got["sequence"][0], "fail"]
+    assert got["concurrent"] == got["sequence"]
+    assert got["concurrentAfterBad"] == ["fail", "fail", "fail"]
+    # The opener itself is refused when the key is not the host id's or a field is malformed.
+    for case in (
+        "publicKeyNotHosts",
+        "otherHostId",
+        "shortPublicKey",
+        "shortEpoch",
+        "shortKey",
+        "negativeCounter",
+        "floatCounter",
+        "unsafeCounter",
+    ):
+        assert got[case] == ["refused:fail"], case
+    assert page_log.errors == []

@@ -3,12 +3,14 @@
 // root, the open's salt, the host's nonce and the teammate's name, AES-256-GCM with a 12-byte
 // big-endian counter nonce per direction and the host id as additional data. Only WebCrypto is
 // used; it exists only in a secure context. Sizes, labels and roles are tunnel.e2e.crypto's,
-// through wire.js.
+// through wire.js. The broadcast's casts (docs/security.md, "The broadcast") are opened by
+// CastOpener, as tunnel.e2e.broadcast.CastOpener opens them.
 
 import {
   CloseCode,
   DOWN_INFO,
   E2E_INFO,
+  HOST_ID_LENGTH,
   HOST_ID_PATTERN,
   KEY_SIZE,
   NONCE_SIZE,
@@ -235,4 +237,160 @@ export async function teammateChannelCrypto(secret, hostId, channel) {
 
 export function randomSalt() {
   return crypto.getRandomValues(new Uint8Array(SALT_SIZE));
+}
+
+// TODO(wire): tunnel.e2e.broadcast's EPOCH_SIZE, COUNTER_SIZE, SIGNATURE_SIZE and SIGN_LABEL and
+// tunnel.e2e.identity's PUBLIC_KEY_SIZE, to be imported from wire.js once wire.py exports them.
+// Until then this is their only copy in the page; the cast vectors test them.
+const EPOCH_SIZE = 16;
+const COUNTER_SIZE = 8;
+const SIGNATURE_SIZE = 64;
+const SIGN_LABEL = "agent-tunnel/v1 broadcast signed";
+const PUBLIC_KEY_SIZE = 32;
+
+const CAST_HEAD_SIZE = EPOCH_SIZE + COUNTER_SIZE;
+// What a cast adds to its plaintext: epoch, counter, GCM tag, signature.
+const CAST_OVERHEAD = CAST_HEAD_SIZE + TAG_SIZE + SIGNATURE_SIZE;
+// The AES-GCM nonce is the counter after this many zero bytes.
+const CAST_NONCE_PAD = new Uint8Array(NONCE_SIZE - COUNTER_SIZE);
+const BASE32 = "abcdefghijklmnopqrstuvwxyz234567";
+
+// RFC 4648 base32, lowercase, no padding: the host id's alphabet.
+function base32(bytes) {
+  let out = "";
+  let value = 0;
+  let bits = 0;
+  for (const byte of bytes) {
+    value = ((value << 8) | byte) & 0xfff;
+    bits += 8;
+    while (bits >= 5) {
+      bits -= 5;
+      out += BASE32[(value >> bits) & 31];
+    }
+  }
+  return bits > 0 ? out + BASE32[(value << (5 - bits)) & 31] : out;
+}
+
+/**
+ * The host id of a raw Ed25519 public key, as tunnel.e2e.identity.derive_host_id: the first
+ * HOST_ID_LENGTH characters of the lowercase base32 of its SHA-256.
+ */
+export async function deriveHostId(publicKey) {
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", publicKey));
+  return base32(digest).slice(0, HOST_ID_LENGTH);
+}
+
+function sameBytes(a, b) {
+  return a.length === b.length && a.every((byte, index) => byte === b[index]);
+}
+
+/** A cast or a broadcast key was refused; the message never echoes what was received. */
+export class CastError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "CastError";
+  }
+}
+
+/**
+ * A teammate's side of one epoch of the host's broadcast: opens its casts in order, from
+ * `counter` on. A cast is epoch || counter (8, big-endian) || AES-256-GCM(K) || Ed25519
+ * signature; it is accepted only of this epoch, with exactly the next counter, signed by the
+ * host's key (verified before anything is decrypted) and intact. After any refusal every later
+ * `open` fails too: the teammate then catches up by cursor on its channel (docs/application.md,
+ * "The broadcast").
+ */
+export class CastOpener {
+  /**
+   * The opener of a `broadcast` message's epoch; CastError when `publicKey` does not hash to
+   * `hostId` (the channel is not the host's) or a field is malformed. `counter` is the number of
+   * the next cast; beyond 2**53 - 1 it is refused, an epoch that the host ends long before.
+   */
+  static async create({ hostId, publicKey, epoch, key, counter }) {
+    if (!(publicKey instanceof Uint8Array) || publicKey.length !== PUBLIC_KEY_SIZE ||
+      await deriveHostId(publicKey) !== hostId) {
+      throw new CastError("the broadcast's public key is not this host's");
+    }
+    if (!(epoch instanceof Uint8Array) || epoch.length !== EPOCH_SIZE ||
+      !(key instanceof Uint8Array) || key.length !== KEY_SIZE) {
+      throw new CastError("malformed broadcast key");
+    }
+    if (!Number.isSafeInteger(counter) || counter < 0) {
+      throw new CastError("malformed broadcast counter");
+    }
+    let verifyKey;
+    try {
+      verifyKey = await crypto.subtle.importKey("raw", publicKey, "Ed25519", false, ["verify"]);
+    } catch {
+      // 32 bytes that are not a point on the curve.
+      throw new CastError("the broadcast's public key is not this host's");
+    }
+    const aesKey = await crypto.subtle.importKey("raw", key, "AES-GCM", false, ["decrypt"]);
+    return new CastOpener({ hostId, verifyKey, aesKey, epoch: epoch.slice(), counter });
+  }
+
+  constructor({ hostId, verifyKey, aesKey, epoch, counter }) {
+    this.hostId = encoder.encode(hostId);
+    this.label = encoder.encode(SIGN_LABEL);
+    this.verifyKey = verifyKey;
+    this.aesKey = aesKey;
+    this.epoch = epoch;
+    // A BigInt: the wire counter has 64 bits.
+    this.next = BigInt(counter);
+    this.dead = false;
+    // The open before the latest call; each waits for it, so WebCrypto's promises cannot
+    // reorder casts. As long as the calls in flight, which the link's inbox bounds.
+    this.previous = Promise.resolve();
+  }
+
+  /** The counter the next cast must have. */
+  get counter() {
+    return this.next;
+  }
+
+  /**
+   * The plaintext of `cast` (a Uint8Array), or CastError. Casts are opened in the order of the
+   * calls, whether or not the caller waits for each.
+   */
+  open(cast) {
+    const opened = this.previous.then(() => this.openNext(cast));
+    this.previous = opened.catch(() => {});
+    return opened;
+  }
+
+  async openNext(cast) {
+    if (this.dead) throw new CastError("the broadcast failed earlier");
+    this.dead = true; // until this cast proves good
+    if (!(cast instanceof Uint8Array) || cast.length < CAST_OVERHEAD) {
+      throw new CastError("a cast too short");
+    }
+    const epoch = cast.subarray(0, EPOCH_SIZE);
+    const counter = cast.subarray(EPOCH_SIZE, CAST_HEAD_SIZE);
+    if (!sameBytes(epoch, this.epoch)) throw new CastError("a cast of another epoch");
+    const view = new DataView(counter.buffer, counter.byteOffset, COUNTER_SIZE);
+    if (view.getBigUint64(0) !== this.next) {
+      throw new CastError("a cast out of order (replayed, reordered or one missing)");
+    }
+    const sealed = cast.subarray(CAST_HEAD_SIZE, cast.length - SIGNATURE_SIZE);
+    const signature = cast.subarray(cast.length - SIGNATURE_SIZE);
+    const signed = concat(this.label, this.hostId, epoch, counter, sealed);
+    let plaintext;
+    try {
+      if (!await crypto.subtle.verify("Ed25519", this.verifyKey, signature, signed)) {
+        throw new CastError("unsigned");
+      }
+      const params = {
+        name: "AES-GCM",
+        iv: concat(CAST_NONCE_PAD, counter),
+        additionalData: concat(this.hostId, epoch, counter),
+        tagLength: TAG_BITS,
+      };
+      plaintext = new Uint8Array(await crypto.subtle.decrypt(params, this.aesKey, sealed));
+    } catch {
+      throw new CastError("a cast that the host did not sign");
+    }
+    this.next += 1n;
+    this.dead = false;
+    return plaintext;
+  }
 }

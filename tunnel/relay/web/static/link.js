@@ -1,14 +1,22 @@
 // One attachment: a WebSocket to the relay's /v1/attach carrying one encrypted session channel.
-// It speaks the link protocol (hello, open, data, window, close; docs/protocol.md) and the
-// channel crypto (docs/security.md); the application messages above it are plain objects.
-// It never reconnects: the session decides whether and when to start a new one.
+// It speaks the link protocol (hello, open, data, window, close, and the broadcast's cast and
+// cut; docs/protocol.md) and the channel crypto (docs/security.md); the application messages
+// above it are plain objects. Casts go to the session as they came, still sealed: the session
+// holds the broadcast's key. It never reconnects: the session decides whether and when to start
+// a new one.
 //
 // The channel starts with the host's nonce: its first `data` frame is SALT_SIZE (16) random
 // bytes in clear. Only then can the keys be derived (docs/security.md), so until it has arrived
 // the page sends nothing on the channel: messages wait in the outbox, and the nonce's bytes are
 // granted back like any other data.
 
-import { teammateChannelCrypto, randomSalt, relayToken, DecryptionError } from "./crypto.js";
+import {
+  CastError,
+  DecryptionError,
+  randomSalt,
+  relayToken,
+  teammateChannelCrypto,
+} from "./crypto.js";
 import { decodeFrame, encodeFrame, decodeMsgpack, encodeMsgpack, ProtocolError } from "./frames.js";
 import {
   CloseCode,
@@ -21,8 +29,8 @@ import {
 
 // The dialer picks odd channel ids; this link only ever opens one channel.
 const CHANNEL = 1;
-// Frames waiting to be handled. Flow control bounds data bytes to one window; this bounds the
-// count too, against a flood of tiny frames.
+// Frames waiting to be handled, casts included. Flow control bounds data and cast bytes to one
+// window; this bounds the count too, against a flood of tiny frames.
 const MAX_INBOX = 20000;
 // Messages waiting for window or encryption: far more than a person can type while the host
 // has not granted window for a whole 256 KiB.
@@ -55,13 +63,54 @@ export function attachUrl(location) {
 }
 
 /**
- * Attach to a host's session. `onMessage(message)` gets every decrypted application message in
- * order; `onEnd({code, reason})` is called exactly once when the attachment is over, whatever
- * ended it; `onOpen()` once the relay accepted our hello and the channel open is sent.
+ * One host message (docs/application.md) from its msgpack bytes: a map with a string `op`.
+ * Anything else is a ProtocolError: the host, whose key sealed it, broke the protocol.
+ */
+export function decodeHostMessage(plaintext) {
+  let message;
+  try {
+    message = decodeMsgpack(plaintext, { maxExtLength: 0 });
+  } catch {
+    throw new ProtocolError("application message is not msgpack");
+  }
+  if (message === null || typeof message !== "object" || typeof message.op !== "string") {
+    throw new ProtocolError("application message has no op");
+  }
+  return message;
+}
+
+/**
+ * The messages of an opened cast, still encoded (docs/application.md, "The broadcast"): its
+ * plaintext is a msgpack array of bin, each what a `data` message would hold. CastError
+ * otherwise, which breaks the broadcast as a cast that does not open does (as the Python
+ * client does); a message in it that is not a host message is decodeHostMessage's to refuse.
+ */
+export function decodeCast(plaintext) {
+  let messages;
+  try {
+    messages = decodeMsgpack(plaintext, { maxExtLength: 0 });
+  } catch {
+    throw new CastError("a cast that is not a list of messages");
+  }
+  if (!Array.isArray(messages) || !messages.every((bytes) => bytes instanceof Uint8Array)) {
+    throw new CastError("a cast that is not a list of messages");
+  }
+  return messages;
+}
+
+/**
+ * Attach to a host's session. `onMessage(message)` gets every decrypted application message,
+ * `onCast(bytes)` every cast of the host's broadcast (still sealed) and `onCut()` the relay's
+ * `cut`, all in arrival order: each is awaited (when it returns a promise) before the next frame
+ * is handled, and the bytes of a message or cast are granted back only then. `onEnd({code,
+ * reason})` is called exactly once when the attachment is over, whatever ended it; `onOpen()`
+ * once the relay accepted our hello and the channel open is sent. An error thrown by a handler
+ * ends the attachment with its `code` (PROTOCOL_ERROR if it has none).
  */
 export class SessionLink {
-  constructor({ url, hostId, role, secret, name, onMessage, onEnd, onOpen = () => {} }) {
-    Object.assign(this, { url, hostId, role, secret, onMessage, onEnd, onOpen });
+  constructor({ url, hostId, role, secret, name, onMessage, onEnd, onOpen = () => {},
+    onCast = () => {}, onCut = () => {} }) {
+    Object.assign(this, { url, hostId, role, secret, onMessage, onEnd, onOpen, onCast, onCut });
     // Exactly this string goes in the hello, the open and the keys.
     this.name = channelName(name);
     this.ws = null;
@@ -205,6 +254,10 @@ export class SessionLink {
       return;
     }
     if (frame.k === "hello") throw new ProtocolError("second hello");
+    if (frame.k === "join" || frame.k === "part" || (frame.k === "cast" && frame.c === null)) {
+      // A host's own broadcast frames, which only a relay may receive (docs/protocol.md).
+      throw new ProtocolError("a broadcast frame in the wrong direction");
+    }
     if (frame.k === "open") {
       // Nobody may open channels towards a browser.
       const p = { code: CloseCode.REFUSED, reason: "not served" };
@@ -215,6 +268,13 @@ export class SessionLink {
     switch (frame.k) {
       case "data":
         await this.handleData(frame.p.d);
+        return;
+      case "cast":
+        await this.handleCast(frame.p.d);
+        return;
+      case "cut":
+        // Like data, a cut that crossed our close is dropped.
+        if (!this.closeSent) await this.onCut();
         return;
       case "window":
         // A peer only grants back what it consumed, so an honest window never grows past its
@@ -249,12 +309,18 @@ export class SessionLink {
       : this.initialWindow;
   }
 
+  // Counts received `data` or `cast` bytes against the receive window (docs/protocol.md, "Flow
+  // control": a cast to a channel costs its window as data does).
+  receiveBytes(bytes, kind) {
+    if (bytes.byteLength > this.receiveWindow - this.unacknowledged) {
+      throw new ProtocolError(`${kind} beyond the window`, CloseCode.FLOW_CONTROL);
+    }
+    this.unacknowledged += bytes.byteLength;
+  }
+
   async handleData(data) {
     if (this.closeSent) return;
-    if (data.byteLength > this.receiveWindow - this.unacknowledged) {
-      throw new ProtocolError("data beyond the window", CloseCode.FLOW_CONTROL);
-    }
-    this.unacknowledged += data.byteLength;
+    this.receiveBytes(data, "data");
     if (this.channelCrypto === null) {
       await this.acceptHostNonce(data);
       if (this.ended) return;
@@ -262,18 +328,19 @@ export class SessionLink {
       this.flush();
       return;
     }
-    const plaintext = await this.channelCrypto.receive.decrypt(data);
-    let message;
-    try {
-      message = decodeMsgpack(plaintext, { maxExtLength: 0 });
-    } catch {
-      throw new ProtocolError("application message is not msgpack");
-    }
-    if (message === null || typeof message !== "object" || typeof message.op !== "string") {
-      throw new ProtocolError("application message has no op");
-    }
+    const message = decodeHostMessage(await this.channelCrypto.receive.decrypt(data));
     if (this.ended) return;
-    this.onMessage(message);
+    await this.onMessage(message);
+    if (this.ended) return;
+    this.grantConsumed();
+  }
+
+  // A cast is consumed once the session has taken it (opened it, or ignored it), in its place
+  // among the data frames: only then is its window granted back.
+  async handleCast(cast) {
+    if (this.closeSent) return;
+    this.receiveBytes(cast, "cast");
+    await this.onCast(cast);
     if (this.ended) return;
     this.grantConsumed();
   }

@@ -4,10 +4,15 @@
 // page gets the host's default history (the end of the conversation), with the state items from
 // before it (the snapshot's `context`), and loads earlier items a page at a time when asked.
 // Presence comes as the whole list once, then as what changed: the view always gets the list.
+// Through a relay that carries casts the live tail comes as the host's broadcast: the session
+// opens each cast and takes its messages as if they came on the channel; when the broadcast
+// breaks (a cast that does not open, a gap, the relay's `cut`) it resubscribes after the last
+// seq it holds and waits for the next `broadcast` message (docs/application.md, "The broadcast").
 // Which endings are final and how long to wait before the next try are Python's
 // (tunnel.proto.codes.FINAL_CODES, tunnel.process.backoff), through wire.js.
 
-import { SessionLink, attachUrl } from "./link.js";
+import { CastError, CastOpener, DecryptionError } from "./crypto.js";
+import { SessionLink, attachUrl, decodeCast, decodeHostMessage } from "./link.js";
 import {
   BACKOFF_FACTOR,
   BACKOFF_INITIAL_MS,
@@ -82,7 +87,12 @@ export class Session {
     this.linkFactory = linkFactory ?? ((options) => new SessionLink(options));
     this.link = null;
     this.conversationId = null;
+    // The cursor: the last seq held. Every item up to it is shown (from the first one shown), so a
+    // resume asks for what comes after it, and a cast's item after lastSeq + 1 is a gap.
     this.lastSeq = null;
+    // The broadcast's opener while this channel takes the live tail from casts; null before the
+    // `broadcast` message, and from a break until the next one: casts are then ignored.
+    this.opener = null;
     // Every item shown, in seq order: a page of earlier ones rebuilds the view from them. As
     // large as the conversation shown, which the page's DOM holds anyway.
     this.items = [];
@@ -107,7 +117,8 @@ export class Session {
     this.stopped = false;
     this.subscribed = false;
     this.info = null;
-    this.stats = { connects: 0, items: 0, duplicates: 0 };
+    // `breaks`: how often the broadcast broke and the session resumed by cursor.
+    this.stats = { connects: 0, items: 0, duplicates: 0, breaks: 0 };
   }
 
   start() {
@@ -127,6 +138,7 @@ export class Session {
     this.retryTimer = null;
     if (this.link && !this.link.ended) return;
     this.subscribed = false;
+    this.opener = null;
     // An answer to a history request is lost with the attachment that carried it.
     this.historyBefore = null;
     this.showEarlier();
@@ -137,8 +149,11 @@ export class Session {
       role: this.role,
       secret: this.secret,
       name: this.name,
-      onMessage: (message) => {
-        if (this.link === link) this.onMessage(message);
+      // The link waits for what these return: casts open asynchronously, in arrival order.
+      onMessage: (message) => (this.link === link ? this.onMessage(message) : undefined),
+      onCast: (cast) => (this.link === link ? this.onCast(cast) : undefined),
+      onCut: () => {
+        if (this.link === link) this.breakBroadcast("the relay cut this channel");
       },
       onEnd: (ending) => {
         if (this.link === link) this.onEnd(ending);
@@ -154,12 +169,18 @@ export class Session {
     return this.link.send(message);
   }
 
+  /**
+   * One host message, as it came on the channel or in a cast. What it returns (a promise for a
+   * `broadcast` message) the link waits for before the next frame.
+   */
   onMessage(message) {
     switch (message.op) {
       case "ready":
         this.onReady(message);
         return;
       case "snapshot":
+        // The host took the channel out of its broadcast before it sent this.
+        this.opener = null;
         if (message.reset === true) {
           // The host's log does not hold what this page saw (a new log under the same
           // conversation id): start the view over from the snapshot that follows.
@@ -176,6 +197,11 @@ export class Session {
           this.showEarlier();
         }
         for (const item of Array.isArray(message.items) ? message.items : []) this.acceptItem(item);
+        // The page holds every item up to last_seq now, even when this page brought none.
+        if (Number.isInteger(message.last_seq) &&
+          (this.lastSeq === null || message.last_seq > this.lastSeq)) {
+          this.lastSeq = message.last_seq;
+        }
         if (!message.more) this.view.snapshotDone();
         return;
       case "history":
@@ -190,6 +216,8 @@ export class Session {
       case "presence":
         this.onPresence(message);
         return;
+      case "broadcast":
+        return this.onBroadcast(message);
       case "error":
         this.view.opError(String(message.code ?? "error"), String(message.message ?? ""));
         return;
@@ -212,11 +240,105 @@ export class Session {
     this.view.ready(message);
     this.view.connection("connected");
     this.subscribed = true;
-    // With no `after` the host sends its default history, the end of the conversation; with
-    // one, everything after it.
-    this.freshSnapshot = this.lastSeq === null;
-    this.link.send({ op: "subscribe", after: this.lastSeq });
+    // A new subscription: the broadcast, if any, starts again with its `broadcast` message.
+    this.opener = null;
+    this.subscribe();
     this.onSubscribed();
+  }
+
+  /**
+   * Ask for everything after the cursor. With no `after` the host sends its default history,
+   * the end of the conversation; with one, everything after it.
+   */
+  subscribe() {
+    this.freshSnapshot = this.lastSeq === null;
+    return this.link.send({ op: "subscribe", after: this.lastSeq });
+  }
+
+  /**
+   * A `broadcast` message: from the next cast on, the live tail comes as casts of this epoch,
+   * signed by the host's key; `members` and `you` are the presence list as of that cast. A
+   * public key that is not the host id's means the channel is not the host's: the attachment
+   * ends as for a message that did not decrypt.
+   */
+  async onBroadcast(message) {
+    const link = this.link;
+    this.opener = null;
+    let opener;
+    try {
+      opener = await CastOpener.create({
+        hostId: this.hostId,
+        publicKey: message.public_key,
+        epoch: message.epoch,
+        key: message.key,
+        counter: message.counter,
+      });
+    } catch {
+      throw new DecryptionError("the broadcast is not the host's");
+    }
+    // The attachment may have ended while the keys were imported.
+    if (this.link !== link) return;
+    this.opener = opener;
+    if (Array.isArray(message.members)) {
+      this.onPresence({ members: message.members, you: message.you });
+    }
+  }
+
+  /**
+   * One cast on the channel: ignored without an opener; else opened and its messages taken as
+   * if they came on the channel (a malformed one ends the attachment, as there), except items
+   * held already (skipped) and items past the next one (a gap). A cast that does not open, or
+   * is not a list of messages, or a gap breaks the broadcast.
+   */
+  async onCast(cast) {
+    const opener = this.opener;
+    if (opener === null) return;
+    let encoded;
+    try {
+      encoded = decodeCast(await opener.open(cast));
+    } catch (error) {
+      if (!(error instanceof CastError)) throw error;
+      if (this.opener === opener) this.breakBroadcast(error.message);
+      return;
+    }
+    for (const bytes of encoded) {
+      const message = decodeHostMessage(bytes);
+      // A message before it ended this epoch (a new `broadcast` message): the rest of the cast
+      // goes with it.
+      if (this.opener !== opener) return;
+      if (message.op === "item" && this.isGap(message.item)) {
+        this.breakBroadcast("a gap in the items");
+        return;
+      }
+      await this.onMessage(message);
+    }
+  }
+
+  /** Whether a cast's `item` comes after one the page never got. */
+  isGap(item) {
+    // An item with no seq is dropped by acceptItem; with no cursor there is nothing to be
+    // behind (a broadcast comes only after the snapshot, which sets one).
+    if (!item || typeof item !== "object" || !Number.isInteger(item.seq)) return false;
+    return this.lastSeq !== null && item.seq > this.lastSeq + 1;
+  }
+
+  /**
+   * The broadcast broke for this channel (docs/application.md, "The broadcast"): ignore casts
+   * until the next `broadcast` message and resubscribe after the cursor; the host sends what
+   * came since on the channel. Once per break: a second cause while the opener is gone is
+   * already covered by the resume in flight.
+   */
+  breakBroadcast(why) {
+    if (this.opener === null) return;
+    this.opener = null;
+    this.stats.breaks += 1;
+    console.warn(`broadcast: ${why}; catching up after seq ${this.lastSeq}`);
+    if (!this.link || this.link.ended || !this.subscribed) return;
+    if (!this.subscribe()) {
+      // The outbox is full: a new attachment subscribes again, instead of a live tail that
+      // silently stops.
+      this.link.close(CloseCode.INTERNAL_ERROR, "could not resubscribe");
+    }
   }
 
   forgetConversation() {
@@ -311,6 +433,7 @@ export class Session {
   onEnd({ code, reason }) {
     this.link = null;
     this.subscribed = false;
+    this.opener = null;
     this.historyBefore = null;
     this.showEarlier();
     // Who was attached is unknown while we are not: show nobody rather than a stale list. The

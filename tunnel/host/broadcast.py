@@ -1,0 +1,177 @@
+"""`Broadcaster`: the live tail and presence of the shared session, sealed once for every teammate.
+
+One per host (docs/application.md, "The broadcast"). It follows the log as one subscriber and
+the presence as one watcher; what it reads it packs into casts (several messages each when they
+come together), seals with the epoch key, signs with the host key (`tunnel.e2e.broadcast`), and
+queues on the host's link as one `cast` frame, which the relay copies to every joined channel. So
+the host's CPU and uplink per item do not grow with the number of teammates.
+
+Its state changes only in `_cast`, which never awaits: the counter of the next cast, the last
+item seq cast and the member list cast so far always agree, and a channel's `broadcast` message
+(`start_message`, built inside the same kind of instant) says exactly where the casts it will get
+begin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import msgpack
+
+from tunnel.app import host_messages as out
+from tunnel.e2e.broadcast import CAST_OVERHEAD, BroadcastKey, CastSealer
+from tunnel.e2e.identity import HostIdentity
+from tunnel.host.presence import Member, Presence
+from tunnel.host.session import SNAPSHOT_PAGE_BYTES, SNAPSHOT_PAGE_ITEMS, encode_entry
+from tunnel.link import Link
+from tunnel.log import Event, Item, Log
+from tunnel.proto import LocalProtocolError
+
+MAX_CAST_PLAINTEXT = SNAPSHOT_PAGE_BYTES
+"""Bytes of messages one cast carries at most: with the cast's overhead it fits one `data`-sized
+frame (256 KiB), as a snapshot page does."""
+
+assert MAX_CAST_PLAINTEXT + CAST_OVERHEAD + 16 < 256 * 1024
+
+
+class Broadcaster:
+    """Casts the session's live entries and presence changes to the joined channels."""
+
+    def __init__(
+        self,
+        *,
+        identity: HostIdentity,
+        log: Log,
+        conversation_id: str,
+        presence: Presence,
+        link: Callable[[], Link | None],
+    ) -> None:
+        """`link` returns the host's link to the relay now, or None while there is none."""
+        self._identity = identity
+        self._log = log
+        self._conversation = conversation_id
+        self._presence = presence
+        self._link = link
+        self._sealer = CastSealer(identity, BroadcastKey.generate())
+        self.last_seq = -1
+        """The seq of the last item cast (or, before any, of the log's head when it started)."""
+        self._members: dict[int, Member] = {}
+        # The channels that were handed over; while there is none, nothing is sealed.
+        self._joined: set[object] = set()
+
+    # -- what channels use ------------------------------------------------------------------
+
+    def start_message(self, you: int) -> bytes:
+        """The `broadcast` message for a channel joining now: call it at the instant of the join
+        (`HostChannel.hand_over`), so the next cast is the first the channel gets."""
+        members = [out.Member(name=m.name, role=m.role, id=key) for key, m in self._members.items()]
+        return out.encode(
+            out.BroadcastStart(
+                epoch=self._sealer.key.epoch,
+                key=self._sealer.key.key,
+                public_key=self._identity.public_key,
+                counter=self._sealer.counter,
+                members=members,
+                you=you,
+            )
+        )
+
+    def joined(self, channel: object) -> None:
+        """`channel` now gets the casts (called at the instant of its join)."""
+        self._joined.add(channel)
+
+    def left(self, channel: object) -> None:
+        """`channel` no longer gets the casts (parted, or gone)."""
+        self._joined.discard(channel)
+
+    def new_epoch(self) -> None:
+        """Start a new epoch key (on revoke): channels joined from now on get the new one, and
+        whoever held the old key reads nothing cast after this."""
+        self._sealer = CastSealer(self._identity, BroadcastKey.generate())
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Cast until cancelled; started (task_status) once it follows the log."""
+        info = await self._log.get_conversation(self._conversation)
+        self.last_seq = -1 if info is None else info.last_seq
+        self._members = self._presence.keyed()
+        async with (
+            self._log.subscribe(self._conversation, after=self.last_seq) as sub,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(self._follow_presence)
+            task_status.started()
+            while True:
+                entries = await sub.receive_batch(SNAPSHOT_PAGE_ITEMS)
+                await self._writable()
+                self._cast_entries(entries)
+
+    def _cast_entries(self, entries: list[Item | Event]) -> None:
+        """Cast `entries` in order, as few casts as fit."""
+        messages: list[bytes] = []
+        size = 0
+        last: int | None = None
+        for entry in entries:
+            plaintext = encode_entry(entry)
+            if plaintext is None:
+                continue
+            if messages and size + len(plaintext) > MAX_CAST_PLAINTEXT:
+                self._cast(messages, last)
+                messages, size, last = [], 0, None
+            messages.append(plaintext)
+            size += len(plaintext)
+            if isinstance(entry, Item):
+                last = entry.seq
+        if messages:
+            self._cast(messages, last)
+
+    async def _follow_presence(self) -> None:
+        """Cast who came and went, all changes since the last cast in one."""
+        seen = self._presence.version
+        while True:
+            await self._presence.wait_changed(seen)
+            await self._writable()
+            seen = self._presence.version
+            now = self._presence.keyed()
+            joined = [
+                out.Member(name=m.name, role=m.role, id=key)
+                for key, m in now.items()
+                if key not in self._members
+            ]
+            left = [key for key in self._members if key not in now]
+            if joined or left:
+                delta = out.encode(out.PresenceDelta(joined=joined, left=left))
+                self._cast([delta], None, members=now)
+
+    async def _writable(self) -> None:
+        # Casts take no channel window: while the relay reads the host's link slower than the
+        # host writes, wait here, so what waits is the log's (bounded) and not a queue of ours.
+        link = self._link()
+        if link is not None:
+            await link.wait_writable()
+
+    def _cast(
+        self,
+        messages: list[bytes],
+        last_seq: int | None,
+        *,
+        members: dict[int, Member] | None = None,
+    ) -> None:
+        """Seal, sign and queue one cast; never awaits (see the module)."""
+        if last_seq is not None:
+            self.last_seq = last_seq
+        if members is not None:
+            self._members = members
+        link = self._link()
+        if not self._joined or link is None or link.closing:
+            return  # nobody to cast to: a channel joining later starts from the state above
+        cast = self._sealer.seal(msgpack.packb(messages, use_bin_type=True))
+        try:
+            link.connection.cast(cast)
+        except LocalProtocolError:
+            return  # the link failed; its channels are gone with it
+        link.flush()
