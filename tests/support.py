@@ -271,7 +271,8 @@ def start_host_process(relay_url: str, key_file: Path) -> subprocess.Popen[bytes
     )
 
 
-Rewrite = Callable[[bytes], bytes]
+Rewrite = Callable[[bytes], bytes | list[bytes]]
+"""What a hostile relay sends instead of a message: another, or a list (none, or several)."""
 
 
 @contextlib.asynccontextmanager
@@ -285,9 +286,9 @@ async def attach_proxy(
     async def pipe(source: Any, sink: Any, rewrite: Rewrite | None) -> None:
         try:
             async for message in source:
-                await sink.send(
-                    rewrite(message) if rewrite and isinstance(message, bytes) else message
-                )
+                sent = rewrite(message) if rewrite and isinstance(message, bytes) else message
+                for each in sent if isinstance(sent, list) else [sent]:
+                    await sink.send(each)
         except ConnectionClosed:
             pass
         finally:

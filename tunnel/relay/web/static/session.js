@@ -303,8 +303,8 @@ export class Session {
     }
     for (const bytes of encoded) {
       const message = decodeHostMessage(bytes);
-      // A message before it ended this epoch (a new `broadcast` message): the rest of the cast
-      // goes with it.
+      // An earlier message of this cast replaced the opener (a `broadcast` or a `snapshot`):
+      // the rest of the cast belongs to the broadcast it ended.
       if (this.opener !== opener) return;
       if (message.op === "item" && this.isGap(message.item)) {
         this.breakBroadcast("a gap in the items");
