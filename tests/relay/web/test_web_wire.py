@@ -10,7 +10,7 @@ from playwright.sync_api import Page
 
 from tunnel import handshake
 from tunnel.app import requests as app_requests
-from tunnel.e2e import crypto, identity
+from tunnel.e2e import broadcast, crypto, identity
 from tunnel.process import backoff
 from tunnel.proto import codes, frames, limits
 
@@ -74,6 +74,11 @@ def python_values() -> dict[str, Any]:
         "E2E_INFO": crypto.E2E_INFO,
         "UP_INFO": crypto.UP_INFO,
         "DOWN_INFO": crypto.DOWN_INFO,
+        "EPOCH_SIZE": broadcast.EPOCH_SIZE,
+        "COUNTER_SIZE": broadcast.COUNTER_SIZE,
+        "SIGNATURE_SIZE": broadcast.SIGNATURE_SIZE,
+        "SIGN_LABEL": broadcast.SIGN_LABEL,
+        "PUBLIC_KEY_SIZE": identity.PUBLIC_KEY_SIZE,
         "HOST_ID_LENGTH": identity.HOST_ID_LENGTH,
         "HOST_ID_PATTERN": identity._HOST_ID_RE.pattern,
         "BACKOFF_INITIAL_MS": backoff.BACKOFF_INITIAL * 1000,

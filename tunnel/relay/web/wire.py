@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
 from tunnel.app import requests
-from tunnel.e2e import crypto, identity
+from tunnel.e2e import broadcast, crypto, identity
 from tunnel.handshake import MAX_NAME_LENGTH, PROTOCOL_VERSION
 from tunnel.process import backoff
 from tunnel.proto import frames, limits
@@ -92,9 +92,19 @@ def _groups() -> list[tuple[str, dict[str, JsonValue]]]:
             },
         ),
         (
+            "tunnel.e2e.broadcast",
+            {
+                "COUNTER_SIZE": broadcast.COUNTER_SIZE,
+                "EPOCH_SIZE": broadcast.EPOCH_SIZE,
+                "SIGNATURE_SIZE": broadcast.SIGNATURE_SIZE,
+                "SIGN_LABEL": _label(broadcast.SIGN_LABEL),
+            },
+        ),
+        (
             "tunnel.e2e.identity",
             {
                 "HOST_ID_LENGTH": identity.HOST_ID_LENGTH,
+                "PUBLIC_KEY_SIZE": identity.PUBLIC_KEY_SIZE,
                 # Python's own regex (it has no public name yet); the page anchors it itself.
                 "HOST_ID_PATTERN": identity.HOST_ID_PATTERN,
             },

@@ -8,16 +8,21 @@
 
 import {
   CloseCode,
+  COUNTER_SIZE,
   DOWN_INFO,
   E2E_INFO,
+  EPOCH_SIZE,
   HOST_ID_LENGTH,
   HOST_ID_PATTERN,
   KEY_SIZE,
   NONCE_SIZE,
+  PUBLIC_KEY_SIZE,
   RELAY_TOKEN_INFO,
   ROLES,
   SALT_SIZE,
   SECRET_SIZE,
+  SIGN_LABEL,
+  SIGNATURE_SIZE,
   TAG_SIZE,
   UP_INFO,
 } from "./wire.js";
@@ -238,15 +243,6 @@ export async function teammateChannelCrypto(secret, hostId, channel) {
 export function randomSalt() {
   return crypto.getRandomValues(new Uint8Array(SALT_SIZE));
 }
-
-// TODO(wire): tunnel.e2e.broadcast's EPOCH_SIZE, COUNTER_SIZE, SIGNATURE_SIZE and SIGN_LABEL and
-// tunnel.e2e.identity's PUBLIC_KEY_SIZE, to be imported from wire.js once wire.py exports them.
-// Until then this is their only copy in the page; the cast vectors test them.
-const EPOCH_SIZE = 16;
-const COUNTER_SIZE = 8;
-const SIGNATURE_SIZE = 64;
-const SIGN_LABEL = "agent-tunnel/v1 broadcast signed";
-const PUBLIC_KEY_SIZE = 32;
 
 const CAST_HEAD_SIZE = EPOCH_SIZE + COUNTER_SIZE;
 // What a cast adds to its plaintext: epoch, counter, GCM tag, signature.
