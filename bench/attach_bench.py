@@ -8,8 +8,10 @@ Run: .venv/bin/python bench/attach_bench.py [--n 200] [--pairs 5] [--concurrency
   our host serving sessions as `tunnel host` does (bench/peers.py `session-host`), and N
   `connect_teammate` sessions in a swarm process (bench/swarm.py); a teammate is attached once
   it has the `ready` message, sent `subscribe` and received the end of the (empty) snapshot.
-  Each join makes the host send `presence` to every attached channel: the swarm counts those
-  messages and their bytes until none arrived for half a second.
+  Each join makes the host cast a presence delta once, which the relay copies to every joined
+  channel (the joiner's own first list comes in its `broadcast` message, which the client hands
+  on as a `presence` message): the swarm counts those messages and their bytes until none
+  arrived for half a second.
 - bare: the bare websockets relay of bench/peers.py; a client is attached once the relay's
   greeting arrived.
 

@@ -8,9 +8,10 @@ For each N, two systems, each a relay process, a host process and N teammates in
 process (bench/swarm.py, real WebSocket connections):
 - ours: `tunnel relay` (per-IP, per-host and per-link limits off: harness.RELAY_LOAD_OPTIONS),
   our host serving sessions as `tunnel host` does (bench/peers.py `session-host`: a
-  `SessionChannelHandler` per channel, the log in memory), N `connect_teammate` sessions that
-  subscribe; the host appends ITEMS `message` items of about SIZE bytes of text to its log, and
-  each goes to each teammate on its own end-to-end encrypted channel;
+  `SessionChannelHandler` per channel and the host's broadcast, the log in memory), N
+  `connect_teammate` sessions that subscribe; the host appends ITEMS `message` items of about
+  SIZE bytes of text to its log, seals and signs each once (several in one cast when they come
+  together), and the relay copies each cast to every teammate;
 - bare: a websockets relay; the bare host sends each SIZE-byte message once and the relay
   `websockets.broadcast`s it to the N bare clients.
 

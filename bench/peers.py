@@ -10,7 +10,8 @@ Roles:
   bench protocol below.
 - `session-host`: our host as `tunnel host` serves a session: a `SessionChannelHandler` per
   channel over one log (in memory: the relay path is measured, not SQLite), the demo agent's
-  session, presence; command `append` appends items to the log.
+  session, presence, and the host's broadcast (`Broadcaster`: the live tail and presence sealed
+  once and cast to every joined channel); command `append` appends items to the log.
 - `bare-relay`: a websockets server, no mux, no crypto: `/host` takes one host, `/attach` any
   number of teammates; a host message goes to every teammate (one teammate: awaited send, so
   the relay has backpressure; more: `websockets.broadcast`), a teammate message to the host.
@@ -139,6 +140,7 @@ def run_host(args: argparse.Namespace) -> None:
 def run_session_host(args: argparse.Namespace) -> None:
     from tunnel.agents import create_session
     from tunnel.host import Host, HostSettings
+    from tunnel.host.broadcast import Broadcaster
     from tunnel.host.channel import HostChannel
     from tunnel.host.presence import Presence
     from tunnel.host.session import ReplayBudget, SessionChannelHandler
@@ -150,10 +152,17 @@ def run_session_host(args: argparse.Namespace) -> None:
     session = create_session("demo", log, workspace=workdir, conversation_id=CONVERSATION)
     presence = Presence()
     replay = ReplayBudget()
+    # Built in `main` once the host is (it signs with the host's key), before any channel opens.
+    casting: list[Broadcaster] = []
 
     async def handler(channel: HostChannel) -> None:
         handler = SessionChannelHandler(
-            channel, session=session, log=log, presence=presence, replay=replay
+            channel,
+            session=session,
+            log=log,
+            presence=presence,
+            replay=replay,
+            broadcast=casting[0],
         )
         try:
             await handler.run()
@@ -163,7 +172,17 @@ def run_session_host(args: argparse.Namespace) -> None:
     async def main(tg: anyio.abc.TaskGroup) -> None:
         await tg.start(session.run)
         settings = HostSettings(relay_url=args.relay, key_file=workdir / "host_key")
+        # As tunnel/host/share.py: the host first, then its broadcast, started before the link.
         host = Host(settings, handler)
+        broadcast = Broadcaster(
+            identity=host.identity,
+            log=log,
+            conversation_id=session.conversation_id,
+            presence=presence,
+            link=lambda: host.link,
+        )
+        casting.append(broadcast)
+        await tg.start(broadcast.run)
         await tg.start(host.run)
         say(link=str(host.view_link))
 

@@ -243,6 +243,8 @@ class TeammateSession(SealedChannel):
                 error = closed_error(exc)
             except DecryptionError:
                 error = DecryptionFailedError(CloseCode.DECRYPTION_FAILED, "from the host")
+            except TeammateError as exc:  # a catch-up's subscribe, on a channel that ended
+                error = exc
             wait = self._history_wait
             if wait is not None:
                 wait.error = error
