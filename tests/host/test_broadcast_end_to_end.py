@@ -28,9 +28,9 @@ from tunnel.e2e.crypto import ShareLink
 from tunnel.host.share import Shared
 from tunnel.proto import Cast, decode_frame
 from tunnel.proto.frames import encode_cast
-from tunnel.teammate.client import connect_teammate
+from tunnel.teammate.client import RevokedError, TeammateSession, connect_teammate
 
-from .conftest import sharing
+from .conftest import sharing, wait_online
 from .teammate import Teammate, attached
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
@@ -403,3 +403,45 @@ async def test_a_teammate_cut_for_falling_behind_catches_up_exactly_once(
 async def pump_until(teammate: Teammate, scope: anyio.CancelScope) -> None:
     with scope:
         await teammate.pump()
+
+
+async def test_revoke_starts_a_new_epoch_that_the_revoked_never_get(
+    relay: RelayProcess, tmp_path: Path, workspace: Path
+) -> None:
+    async with sharing(relay.url, tmp_path, agent="demo", workspace=workspace) as shared:
+        async with connect_teammate(shared.host.view_link, name="old") as old:
+            before = await broadcast_start(old)
+            assert shared.console.revoke is not None
+            await shared.console.revoke()
+            with pytest.raises(RevokedError), anyio.fail_after(30):
+                await read_until_closed(old)
+        await wait_online(shared.host.view_link)
+        async with connect_teammate(shared.host.view_link, name="new") as new:
+            after = await broadcast_start(new)
+        assert after.epoch != before.epoch
+        assert after.key != before.key
+        assert after.public_key == before.public_key == shared.host.identity.public_key
+
+
+async def broadcast_start(session: TeammateSession) -> BroadcastStart:
+    """Subscribe, and return the `broadcast` message the channel gets after its snapshot."""
+    got: list[BroadcastStart] = []
+    original = session._on_broadcast_start
+
+    def keep(plaintext: bytes) -> list[bytes]:
+        message = parse(plaintext)
+        assert isinstance(message, BroadcastStart)
+        got.append(message)
+        return original(plaintext)
+
+    session._on_broadcast_start = keep  # type: ignore[method-assign]
+    await session.subscribe()
+    with anyio.fail_after(30):
+        while not got:
+            await session.receive()
+    return got[0]
+
+
+async def read_until_closed(session: TeammateSession) -> None:
+    while True:
+        await session.receive()
