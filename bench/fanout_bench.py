@@ -17,7 +17,8 @@ process (bench/swarm.py, real WebSocket connections):
 
 Per run (pairs interleaved, order reversed every other pair): seconds from the first append
 until the last teammate has every item; the host process's CPU seconds and TCP bytes sent to
-the relay (from `ss`), per item; the CPU seconds of the relay and of the teammates' process.
+the relay (from `ss`), per item; the CPU seconds of the relay and of the teammates' process,
+and the latter per item and teammate (what one teammate on its own machine would spend).
 Prints the median and [min-max] over the pairs, and the median of the per-pair ratios.
 """
 
@@ -115,6 +116,7 @@ async def bench_n(n: int, options: Options, wd: Path) -> list[list[str]]:
     wire = {"ours": Samples(), "bare": Samples()}
     relay_cpu = {"ours": Samples(), "bare": Samples()}
     teammates_cpu = {"ours": Samples(), "bare": Samples()}
+    per_teammate = {"ours": Samples(), "bare": Samples()}
     async with (
         attached(our_session(wd), wd, n, options.concurrency) as ours,
         attached(bare_broadcast(wd), wd, n, options.concurrency) as bare,
@@ -131,6 +133,7 @@ async def bench_n(n: int, options: Options, wd: Path) -> list[list[str]]:
                     wire[kind].add(run.bytes_per_item)
                 relay_cpu[kind].add(run.relay_cpu)
                 teammates_cpu[kind].add(run.teammates_cpu)
+                per_teammate[kind].add(run.teammates_cpu / (n * options.items) * 1e6)
 
     def row(label: str, samples: dict[str, Samples], fmt: str, *more: str) -> list[str]:
         return [f"N={n}", *compared(label, samples["ours"], samples["bare"], fmt, *more)]
@@ -142,6 +145,7 @@ async def bench_n(n: int, options: Options, wd: Path) -> list[list[str]]:
         row("host uplink B/item", wire, ".0f", "", "same for every N"),
         row("relay CPU s", relay_cpu, ".2f", "", ""),
         row("teammates CPU s", teammates_cpu, ".2f", "", ""),
+        row("teammate CPU us/item", per_teammate, ".1f", "", ""),
     ]
 
 

@@ -7,7 +7,20 @@ from typing import Any
 import msgpack
 from hypothesis import strategies as st
 
-from tunnel.proto import MAX_CHANNEL_ID, MAX_WINDOW, Close, Data, Frame, Hello, Open, Window
+from tunnel.proto import (
+    MAX_CHANNEL_ID,
+    MAX_WINDOW,
+    Cast,
+    Close,
+    Cut,
+    Data,
+    Frame,
+    Hello,
+    Join,
+    Open,
+    Part,
+    Window,
+)
 
 channels = st.integers(min_value=0, max_value=MAX_CHANNEL_ID)
 
@@ -42,6 +55,10 @@ frames: st.SearchStrategy[Frame] = st.one_of(
         reason=st.text(max_size=100),
     ),
     st.builds(Window, channel=channels, n=st.integers(min_value=1, max_value=MAX_WINDOW)),
+    st.builds(Cast, channel=st.none() | channels, data=st.binary(min_size=1, max_size=2000)),
+    st.builds(Join, channel=channels),
+    st.builds(Part, channel=channels),
+    st.builds(Cut, channel=channels),
 )
 
 # Anything msgpack can carry, including what the decoder must refuse: NaN, ext types,
@@ -68,7 +85,9 @@ any_values = st.recursive(
     ),
     max_leaves=12,
 )
-kinds = st.sampled_from(["hello", "open", "data", "close", "window", "nope", ""])
+kinds = st.sampled_from(
+    ["hello", "open", "data", "close", "window", "cast", "join", "part", "cut", "nope", ""]
+)
 payload_keys = st.sampled_from(["path", "meta", "d", "code", "reason", "n", "x"])
 
 # Maps shaped almost like frames, so the decoder's field checks see many near misses. Flat
@@ -111,6 +130,10 @@ _CHUNKS = [
     b"\xa4data",
     b"\xa5close",
     b"\xa6window",
+    b"\xa4cast",
+    b"\xa4join",
+    b"\xa4part",
+    b"\xa3cut",
     b"\xc0",
     b"\xc2",
     b"\xc3",

@@ -14,23 +14,27 @@ from hypothesis import strategies as st
 from tunnel.proto import (
     MAX_CHANNEL_ID,
     MAX_WINDOW,
+    Cast,
     Close,
     CloseCode,
+    Cut,
     Data,
     Frame,
     FrameError,
     Hello,
+    Join,
     LimitError,
     Limits,
     LocalProtocolError,
     Open,
+    Part,
     ProtocolError,
     RemoteProtocolError,
     Window,
     decode_frame,
     encode_frame,
 )
-from tunnel.proto.frames import _decode_fast, _decode_general
+from tunnel.proto.frames import _decode_fast, _decode_general, encode_cast
 
 from .strategies import channels, frames, pack
 
@@ -50,6 +54,37 @@ def test_encoded_frame_is_a_map_of_c_k_p() -> None:
     assert wire == {"c": 7, "k": "data", "p": {"d": b"xy"}}
     hello = msgpack.unpackb(encode_frame(Hello(payload={"role": "relay"})))
     assert hello == {"c": None, "k": "hello", "p": {"role": "relay"}}
+
+
+BROADCAST_FRAMES: list[tuple[Frame, dict[str, Any]]] = [
+    (Cast(channel=None, data=b"sealed"), {"c": None, "k": "cast", "p": {"d": b"sealed"}}),
+    (Cast(channel=5, data=b"sealed"), {"c": 5, "k": "cast", "p": {"d": b"sealed"}}),
+    (Cast(channel=0, data=b"x" * 70000), {"c": 0, "k": "cast", "p": {"d": b"x" * 70000}}),
+    (Join(channel=2), {"c": 2, "k": "join", "p": {}}),
+    (Part(channel=MAX_CHANNEL_ID), {"c": MAX_CHANNEL_ID, "k": "part", "p": {}}),
+    (Cut(channel=1), {"c": 1, "k": "cut", "p": {}}),
+]
+
+
+@pytest.mark.parametrize(
+    ("f", "wire"), BROADCAST_FRAMES, ids=[str(type(f).__name__) for f, _ in BROADCAST_FRAMES]
+)
+def test_broadcast_frames_round_trip_in_their_documented_wire_form(
+    f: Frame, wire: dict[str, Any]
+) -> None:
+    raw = encode_frame(f)
+    assert raw == msgpack.packb(wire, use_bin_type=True)
+    assert decode_frame(raw) == f
+    assert decode_frame(bytearray(raw)) == f
+
+
+def test_a_cast_over_max_data_size_is_refused_on_both_paths() -> None:
+    for channel in (None, 1):
+        raw = encode_frame(Cast(channel=channel, data=b"x" * 101))
+        assert decode_frame(raw, max_data_size=101) == Cast(channel=channel, data=b"x" * 101)
+        with pytest.raises(LimitError) as info:
+            decode_frame(raw, max_data_size=100)
+        assert info.value.code == CloseCode.LIMIT_REACHED
 
 
 def test_decode_accepts_bytearray_and_memoryview() -> None:
@@ -138,6 +173,29 @@ NASTY: list[tuple[str, bytes | str, type[RemoteProtocolError]]] = [
         LimitError,
     ),
     ("data over 256 KiB", frame(1, "data", {"d": b"x" * (256 * 1024 + 1)}), LimitError),
+    ("cast with empty d", frame(None, "cast", {"d": b""}), FrameError),
+    ("cast to a channel with empty d", frame(1, "cast", {"d": b""}), FrameError),
+    ("cast with str d", frame(None, "cast", {"d": "x"}), FrameError),
+    ("cast with int d", frame(1, "cast", {"d": 1}), FrameError),
+    ("cast with an extra key", frame(None, "cast", {"d": b"x", "n": 1}), FrameError),
+    ("cast without d", frame(None, "cast", {}), FrameError),
+    ("cast with a bool channel", frame(True, "cast", {"d": b"x"}), FrameError),
+    ("cast with a float channel", frame(1.0, "cast", {"d": b"x"}), FrameError),
+    ("cast over 256 KiB", frame(None, "cast", {"d": b"x" * (256 * 1024 + 1)}), LimitError),
+    ("cast to a channel over 256 KiB", frame(1, "cast", {"d": b"x" * (256 * 1024 + 1)}), LimitError),
+    *(
+        case
+        for kind in ("join", "part", "cut")
+        for case in (
+            (f"{kind} with a payload", frame(1, kind, {"d": b"x"}), FrameError),
+            (f"{kind} with a nil channel", frame(None, kind, {}), FrameError),
+            (f"{kind} with a float channel", frame(1.0, kind, {}), FrameError),
+            (f"{kind} with a bool channel", frame(True, kind, {}), FrameError),
+            (f"{kind} with a negative channel", frame(-1, kind, {}), FrameError),
+            (f"{kind} with a channel over 2**32-1", frame(2**32, kind, {}), FrameError),
+            (f"{kind} with a list payload", frame(1, kind, []), FrameError),
+        )
+    ),
     ("message over 1 MiB", b"\x00" * ((1 << 20) + 1), LimitError),
     # Headers that declare far more than the message holds: refused before any allocation.
     (
@@ -232,6 +290,13 @@ BAD_FRAMES: list[tuple[str, Any]] = [
     ("lone surrogate in path", Open(channel=1, path="\ud800", meta={})),
     ("int over 64 bits in hello", Hello(payload={"x": 2**64})),
     ("hello payload not a map", Hello(payload=cast(Any, []))),
+    ("empty cast", Cast(channel=None, data=b"")),
+    ("empty cast to a channel", Cast(channel=1, data=b"")),
+    ("str cast", Cast(channel=None, data=cast(Any, "x"))),
+    ("cast to a negative channel", Cast(channel=-1, data=b"x")),
+    ("join of a bool channel", Join(channel=True)),
+    ("part of a nil channel", Part(channel=cast(Any, None))),
+    ("cut of a channel over 2**32-1", Cut(channel=2**32)),
     ("not a frame", object()),
 ]
 
@@ -271,6 +336,26 @@ def test_data_and_window_are_encoded_byte_for_byte_as_msgpack_would(
     assert encode_frame(Window(channel=channel, n=n)) == expected
 
 
+@settings(max_examples=300, deadline=None)
+@given(channel=_IDS, size=_SIZES)
+def test_cast_to_a_channel_is_encoded_and_read_byte_for_byte_as_msgpack_would(
+    channel: int, size: int
+) -> None:
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    expected = msgpack.packb({"c": channel, "k": "cast", "p": {"d": data}}, use_bin_type=True)
+    assert encode_frame(Cast(channel=channel, data=data)) == expected
+    assert encode_cast(channel, data) == expected
+    # The other way: the fast path reads what msgpack writes, without falling back.
+    assert _decode_fast(expected, None) == Cast(channel=channel, data=data)
+    assert decode_frame(expected, max_data_size=None) == Cast(channel=channel, data=data)
+
+
+def test_a_cast_without_a_channel_takes_the_general_path() -> None:
+    raw = encode_frame(Cast(channel=None, data=b"abc"))
+    assert _decode_fast(raw, None) is None
+    assert decode_frame(raw) == Cast(channel=None, data=b"abc")
+
+
 def _mutations(message: bytes, data: st.DataObject) -> bytes:
     kind = data.draw(st.sampled_from(["flip", "cut", "extend", "splice"]))
     if kind == "flip":
@@ -289,7 +374,8 @@ def _mutations(message: bytes, data: st.DataObject) -> bytes:
 @settings(max_examples=1500, deadline=None)
 @given(
     frame_=st.builds(Data, channel=_IDS, data=st.binary(min_size=1, max_size=300))
-    | st.builds(Window, channel=_IDS, n=_GRANTS),
+    | st.builds(Window, channel=_IDS, n=_GRANTS)
+    | st.builds(Cast, channel=_IDS | st.none(), data=st.binary(min_size=1, max_size=300)),
     data=st.data(),
     limit=st.sampled_from([None, 1, 16, 4096]),
 )
@@ -324,6 +410,10 @@ def test_the_fast_path_accepts_only_what_msgpack_accepts_and_reads_the_same_fram
         b"\x83\xa1c\xce\x00\x00\x00\x05\xa1k\xa6window\xa1p\x81\xa1n\xcd\x01\x00",
         # A uint64 id in range: the fast path declines, the general path accepts.
         b"\x83\xa1c\xcf\x00\x00\x00\x00\x00\x00\x00\x01\xa1k\xa4data\xa1p\x81\xa1d\xc4\x01x",
+        # The same for a cast to a channel: a uint32 id and a bin16 header.
+        b"\x83\xa1c\xce\x00\x00\x00\x07\xa1k\xa4cast\xa1p\x81\xa1d\xc5\x00\x02ab",
+        # Keys in another order: only msgpack reads it.
+        b"\x83\xa1k\xa4cast\xa1p\x81\xa1d\xc4\x01x\xa1c\x03",
     ],
 )
 def test_non_canonical_numbers_decode_the_same_on_both_paths(message: bytes) -> None:

@@ -65,5 +65,5 @@ def test_corrupted_frames_decode_or_are_refused(frame: Frame, data: st.DataObjec
     decode_or_refuse(bytes(raw))
 
 
-def test_the_kind_whitelist_is_exactly_the_five_kinds() -> None:
-    assert KINDS == ("hello", "open", "data", "close", "window")
+def test_the_kind_whitelist_is_exactly_the_nine_kinds() -> None:
+    assert KINDS == ("hello", "open", "data", "close", "window", "cast", "join", "part", "cut")
