@@ -101,19 +101,35 @@ async def head_of(shared: Shared) -> int:
 
 
 ATTACHING = 32
-"""Teammates attaching at once: the host accepts a bounded backlog of new channels."""
+"""Teammates attaching at once."""
 
 
 @contextlib.asynccontextmanager
-async def crowd_member(
-    shared: Shared, name: str, limiter: anyio.CapacityLimiter
-) -> AsyncIterator[Teammate]:
-    """A viewer that attaches while fewer than ATTACHING others do, and stays until the end."""
-    async with contextlib.AsyncExitStack() as stack:
-        async with limiter:
-            teammate = await stack.enter_async_context(attached(str(shared.host.view_link), name))
-            await teammate.wait_for(joined, within=120)
-        yield teammate
+async def crowd_of(shared: Shared, prefix: str, n: int) -> AsyncIterator[list[Teammate]]:
+    """`n` viewers, attaching at most ATTACHING at a time (the host accepts a bounded backlog of
+    new channels), each joined to the broadcast; they stay until the block ends."""
+    crowd: list[Teammate] = []
+    stop = anyio.Event()
+    limiter = anyio.CapacityLimiter(ATTACHING)
+
+    async def viewer(name: str) -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            async with limiter:
+                teammate = await stack.enter_async_context(
+                    attached(str(shared.host.view_link), name)
+                )
+                await teammate.wait_for(joined, within=120)
+            crowd.append(teammate)
+            await stop.wait()
+
+    async with anyio.create_task_group() as tg:
+        for k in range(n):
+            tg.start_soon(viewer, f"{prefix}{k:03}")
+        with anyio.fail_after(180):
+            while len(crowd) < n:
+                await anyio.sleep(0.1)
+        yield crowd
+        stop.set()
 
 
 def told(teammate: Teammate) -> int:
@@ -133,21 +149,7 @@ async def test_three_hundred_teammates_each_get_every_item_exactly_once(
         sharing(crowd_relay.url, tmp_path, agent="demo", workspace=workspace) as shared,
         attached(str(shared.host.drive_link), "driver") as driver,
     ):
-        crowd: list[Teammate] = []
-        stop = anyio.Event()
-        limiter = anyio.CapacityLimiter(ATTACHING)
-
-        async def viewer(n: int) -> None:
-            async with crowd_member(shared, f"v{n:03}", limiter) as teammate:
-                crowd.append(teammate)
-                await stop.wait()
-
-        async with anyio.create_task_group() as tg:
-            for n in range(CROWD):
-                tg.start_soon(viewer, n)
-            with anyio.fail_after(120):
-                while len(crowd) < CROWD or not all(joined(t) for t in crowd):
-                    await anyio.sleep(0.2)
+        async with crowd_of(shared, "v", CROWD) as crowd:
             await driver.wait_for(joined)
             casts_before = relay_metric(crowd_relay, "relay_casts_total")
             told_before = told(driver)
@@ -155,10 +157,8 @@ async def test_three_hundred_teammates_each_get_every_item_exactly_once(
                 await run_turn(driver, f"turn {turn}")
             head = await head_of(shared)
             everything = list(range(head + 1))
-            with anyio.fail_after(60):
-                for teammate in [driver, *crowd]:
-                    await teammate.wait_for(lambda t: t.seqs()[-1:] == [head], within=60)
-            stop.set()
+            for teammate in [driver, *crowd]:
+                await teammate.wait_for(lambda t: t.seqs()[-1:] == [head], within=60)
 
         for teammate in [driver, *crowd]:
             assert teammate.seqs() == everything  # every item, once, in order
@@ -180,22 +180,10 @@ async def test_presence_for_n_joins_is_linear_in_n(
         await first.wait_for(joined)
         casts_before = relay_metric(crowd_relay, "relay_casts_total")
         frames_before = relay_metric(crowd_relay, 'relay_forwarded_frames_total{direction="down"}')
-        crowd: list[Teammate] = []
-        stop = anyio.Event()
-        limiter = anyio.CapacityLimiter(ATTACHING)
-
-        async def viewer(n: int) -> None:
-            async with crowd_member(shared, f"p{n:03}", limiter) as teammate:
-                crowd.append(teammate)
-                await stop.wait()
-
-        async with anyio.create_task_group() as tg:
-            for n in range(joins):
-                tg.start_soon(viewer, n)
+        async with crowd_of(shared, "p", joins) as crowd:
             await first.wait_for(lambda t: len(t.session.members) == joins + 2, within=120)
             for teammate in crowd:
                 await teammate.wait_for(lambda t: len(t.session.members) == joins + 2)
-            stop.set()
         await first.wait_for(lambda t: len(t.session.members) == 2, within=60)
 
         casts = relay_metric(crowd_relay, "relay_casts_total") - casts_before

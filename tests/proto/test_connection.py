@@ -13,6 +13,11 @@ from hypothesis import strategies as st
 from tunnel.proto import (
     DEFAULT_LIMITS,
     MAX_CHANNEL_ID,
+    Cast,
+    CastCut,
+    CastJoined,
+    CastParted,
+    CastReceived,
     ChannelClosed,
     ChannelNotOpenError,
     ChannelOpened,
@@ -20,15 +25,19 @@ from tunnel.proto import (
     Close,
     CloseCode,
     Connection,
+    Cut,
     Data,
     DataReceived,
     FlowControlError,
+    Frame,
     Hello,
     HelloReceived,
+    Join,
     LimitError,
     Limits,
     LocalProtocolError,
     Open,
+    Part,
     RemoteProtocolError,
     Side,
     Window,
@@ -487,6 +496,246 @@ def test_a_sender_loop_never_exceeds_the_window(sizes: list[int], acks: list[flo
     assert received == sum(sizes)
 
 
+# --- broadcast ----------------------------------------------------------------------------------
+#
+# The host is the dialer, the relay the accepter; the relay opens the host's channels (even ids)
+# and the teammate opens its own (odd ids). Direction is about who sends, not who opened.
+
+
+def relay_channel(dialer: Connection, accepter: Connection) -> int:
+    """A channel the accepter opened, known to both sides, with nothing left to deliver."""
+    channel = accepter.open_channel("session", {})
+    deliver(accepter, dialer)
+    return channel
+
+
+def test_the_broadcast_frames_are_reported_as_events() -> None:
+    host, relay = linked()
+    channel = relay_channel(host, relay)
+    host.cast(b"sealed once")
+    host.join(channel)
+    host.part(channel)
+    assert deliver(host, relay) == [
+        CastReceived(channel=None, data=b"sealed once"),
+        CastJoined(channel=channel),
+        CastParted(channel=channel),
+    ]
+    teammate, relay = linked()
+    channel = teammate.open_channel("session", {})
+    deliver(teammate, relay)
+    assert relay.send_cast(channel, b"copy")
+    relay.cut(channel)
+    assert deliver(relay, teammate) == [
+        CastReceived(channel=channel, data=b"copy"),
+        CastCut(channel=channel),
+    ]
+
+
+def test_a_cast_without_a_channel_costs_no_window() -> None:
+    host, relay = linked(WHOLE_WINDOW)
+    channel = relay_channel(host, relay)
+    for _ in range(3):
+        host.cast(b"x" * 256 * KIB)
+    assert len(deliver(host, relay)) == 3
+    assert host.send_window(channel) == relay.send_window(channel) == 256 * KIB
+
+
+@pytest.mark.parametrize(
+    ("receiver", "frame"),
+    [
+        (Side.ACCEPTER, Cut(channel=1)),
+        (Side.ACCEPTER, Cast(channel=1, data=b"x")),
+        (Side.DIALER, Cast(channel=None, data=b"x")),
+        (Side.DIALER, Join(channel=1)),
+        (Side.DIALER, Part(channel=1)),
+    ],
+    ids=["cut-to-accepter", "cast-with-id-to-accepter", "cast-nil-to-dialer", "join", "part"],
+)
+def test_a_broadcast_frame_in_the_wrong_direction_fails_the_link(
+    receiver: Side, frame: Frame
+) -> None:
+    dialer, accepter = linked()
+    # Channel 1 exists on both sides: only the direction is wrong.
+    assert dialer.open_channel("session", {}) == 1
+    deliver(dialer, accepter)
+    expect_remote(
+        accepter if receiver is Side.ACCEPTER else dialer, frame, RemoteProtocolError, 4000
+    )
+
+
+def test_broadcast_calls_in_the_wrong_direction_are_local_errors() -> None:
+    dialer, accepter = linked()
+    channel = dialer.open_channel("session", {})
+    deliver(dialer, accepter)
+    calls: list[Callable[[], object]] = [
+        lambda: accepter.cast(b"x"),
+        lambda: accepter.join(channel),
+        lambda: accepter.part(channel),
+        lambda: dialer.cut(channel),
+        lambda: dialer.send_cast(channel, b"x"),
+    ]
+    for call in calls:
+        with pytest.raises(LocalProtocolError):
+            call()
+    assert dialer.failure is accepter.failure is None
+    assert dialer.data_to_send() == accepter.data_to_send() == []
+    assert dialer.send_window(channel) == accepter.send_window(channel) == 1 << 20
+
+
+def test_casts_that_could_never_be_sent_are_local_errors() -> None:
+    host, relay = linked(Limits(initial_window=1000, max_data_size=500))
+    channel = relay_channel(host, relay)
+    bad: list[Any] = [b"", b"x" * 501, bytearray(b"x")]
+    for data in bad:
+        with pytest.raises(LocalProtocolError):
+            host.cast(data)
+    for data in (b"", b"x" * 501):
+        with pytest.raises(LocalProtocolError) as info:
+            relay.send_cast(channel, data)
+        assert info.value.code == CloseCode.LIMIT_REACHED
+    assert host.data_to_send() == relay.data_to_send() == []
+    assert relay.send_window(channel) == 1000
+
+
+def test_a_cast_too_large_for_a_message_is_refused_without_costing_window() -> None:
+    host, relay = linked(Limits(max_message_size=100, max_data_size=200, initial_window=1000))
+    channel = relay_channel(host, relay)
+    with pytest.raises(LocalProtocolError) as info:
+        relay.send_cast(channel, b"x" * 150)
+    assert info.value.code == CloseCode.LIMIT_REACHED
+    assert relay.send_window(channel) == 1000
+    assert relay.data_to_send() == []
+
+
+def test_broadcast_calls_on_a_closing_or_gone_channel_raise_channel_not_open() -> None:
+    host, relay = linked()
+    channel = relay_channel(host, relay)
+    host.close_channel(channel)
+    relay.close_channel(channel)
+    host.data_to_send()
+    relay.data_to_send()
+    for call in (
+        lambda: host.join(channel),
+        lambda: host.part(channel),
+        lambda: relay.cut(channel),
+        lambda: relay.send_cast(channel, b"x"),
+        lambda: relay.send_cast(99, b"x"),
+        lambda: host.join(99),
+    ):
+        with pytest.raises(ChannelNotOpenError):
+            call()
+    assert host.failure is relay.failure is None
+    assert host.data_to_send() == relay.data_to_send() == []
+
+
+def test_casts_to_a_channel_share_its_window_with_data() -> None:
+    teammate, relay = linked(Limits(initial_window=100, max_data_size=100))
+    channel = teammate.open_channel("s", {})
+    deliver(teammate, relay)
+    teammate.receive_data(encode_frame(Data(channel=channel, data=b"d" * 60)))
+    teammate.receive_data(encode_frame(Cast(channel=channel, data=b"c" * 40)))
+    expect_remote(teammate, Cast(channel=channel, data=b"c"), FlowControlError, 4004)
+
+
+def test_a_cast_beyond_the_receive_window_fails_the_link_with_4004() -> None:
+    teammate, relay = linked(WHOLE_WINDOW)
+    channel = teammate.open_channel("s", {})
+    deliver(teammate, relay)
+    teammate.receive_data(encode_frame(Cast(channel=channel, data=b"x" * 256 * KIB)))
+    expect_remote(teammate, Data(channel=channel, data=b"x"), FlowControlError, 4004)
+
+
+def test_send_cast_is_all_or_nothing_and_shares_the_window_with_send_data() -> None:
+    teammate, relay = linked(WHOLE_WINDOW)
+    channel = teammate.open_channel("s", {})
+    deliver(teammate, relay)
+    assert relay.send_data(channel, b"a" * 200 * KIB)
+    assert not relay.send_cast(channel, b"b" * 100 * KIB)
+    assert relay.send_window(channel) == 56 * KIB
+    assert len(relay.data_to_send()) == 1
+    assert relay.send_cast(channel, b"c" * 56 * KIB)
+    assert relay.send_window(channel) == 0
+    assert not relay.send_cast(channel, b"d")
+    assert relay.data_to_send() == [encode_frame(Cast(channel=channel, data=b"c" * 56 * KIB))]
+
+
+def test_acknowledging_cast_bytes_grants_the_window_back_like_data() -> None:
+    teammate, relay = linked(WHOLE_WINDOW)
+    channel = teammate.open_channel("s", {})
+    deliver(teammate, relay)
+    for _ in range(4):
+        assert relay.send_cast(channel, b"x" * 64 * KIB)
+    assert not relay.send_cast(channel, b"y")
+    assert len(deliver(relay, teammate)) == 4
+    teammate.acknowledge(channel, 100 * KIB)
+    assert teammate.data_to_send() == []
+    teammate.acknowledge(channel, 28 * KIB)
+    assert deliver(teammate, relay) == [WindowUpdated(channel=channel, available=128 * KIB)]
+    assert relay.send_window(channel) == 128 * KIB
+    with pytest.raises(LocalProtocolError):
+        teammate.acknowledge(channel, 128 * KIB + 1)
+
+
+def test_a_cast_crossing_our_close_is_dropped_but_still_costs_window() -> None:
+    teammate, relay = linked(Limits(initial_window=100, max_data_size=100))
+    channel = teammate.open_channel("s", {})
+    deliver(teammate, relay)
+    teammate.close_channel(channel)
+    teammate.receive_data(encode_frame(Cast(channel=channel, data=b"x" * 100)))
+    assert teammate.events_received() == []
+    expect_remote(teammate, Cast(channel=channel, data=b"x"), FlowControlError, 4004)
+
+
+def test_join_part_and_cut_crossing_our_close_are_dropped() -> None:
+    host, relay = linked()
+    channel = relay_channel(host, relay)
+    relay.close_channel(channel)
+    for frame in (Join(channel=channel), Part(channel=channel)):
+        relay.receive_data(encode_frame(frame))
+    assert relay.events_received() == []
+    assert relay.channel_state(channel) is ChannelState.CLOSE_SENT
+    teammate, relay = linked()
+    channel = teammate.open_channel("s", {})
+    deliver(teammate, relay)
+    teammate.close_channel(channel)
+    teammate.receive_data(encode_frame(Cut(channel=channel)))
+    assert teammate.events_received() == []
+    assert teammate.failure is relay.failure is None
+
+
+@pytest.mark.parametrize(
+    ("receiver", "frame"),
+    [
+        (Side.ACCEPTER, Join(channel=7)),
+        (Side.ACCEPTER, Part(channel=7)),
+        (Side.DIALER, Cut(channel=8)),
+        (Side.DIALER, Cast(channel=8, data=b"x")),
+    ],
+    ids=["join", "part", "cut", "cast"],
+)
+def test_a_broadcast_frame_for_an_unknown_channel_fails_the_link(
+    receiver: Side, frame: Frame
+) -> None:
+    dialer, accepter = linked()
+    expect_remote(
+        accepter if receiver is Side.ACCEPTER else dialer, frame, RemoteProtocolError, 4000
+    )
+
+
+def test_a_join_after_the_peer_closed_the_channel_fails_the_link() -> None:
+    host, relay = linked()
+    channel = relay_channel(host, relay)
+    host.close_channel(channel)
+    deliver(host, relay)  # the relay answered and forgot the channel
+    expect_remote(relay, Join(channel=channel), RemoteProtocolError, 4000)
+
+
+def test_a_broadcast_frame_before_the_hello_fails_the_link() -> None:
+    accepter = Connection(Side.ACCEPTER)
+    accepter.send_hello({})
+    expect_remote(accepter, Cast(channel=None, data=b"x"), RemoteProtocolError, 4000)
+
+
 # --- failure ------------------------------------------------------------------------------------
 
 
@@ -504,6 +753,9 @@ def test_after_a_remote_error_every_call_raises_a_local_error() -> None:
         lambda: dialer.send_window(channel),
         lambda: dialer.acknowledge(channel, 0),
         lambda: dialer.close_channel(channel),
+        lambda: dialer.cast(b"x"),
+        lambda: dialer.join(channel),
+        lambda: dialer.part(channel),
         lambda: dialer.channel_state(channel),
         dialer.events_received,
         dialer.data_to_send,

@@ -182,7 +182,11 @@ NASTY: list[tuple[str, bytes | str, type[RemoteProtocolError]]] = [
     ("cast with a bool channel", frame(True, "cast", {"d": b"x"}), FrameError),
     ("cast with a float channel", frame(1.0, "cast", {"d": b"x"}), FrameError),
     ("cast over 256 KiB", frame(None, "cast", {"d": b"x" * (256 * 1024 + 1)}), LimitError),
-    ("cast to a channel over 256 KiB", frame(1, "cast", {"d": b"x" * (256 * 1024 + 1)}), LimitError),
+    (
+        "cast to a channel over 256 KiB",
+        frame(1, "cast", {"d": b"x" * (256 * 1024 + 1)}),
+        LimitError,
+    ),
     *(
         case
         for kind in ("join", "part", "cut")
