@@ -324,8 +324,17 @@ def encode_item(message: dict[str, Any]) -> bytes:
 async def colluder_start(colluder: Teammate) -> BroadcastStart:
     """The `broadcast` message the colluder's channel got, asked for again: a resubscribe of a
     joined channel ends with a new `broadcast` message for the same epoch."""
+    got = keep_broadcast_starts(colluder.session)
+    await colluder.session._catch_up("the test asks for the broadcast message")
+    with anyio.fail_after(30):
+        while not got:
+            await anyio.sleep(0.05)
+    return got[0]
+
+
+def keep_broadcast_starts(session: TeammateSession) -> list[BroadcastStart]:
+    """From now on, every `broadcast` message `session` takes in, in a list."""
     got: list[BroadcastStart] = []
-    session = colluder.session
     original = session._on_broadcast_start
 
     def keep(plaintext: bytes) -> list[bytes]:
@@ -335,11 +344,7 @@ async def colluder_start(colluder: Teammate) -> BroadcastStart:
         return original(plaintext)
 
     session._on_broadcast_start = keep  # type: ignore[method-assign]
-    await session._catch_up("the test asks for the broadcast message")
-    with anyio.fail_after(30):
-        while not got:
-            await anyio.sleep(0.05)
-    return got[0]
+    return got
 
 
 # -- a teammate that falls behind -----------------------------------------------------------
@@ -413,16 +418,7 @@ async def test_revoke_starts_a_new_epoch_that_the_revoked_never_get(
 
 async def broadcast_start(session: TeammateSession) -> BroadcastStart:
     """Subscribe, and return the `broadcast` message the channel gets after its snapshot."""
-    got: list[BroadcastStart] = []
-    original = session._on_broadcast_start
-
-    def keep(plaintext: bytes) -> list[bytes]:
-        message = parse(plaintext)
-        assert isinstance(message, BroadcastStart)
-        got.append(message)
-        return original(plaintext)
-
-    session._on_broadcast_start = keep  # type: ignore[method-assign]
+    got = keep_broadcast_starts(session)
     await session.subscribe()
     with anyio.fail_after(30):
         while not got:

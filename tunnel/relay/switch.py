@@ -431,7 +431,7 @@ class Switch:
                     return
                 self._acknowledge(source.link, source.channel, len(entry))
             elif isinstance(entry, _QueuedCast):
-                if self._send_cast(destination, entry.data) is _Outcome.BLOCKED:
+                if self._send(destination, entry.data, cast=True) is _Outcome.BLOCKED:
                     return
                 self._cast_backlog[key] -= len(entry.data)
             else:
@@ -440,10 +440,15 @@ class Switch:
         del self._pending[key]
         self._cast_backlog.pop(key, None)
 
-    def _send(self, destination: Endpoint[Peer], data: bytes) -> _Outcome:
+    def _send(self, destination: Endpoint[Peer], data: bytes, *, cast: bool = False) -> _Outcome:
+        """Queue `data` (a cast with `cast`) on the destination channel if its window allows."""
         link = destination.link.link
+        connection = link.connection
         try:
-            sent = link.connection.send_data(destination.channel, data)
+            if cast:
+                sent = connection.send_cast(destination.channel, data)
+            else:
+                sent = connection.send_data(destination.channel, data)
         except ChannelNotOpenError:
             return _Outcome.DROPPED  # its close is on the way; the route goes with it
         except LocalProtocolError:
@@ -504,7 +509,7 @@ class Switch:
             key = (end.link, end.channel)
             waiting = self._pending.get(key)
             if waiting is None:
-                if self._send_cast(end, data) is not _Outcome.BLOCKED:
+                if self._send(end, data, cast=True) is not _Outcome.BLOCKED:
                     continue
                 waiting = self._pending[key] = deque()
             backlog = self._cast_backlog.get(key, 0) + len(data)
@@ -531,22 +536,6 @@ class Switch:
                 return
             del self._pending[key]
         self._send_cut(end)
-
-    def _send_cast(self, destination: Endpoint[Peer], data: bytes) -> _Outcome:
-        link = destination.link.link
-        try:
-            sent = link.connection.send_cast(destination.channel, data)
-        except ChannelNotOpenError:
-            return _Outcome.DROPPED
-        except LocalProtocolError:
-            self._metrics.frames_rejected.labels(reason="undeliverable").inc()
-            return _Outcome.DROPPED
-        if not sent:
-            return _Outcome.BLOCKED
-        link.flush()
-        self._metrics.frames_down.inc()
-        self._metrics.bytes_down.inc(len(data))
-        return _Outcome.SENT
 
     def _send_cut(self, destination: Endpoint[Peer]) -> None:
         link = destination.link.link
