@@ -13,13 +13,19 @@ What they buy, in libFuzzer's `cov:` edges after the suite's campaign (100,000 r
 (measured when they were written; the seeds alone reach most of it before the first mutation):
 
     target        unseeded  seeded   (seeds alone)
-    frame               30     112   103
-    connection          78     170   142
+    frame               36     178   165   (with the broadcast frames)
+    connection          95     241   198   (with the broadcast frames)
     request             25      66    56
     host_message        21      47    33
     item                25      82    61
     hello               24      81    71
     link                 6      67    61
+    cast                30      34    34
+    cast_messages       19      19    12
+
+`cast` and `cast_messages` are small parsers in front of uninstrumented code (the cryptography
+and msgpack extensions): their seeds are there so that a campaign starts from a cast that opens
+and a plaintext that parses, not for edges.
 """
 
 from __future__ import annotations
@@ -61,11 +67,25 @@ from tunnel.app.requests import (
     Subscribe,
     encode_request,
 )
+from tunnel.e2e.broadcast import BroadcastKey, CastSealer
+from tunnel.e2e.broadcast import reference_vectors as cast_vectors
 from tunnel.e2e.crypto import ROLES, SECRET_SIZE, ShareLink
 from tunnel.e2e.identity import HostIdentity
 from tunnel.handshake import INSTANCE_SIZE, PROTOCOL_VERSION, teammate_hello
 from tunnel.log.item import CORRUPT_TYPE, Event, Item
-from tunnel.proto.frames import KINDS, MAX_CLOSE_CODE, MIN_CLOSE_CODE, Close, Data, Open, Window
+from tunnel.proto.frames import (
+    KINDS,
+    MAX_CLOSE_CODE,
+    MIN_CLOSE_CODE,
+    Cast,
+    Close,
+    Cut,
+    Data,
+    Join,
+    Open,
+    Part,
+    Window,
+)
 from tunnel.proto.frames import encode_frame as frame_bytes
 
 HERE = Path(__file__).resolve().parent
@@ -77,6 +97,12 @@ CHALLENGE = bytes(32)
 PUBLIC_URL = "http://127.0.0.1:1"
 CHUNK = 64
 """The `connection` target feeds its input as WebSocket messages of this many bytes."""
+
+CAST_IDENTITY = HostIdentity.from_seed(bytes(range(0x20, 0x40)))
+CAST_KEY = BroadcastKey(epoch=bytes(range(0x80, 0x90)), key=bytes(range(0x90, 0xB0)))
+CAST_COUNTER = 5
+"""The broadcast the `cast` target opens casts of: that of tunnel/e2e/broadcast.py's reference
+vectors (and of targets.py, which spells the same inputs out)."""
 
 T0 = datetime(2025, 3, 1, 9, 30, tzinfo=UTC)
 IDENTITY = HostIdentity.from_seed(bytes(range(32)))
@@ -135,6 +161,36 @@ def frame_seeds() -> dict[str, bytes]:
     seeds["near-data-negative-id"] = b"\x83\xa1c\xff" + data_head + b"\xc4\x01x"
     seeds["ok-window-int8-grant"] = b"\x83\xa1c\x01" + window_head + b"\xd0\x05"
     seeds["near-window-negative-grant"] = b"\x83\xa1c\x01" + window_head + b"\xd0\xfb"
+    seeds.update(_broadcast_frame_seeds())
+    return seeds
+
+
+def _broadcast_frame_seeds() -> dict[str, bytes]:
+    """The host's broadcast (docs/protocol.md, "Broadcast"): `cast` with and without a channel
+    (the former in the fast path's fixed form), `join`, `part` and `cut`, and near misses."""
+    cast_head = b"\xa1k\xa4cast\xa1p\x81\xa1d"
+    seeds = {
+        "ok-cast-from-host": frame_bytes(Cast(channel=None, data=b"sealed once")),
+        "ok-cast-to-channel": frame_bytes(Cast(channel=1, data=b"\x91\xc4\x01x")),
+        "ok-cast-wide-ids": frame_bytes(Cast(channel=70000, data=b"c" * 300)),
+        "ok-cast-not-shortest": b"\x83\xa1c\xcd\x00\x03" + cast_head + b"\xc6\x00\x00\x00\x01x",
+        "ok-join": frame_bytes(Join(channel=2)),
+        "ok-part": frame_bytes(Part(channel=2**32 - 1)),
+        "ok-cut": frame_bytes(Cut(channel=1)),
+        "near-cast-bin-past-end": b"\x83\xa1c\x01" + cast_head + b"\xc5\x00\x09abc",
+        "near-cast-negative-id": b"\x83\xa1c\xff" + cast_head + b"\xc4\x01x",
+    }
+    near = {
+        "near-cast-empty": {"c": None, "k": "cast", "p": {"d": b""}},
+        "near-cast-str": {"c": 1, "k": "cast", "p": {"d": "text, not bytes"}},
+        "near-cast-extra-key": {"c": None, "k": "cast", "p": {"d": b"x", "n": 1}},
+        "near-cast-bool-channel": {"c": True, "k": "cast", "p": {"d": b"x"}},
+        "near-join-payload": {"c": 2, "k": "join", "p": {"d": b"x"}},
+        "near-part-float-channel": {"c": 2.0, "k": "part", "p": {}},
+        "near-cut-nil-channel": {"c": None, "k": "cut", "p": {}},
+        "near-cut-payload-list": {"c": 1, "k": "cut", "p": []},
+    }
+    seeds.update({name: pack(wire) for name, wire in near.items()})
     return seeds
 
 
@@ -159,12 +215,24 @@ def _close(channel: int, code: int = 1000) -> bytes:
     return _chunk(lambda n: frame_bytes(Close(channel=channel, code=code, reason="r" * n)))
 
 
+def _cast(channel: int | None) -> bytes:
+    return _chunk(lambda n: frame_bytes(Cast(channel=channel, data=b"c" * (n + 1))))
+
+
 def connection_seeds() -> dict[str, bytes]:
     # The peer is the dialer (odd channel ids); its hello was already received. A window frame
     # cannot be padded to a chunk, so it only ends a sequence; and since this side never sends,
-    # any grant to it is beyond its initial window.
+    # any grant to it is beyond its initial window. `join`, `part` and `cut` have an empty
+    # payload: they too only end a sequence.
     window = frame_bytes(Window(channel=1, n=4096))
     return {
+        "ok-casts": _cast(None) + _cast(None) + _cast(None),
+        "ok-cast-and-join": _open(1) + _cast(None) + _data(1) + frame_bytes(Join(channel=1)),
+        "ok-cast-and-part": _open(3) + _cast(None) + frame_bytes(Part(channel=3)),
+        "near-cast-to-the-relay-with-a-channel": _open(1) + _cast(1),
+        "near-cut-to-the-relay": _open(1) + frame_bytes(Cut(channel=1)),
+        "near-join-unknown-channel": _cast(None) + frame_bytes(Join(channel=5)),
+        "near-part-after-close": _open(1) + _close(1) + frame_bytes(Part(channel=1)),
         "ok-open-data-close": _open(1) + _data(1) + _data(1) + _close(1),
         "ok-two-channels": _open(1) + _open(3) + _data(3) + _data(1) + _close(3) + _close(1),
         "near-window-beyond-initial": _open(1) + _data(1) + window,
@@ -176,6 +244,69 @@ def connection_seeds() -> dict[str, bytes]:
         "near-second-hello": _chunk(lambda n: pack({"c": None, "k": "hello", "p": {"p": "x" * n}})),
         "near-window-unknown-channel": frame_bytes(Window(channel=9, n=1)),
     }
+
+
+# -- the broadcast -------------------------------------------------------------------------------
+
+
+def _sealed(plaintext: bytes, counter: int = CAST_COUNTER, **overrides: Any) -> bytes:
+    identity = overrides.get("identity", CAST_IDENTITY)
+    key = overrides.get("key", CAST_KEY)
+    return CastSealer(identity, key, counter=counter).seal(plaintext)
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+
+
+def cast_seeds() -> dict[str, bytes]:
+    """Casts of the reference broadcast that open (`CastOpener.open`), and ones that must not."""
+    reference = bytes.fromhex(cast_vectors()["cast_hex"])
+    other_epoch = BroadcastKey(epoch=bytes(16), key=CAST_KEY.key)
+    return {
+        "ok-reference": reference,
+        "ok-empty-list": _sealed(pack([])),
+        "ok-empty-plaintext": _sealed(b""),
+        "ok-two-messages": _sealed(pack([pack({"op": "event"}), pack({"op": "presence"})])),
+        "near-one-byte": b"\x00",
+        "near-too-short": reference[:103],
+        "near-counter-before": _sealed(pack([]), CAST_COUNTER - 1),
+        "near-counter-after": _sealed(pack([]), CAST_COUNTER + 1),
+        "near-other-epoch": _sealed(pack([]), key=other_epoch),
+        "near-other-host": _sealed(pack([]), identity=IDENTITY),
+        "near-flipped-ciphertext": _flip(reference, 30),
+        "near-flipped-signature": _flip(reference, len(reference) - 1),
+        "near-truncated-signature": reference[:-1],
+        "near-trailing-byte": reference + b"\x00",
+    }
+
+
+def cast_messages_seeds() -> dict[str, bytes]:
+    """Plaintexts of opened casts: a msgpack array of bin (`_cast_messages`), and near misses."""
+    reference = bytes.fromhex(cast_vectors()["cast_plaintext_hex"])
+    item = pack({"op": "item", "item": ITEMS["message"].to_wire()})
+    seeds = {
+        "ok-reference": reference,
+        "ok-empty-list": pack([]),
+        "ok-several": pack([item, pack({"op": "event"}), b""]),
+        "ok-array16": b"\xdc\x00\x01\xc4\x01x",
+        "near-nil": b"\xc0",
+        "near-not-msgpack": b"\xc1",
+        "near-trailing-byte": pack([]) + b"\x00",
+        "near-truncated": reference[:-1],
+        "near-bad-utf8": b"\x91\xa1\xff",
+        "near-ext-type": pack([msgpack.ExtType(1, b"x")]),
+    }
+    near: dict[str, Any] = {
+        "near-str-message": ["text, not bytes"],
+        "near-map": {"op": "item"},
+        "near-nested-list": [[b"x"]],
+        "near-int": 1,
+        "near-nil-message": [None],
+        "near-bytes-alone": b"x",
+    }
+    seeds.update({name: pack(value) for name, value in near.items()})
+    return seeds
 
 
 # -- application messages ------------------------------------------------------------------------
@@ -523,6 +654,8 @@ SEED_MAKERS: dict[str, Callable[[], dict[str, bytes]]] = {
     "item": item_seeds,
     "hello": hello_seeds,
     "link": link_seeds,
+    "cast": cast_seeds,
+    "cast_messages": cast_messages_seeds,
 }
 
 
@@ -661,6 +794,14 @@ _LINK_TOKENS = [
 ]
 
 
+_CAST_TOKENS = [
+    CAST_KEY.epoch,
+    *(counter.to_bytes(8, "big") for counter in range(CAST_COUNTER - 1, CAST_COUNTER + 2)),
+    bytes(16),
+]
+"""A cast is fixed-size fields around a ciphertext: the epoch and the counters near the next."""
+
+
 def _packed(words: Iterable[str], numbers: Iterable[int] = ()) -> list[bytes]:
     tokens = [pack(word) for word in words] + [pack(number) for number in numbers]
     return tokens + _MSGPACK_MARKERS
@@ -674,6 +815,8 @@ DICT_MAKERS: dict[str, Callable[[], list[bytes]]] = {
     "item": lambda: _packed(_ITEM_WORDS, [-1, 0, 1, -(2**63), 2**64 - 1]),
     "hello": lambda: _packed(_HELLO_WORDS, [PROTOCOL_VERSION, 32, 64]),
     "link": lambda: [token.encode() for token in _LINK_TOKENS],
+    "cast": lambda: _CAST_TOKENS,
+    "cast_messages": lambda: _packed(["op", "item", "event", "presence"]),
 }
 
 

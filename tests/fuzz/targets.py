@@ -24,11 +24,14 @@ with atheris.instrument_imports():
     from tunnel.app.errors import BadRequest
     from tunnel.app.host_messages import parse as parse_host_message
     from tunnel.app.requests import decode_request
+    from tunnel.e2e.broadcast import CastError, CastOpener
     from tunnel.e2e.crypto import ShareLink
+    from tunnel.e2e.identity import HostIdentity
     from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
     from tunnel.log import Item
     from tunnel.proto import DEFAULT_LIMITS, Connection, ProtocolError, Side, decode_frame
     from tunnel.proto.frames import _decode_fast, _decode_general
+    from tunnel.teammate.client import _cast_messages
 
 
 def _msgpack_value(data: bytes) -> Any:
@@ -95,6 +98,30 @@ def link(data: bytes) -> None:
         ShareLink.parse(data.decode("utf-8", "replace"))
 
 
+# The broadcast of tunnel/e2e/broadcast.py's reference vectors, whose casts the seeds are.
+_CAST_HOST = HostIdentity.from_seed(bytes(range(0x20, 0x40)))
+
+
+def cast(data: bytes) -> None:
+    # A fresh opener per input: one refused cast ends an opener for good.
+    opener = CastOpener(
+        host_id=_CAST_HOST.host_id,
+        public_key=_CAST_HOST.public_key,
+        epoch=bytes(range(0x80, 0x90)),
+        key=bytes(range(0x90, 0xB0)),
+        counter=5,
+    )
+    with contextlib.suppress(CastError):
+        assert type(opener.open(data)) is bytes
+
+
+def cast_messages(data: bytes) -> None:
+    with contextlib.suppress(CastError):
+        messages = _cast_messages(data)
+        assert type(messages) is list
+        assert all(type(m) is bytes for m in messages)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "frame": frame,
     "connection": connection,
@@ -103,6 +130,8 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "item": item,
     "hello": hello,
     "link": link,
+    "cast": cast,
+    "cast_messages": cast_messages,
 }
 
 

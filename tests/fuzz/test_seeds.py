@@ -14,10 +14,13 @@ import pytest
 from tunnel.app.errors import BadRequest
 from tunnel.app.host_messages import parse as parse_host_message
 from tunnel.app.requests import decode_request
+from tunnel.e2e.broadcast import CastError, CastOpener
+from tunnel.e2e.broadcast import reference_vectors as cast_vectors
 from tunnel.e2e.crypto import ShareLink
 from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
 from tunnel.log import Item
 from tunnel.proto import Connection, ProtocolError, Side, decode_frame
+from tunnel.teammate.client import _cast_messages
 
 from . import make_seeds
 
@@ -51,6 +54,17 @@ def _hello(data: bytes) -> object:
     )
 
 
+def _cast(data: bytes) -> bytes:
+    opener = CastOpener(
+        host_id=make_seeds.CAST_IDENTITY.host_id,
+        public_key=make_seeds.CAST_IDENTITY.public_key,
+        epoch=make_seeds.CAST_KEY.epoch,
+        key=make_seeds.CAST_KEY.key,
+        counter=make_seeds.CAST_COUNTER,
+    )
+    return opener.open(data)
+
+
 # Each target's parser, and the error it refuses input with.
 PARSERS: dict[str, tuple[Parse, type[Exception]]] = {
     "frame": (decode_frame, ProtocolError),
@@ -60,6 +74,8 @@ PARSERS: dict[str, tuple[Parse, type[Exception]]] = {
     "item": (_item, ValueError),
     "hello": (_hello, HelloError),
     "link": (lambda data: ShareLink.parse(data.decode()), ValueError),
+    "cast": (_cast, CastError),
+    "cast_messages": (_cast_messages, CastError),
 }
 
 
@@ -107,6 +123,16 @@ def test_ok_seeds_parse_and_near_seeds_are_refused(target: str) -> None:
             if not seed.name.startswith("ok-"):
                 wrong.append(f"{seed.name} parses")
     assert not wrong
+
+
+def test_the_cast_seeds_are_casts_of_the_reference_broadcast() -> None:
+    vectors = cast_vectors()
+    seeds = make_seeds.SEEDS
+    assert (seeds / "cast" / "ok-reference").read_bytes() == bytes.fromhex(vectors["cast_hex"])
+    assert _cast(bytes.fromhex(vectors["cast_hex"])) == bytes.fromhex(vectors["cast_plaintext_hex"])
+    reference = (seeds / "cast_messages" / "ok-reference").read_bytes()
+    assert reference == bytes.fromhex(vectors["cast_plaintext_hex"])
+    assert len(_cast_messages(reference)) == 1
 
 
 def test_dictionaries_are_in_libfuzzer_format() -> None:

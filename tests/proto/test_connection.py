@@ -593,6 +593,9 @@ def test_casts_that_could_never_be_sent_are_local_errors() -> None:
         with pytest.raises(LocalProtocolError) as info:
             relay.send_cast(channel, data)
         assert info.value.code == CloseCode.LIMIT_REACHED
+    for data in ("abc", None, [b"x"]):
+        with pytest.raises(LocalProtocolError):
+            relay.send_cast(channel, data)
     assert host.data_to_send() == relay.data_to_send() == []
     assert relay.send_window(channel) == 1000
 

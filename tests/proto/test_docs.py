@@ -7,7 +7,7 @@ import itertools
 import re
 from pathlib import Path
 
-from tunnel.proto import ChannelState, CloseCode, Open, decode_frame, encode_frame
+from tunnel.proto import KINDS, ChannelState, CloseCode, Open, decode_frame, encode_frame
 from tunnel.proto import codes as codes_module
 from tunnel.proto.states import TRANSITIONS, Action, Input
 
@@ -64,6 +64,13 @@ def test_the_close_code_table_lists_every_code() -> None:
 
 def test_the_lifecycle_table_is_the_one_in_states_py() -> None:
     assert lifecycle_table() in DOC.read_text()
+
+
+def test_the_frames_table_lists_exactly_the_decoded_kinds() -> None:
+    text = DOC.read_text()
+    section = text.split("## Frames", 1)[1].split("### ", 1)[0]
+    table = re.findall(r"^\| `(\w+)` \|", section, flags=re.MULTILINE)
+    assert tuple(table) == KINDS
 
 
 def test_the_worked_example_hex_is_what_the_encoder_produces() -> None:

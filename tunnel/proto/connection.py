@@ -411,6 +411,8 @@ class Connection:
         self._check_ready()
         if self._side is not Side.ACCEPTER:
             raise LocalProtocolError("only the accepter (the relay) casts to a channel")
+        if not isinstance(data, bytes):
+            raise LocalProtocolError("a cast carries bytes")
         size = len(data)
         max_data = self._limits.max_data_size
         if (
