@@ -33,6 +33,7 @@ __all__ = [
     "encode",
     "pack",
     "parse",
+    "parse_map",
 ]
 
 
@@ -289,7 +290,11 @@ def parse(plaintext: bytes) -> HostMessage:
 
     Fields a newer host adds are ignored; an unknown op is a `BadRequest` the caller may skip.
     """
-    message = decode_host_message(plaintext)
+    return parse_map(decode_host_message(plaintext))
+
+
+def parse_map(message: Mapping[str, Any]) -> HostMessage:
+    """`parse` for a message already decoded by `decode_host_message`."""
     op = message["op"]
     if op == "ready":
         agent = _get(message, "agent", dict)

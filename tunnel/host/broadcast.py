@@ -34,6 +34,22 @@ frame (256 KiB), as a snapshot page does."""
 
 assert MAX_CAST_PLAINTEXT + CAST_OVERHEAD + 16 < 256 * 1024
 
+CAST_INTERVAL = 0.005
+"""Seconds after a cast during which what the log gives joins the next cast: an idle session's
+entry is cast at once, a burst (a replayed turn, a fast stream) in a few casts. Every teammate
+verifies every cast's signature (about 0.1 ms in Python), so the number of casts, not of items,
+is what a burst costs each of them; 5 ms is far below what a reader notices."""
+
+PRESENCE_INTERVAL = 0.1
+"""Seconds between two presence casts at least (plus PRESENCE_INTERVAL_PER_CHANNEL for each
+joined channel): changes meanwhile go in the next one."""
+
+PRESENCE_INTERVAL_PER_CHANNEL = 0.001
+"""What each joined channel adds to the pause after a presence cast. Each cast is checked by every
+teammate, so the relay's and the teammates' work for presence stays about a thousand checks a
+second, however many attach at once: a thousand people attaching make about one cast a second,
+not one per join to each of them."""
+
 
 class Broadcaster:
     """Casts the session's live entries and presence changes to the joined channels."""
@@ -57,6 +73,7 @@ class Broadcaster:
         self.last_seq = -1
         """The seq of the last item cast (or, before any, of the log's head when it started)."""
         self._members: dict[int, Member] = {}
+        self._last_cast = float("-inf")
         # The channels that were handed over; while there is none, nothing is sealed.
         self._joined: set[object] = set()
 
@@ -107,8 +124,14 @@ class Broadcaster:
             task_status.started()
             while True:
                 entries = await sub.receive_batch(SNAPSHOT_PAGE_ITEMS)
+                # What comes within CAST_INTERVAL of the last cast goes in the next one.
+                deadline = self._last_cast + CAST_INTERVAL
+                while len(entries) < SNAPSHOT_PAGE_ITEMS and anyio.current_time() < deadline:
+                    with anyio.move_on_after(deadline - anyio.current_time()):
+                        entries += await sub.receive_batch(SNAPSHOT_PAGE_ITEMS - len(entries))
                 await self._writable()
                 self._cast_entries(entries)
+                self._last_cast = anyio.current_time()
 
     def _cast_entries(self, entries: list[Item | Event]) -> None:
         """Cast `entries` in order, as few casts as fit."""
@@ -130,7 +153,8 @@ class Broadcaster:
             self._cast(messages, last)
 
     async def _follow_presence(self) -> None:
-        """Cast who came and went, all changes since the last cast in one."""
+        """Cast who came and went, all changes since the last cast in one, with a pause after
+        each that grows with the number of joined channels."""
         seen = self._presence.version
         while True:
             await self._presence.wait_changed(seen)
@@ -146,6 +170,8 @@ class Broadcaster:
             if joined or left:
                 delta = out.encode(out.PresenceDelta(joined=joined, left=left))
                 self._cast([delta], None, members=now)
+                joined_now = len(self._joined)
+                await anyio.sleep(PRESENCE_INTERVAL + PRESENCE_INTERVAL_PER_CHANNEL * joined_now)
 
     async def _writable(self) -> None:
         # Casts take no channel window: while the relay reads the host's link slower than the

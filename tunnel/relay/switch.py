@@ -434,6 +434,7 @@ class Switch:
                 if self._send(destination, entry.data, cast=True) is _Outcome.BLOCKED:
                     return
                 self._cast_backlog[key] -= len(entry.data)
+                self._count_casts(1, len(entry.data))
             else:
                 self._send_cut(destination)
             waiting.popleft()
@@ -457,6 +458,8 @@ class Switch:
         if not sent:
             return _Outcome.BLOCKED
         link.flush()
+        if cast:
+            return _Outcome.SENT  # counted by the caller, once per cast (see _on_cast)
         metrics = self._metrics
         if destination.link.kind is Kind.HOST:
             metrics.frames_up.inc()
@@ -505,11 +508,15 @@ class Switch:
         data = event.data
         limit = self._limits.max_cast_backlog
         cut: list[int] = []
+        sent = 0
         for host_channel, end in joined.items():
             key = (end.link, end.channel)
             waiting = self._pending.get(key)
             if waiting is None:
-                if self._send(end, data, cast=True) is not _Outcome.BLOCKED:
+                outcome = self._send(end, data, cast=True)
+                if outcome is _Outcome.SENT:
+                    sent += 1
+                if outcome is not _Outcome.BLOCKED:
                     continue
                 waiting = self._pending[key] = deque()
             backlog = self._cast_backlog.get(key, 0) + len(data)
@@ -520,6 +527,13 @@ class Switch:
             waiting.append(_QueuedCast(data))
         for host_channel in cut:
             self._cut(joined.pop(host_channel))
+        self._count_casts(sent, sent * len(data))
+
+    def _count_casts(self, frames: int, size: int) -> None:
+        # Once per cast, not per copy: for a large room the counters cost as much as the copy.
+        if frames:
+            self._metrics.frames_down.inc(frames)
+            self._metrics.bytes_down.inc(size)
 
     def _cut(self, end: Endpoint[Peer]) -> None:
         """Take a channel that fell behind out of the broadcast: its queued casts go, and a

@@ -35,6 +35,7 @@ from tunnel.app.host_messages import (
     decode_host_message,
     encode,
     parse,
+    parse_map,
 )
 from tunnel.app.requests import MAX_HISTORY_ITEMS, MAX_SEQ, History, Subscribe, encode_request
 from tunnel.app.roster import Roster
@@ -316,7 +317,7 @@ class TeammateSession(SealedChannel):
         if op == "broadcast":
             return self._on_broadcast_start(plaintext)
         if op == "presence":
-            self._track_presence(plaintext)
+            self._track_presence(wire)
         return [plaintext]
 
     def _on_snapshot(self, plaintext: bytes) -> list[bytes]:
@@ -356,9 +357,9 @@ class TeammateSession(SealedChannel):
             raise DecryptionFailedError(
                 CloseCode.DECRYPTION_FAILED, "the broadcast is not the host's"
             ) from None
-        presence = encode(PresenceMessage(members=start.members, you=start.you))
-        self._track_presence(presence)
-        return [presence]
+        presence = PresenceMessage(members=start.members, you=start.you)
+        self._roster.apply(presence)
+        return [encode(presence)]
 
     async def _on_cast(self, cast: bytes | None) -> None:
         """Open a cast and queue its messages; on a cut, a cast that does not open or a gap,
@@ -390,7 +391,7 @@ class TeammateSession(SealedChannel):
                 if not taken:
                     continue
             elif wire["op"] == "presence":
-                self._track_presence(plaintext)
+                self._track_presence(wire)
             accepted.append(plaintext)
         self._queued.extend(accepted)
 
@@ -418,15 +419,10 @@ class TeammateSession(SealedChannel):
         after = -1 if self._cursor is None else self._cursor
         await self.send(encode_request(Subscribe(after=after, tail=None)))
 
-    def _track_presence(self, plaintext: bytes) -> None:
-        """Update `members` from a presence message (the whole list, or what changed)."""
-        # Most messages are items: only one that may be a presence message is decoded here.
-        if b"presence" not in plaintext:
-            return
+    def _track_presence(self, wire: Mapping[str, Any]) -> None:
+        """Update `members` from a decoded presence message (the whole list, or what changed)."""
         try:
-            if decode_host_message(plaintext)["op"] != "presence":
-                return
-            message = parse(plaintext)
+            message = parse_map(wire)
         except BadRequest:
             return  # the reader sees it, and what it does with a malformed message
         if isinstance(message, PresenceMessage | PresenceDelta):
