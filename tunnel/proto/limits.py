@@ -64,9 +64,3 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
-
-
-MAX_CAST_BACKLOG = 1024 * 1024
-"""A relay's default bound on the bytes of a host's casts it queues for one teammate channel
-beyond that channel's window; a channel further behind is cut from the broadcast
-(docs/protocol.md, "Broadcast")."""

@@ -10,7 +10,7 @@ import typer
 
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
-from tunnel.proto.limits import MAX_CAST_BACKLOG
+from tunnel.relay.limits import MAX_CAST_BACKLOG
 
 if TYPE_CHECKING:
     from tunnel.relay.settings import ClusterSettings

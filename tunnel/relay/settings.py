@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from tunnel.e2e.crypto import normalize_relay_url
 from tunnel.link.urls import http_base_url
 from tunnel.proto import Limits
-from tunnel.proto.limits import MAX_CAST_BACKLOG
+from tunnel.relay.limits import MAX_CAST_BACKLOG
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

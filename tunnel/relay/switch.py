@@ -47,8 +47,8 @@ from tunnel.proto import (
     WindowUpdated,
 )
 from tunnel.proto.codes import CloseCode
-from tunnel.proto.limits import MAX_CAST_BACKLOG
 from tunnel.relay.admission import match_role
+from tunnel.relay.limits import MAX_CAST_BACKLOG
 from tunnel.relay.metrics import RelayMetrics
 from tunnel.relay.routing import Endpoint, Route, RoutingTable
 
