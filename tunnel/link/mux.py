@@ -212,14 +212,12 @@ class LinkChannel:
         try:
             signal(self.id)
         except ChannelNotOpenError:
-            self._mark_closed(CloseCode.NORMAL, "closed", by_peer=True)
-            raise self._closed from None  # type: ignore[misc]
+            raise self._mark_closed(CloseCode.NORMAL, "closed", by_peer=True) from None
         except LocalProtocolError:
             failure = self._mux.link.connection.failure
             if failure is None:
                 raise
-            self._mark_closed(failure.code, "link failed", by_peer=False)
-            raise self._closed from None  # type: ignore[misc]
+            raise self._mark_closed(failure.code, "link failed", by_peer=False) from None
         self._mux.link.flush()
 
     def close_soon(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
@@ -247,12 +245,14 @@ class LinkChannel:
     def _window(self) -> None:
         self._writable.notify()
 
-    def _mark_closed(self, code: int, reason: str, *, by_peer: bool) -> None:
+    def _mark_closed(self, code: int, reason: str, *, by_peer: bool) -> ChannelClosedError:
+        """Close the channel (the first reason stays); returns why it is closed."""
         if self._closed is None:
             self._closed = ChannelClosedError(code, reason, by_peer=by_peer)
             self._mux._forget(self.id)
         self._readable.notify()
         self._writable.notify()
+        return self._closed
 
 
 class ChannelMux:
