@@ -19,6 +19,10 @@ requests and their tool calls), so what it shows of the session's state is what 
 the start would show; and right after its snapshot, the state that only ephemeral events tell
 (the agent's status, a terminal agent's size, the log's trouble), as it stands then. And
 presence goes as deltas: the whole list once, then what changed.
+
+With the host's broadcast (`tunnel.host.broadcast`), a channel that has caught up joins it: the
+live tail and presence then reach it as casts, sealed once for every teammate, and the channel
+itself carries only its snapshot, its catch-up and the answers to its requests.
 """
 
 from __future__ import annotations
