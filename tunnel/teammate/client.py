@@ -4,6 +4,10 @@
 `session` channel with a fresh salt and the link's role, and yields a `TeammateSession` that
 sends and receives end-to-end encrypted application messages (docs/security.md). Every way the
 session can end is a `TeammateError` carrying the close code (docs/protocol.md, "Close codes").
+The live tail may come as casts of the host's broadcast: `receive` opens them (checking the
+host's signature), hands on their messages as if they came on the channel, each item once, and
+catches up by cursor on its own when one does not open or the relay cuts the channel
+(docs/application.md, "The broadcast").
 
     async with connect_teammate(link, name="alice") as session:
         await session.subscribe(tail=50)        # the last 50 items, then the live tail
