@@ -376,10 +376,18 @@ def _presence(message: Mapping[str, Any]) -> PresenceMessage | PresenceDelta:
 
 
 def _presence_member(value: Any, *, id_required: bool) -> Member:
+    # The same checks as `_get` and `_seq`, written out: a joiner's list holds everyone
+    # attached, so this runs once per member per join.
     if not isinstance(value, dict):
         raise BadRequest("a presence member must be a map")
-    member_id = _seq(value, "id") if id_required or value.get("id") is not None else None
-    return Member(name=_get(value, "name", str), role=_get(value, "role", str), id=member_id)
+    name, role, member_id = value.get("name"), value.get("role"), value.get("id")
+    if type(name) is not str or type(role) is not str:
+        raise BadRequest("a presence member's name and role must be str")
+    if member_id is None and not id_required:
+        return Member(name=name, role=role)
+    if type(member_id) is not int or member_id < 0:
+        raise BadRequest("field 'id' must be a non-negative integer")
+    return Member(name=name, role=role, id=member_id)
 
 
 def _expect_absent(message: Mapping[str, Any], names: Sequence[str]) -> None:

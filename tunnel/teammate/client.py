@@ -38,6 +38,7 @@ from tunnel.app.host_messages import (
     Snapshot,
     decode_host_message,
     encode,
+    pack,
     parse,
     parse_map,
 )
@@ -346,7 +347,8 @@ class TeammateSession(SealedChannel):
 
     def _on_broadcast_start(self, plaintext: bytes) -> list[bytes]:
         try:
-            start = parse(plaintext)
+            wire = decode_host_message(plaintext)
+            start = parse_map(wire)
             assert isinstance(start, BroadcastStart)
             self._opener = CastOpener(
                 host_id=self.host_id,
@@ -361,9 +363,9 @@ class TeammateSession(SealedChannel):
             raise DecryptionFailedError(
                 CloseCode.DECRYPTION_FAILED, "the broadcast is not the host's"
             ) from None
-        presence = PresenceMessage(members=start.members, you=start.you)
-        self._roster.apply(presence)
-        return [encode(presence)]
+        self._roster.apply(PresenceMessage(members=start.members, you=start.you))
+        # Handed on as the whole list it is, from the members as they came (checked above).
+        return [pack({"op": "presence", "members": wire["members"], "you": start.you})]
 
     async def _on_cast(self, cast: bytes | None) -> None:
         """Open a cast and queue its messages; on a cut, a cast that does not open or a gap,
