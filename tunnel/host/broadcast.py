@@ -14,6 +14,7 @@ begin.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import anyio
@@ -33,6 +34,11 @@ MAX_CAST_PLAINTEXT = SNAPSHOT_PAGE_BYTES
 frame (256 KiB), as a snapshot page does."""
 
 assert MAX_CAST_PLAINTEXT + CAST_OVERHEAD + 16 < 256 * 1024
+
+MAX_LISTED_MEMBERS = 800
+"""Members a `broadcast` message lists at most, the first to have attached: even with names of
+64 four-byte characters they fit one message (tests/host/test_broadcaster.py). A larger room's
+joiner learns of the others as they come and go."""
 
 CAST_INTERVAL = 0.005
 """Seconds after a cast during which what the log gives joins the next cast: an idle session's
@@ -72,7 +78,8 @@ class Broadcaster:
         self._sealer = CastSealer(identity, BroadcastKey.generate())
         self.last_seq = -1
         """The seq of the last item cast (or, before any, of the log's head when it started)."""
-        self._members: dict[int, Member] = {}
+        # Who is attached as of the last presence cast: what a joining channel is told.
+        self._members: dict[int, Member] = presence.keyed()
         self._last_cast = float("-inf")
         # The channels that were handed over; while there is none, nothing is sealed.
         self._joined: set[object] = set()
@@ -82,7 +89,8 @@ class Broadcaster:
     def start_message(self, you: int) -> bytes:
         """The `broadcast` message for a channel joining now: call it at the instant of the join
         (`HostChannel.hand_over`), so the next cast is the first the channel gets."""
-        members = [out.Member(name=m.name, role=m.role, id=key) for key, m in self._members.items()]
+        listed = itertools.islice(self._members.items(), MAX_LISTED_MEMBERS)
+        members = [out.Member(name=m.name, role=m.role, id=key) for key, m in listed]
         return out.encode(
             out.BroadcastStart(
                 epoch=self._sealer.key.epoch,
