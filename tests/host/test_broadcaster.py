@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from tunnel.app.host_messages import BroadcastStart, parse
+import anyio
+import pytest
+
+from tunnel.app.host_messages import BroadcastStart, PresenceDelta, parse
+from tunnel.e2e.broadcast import CastOpener
 from tunnel.e2e.crypto import TAG_SIZE
 from tunnel.e2e.identity import HostIdentity
 from tunnel.handshake import MAX_NAME_LENGTH
@@ -10,6 +14,7 @@ from tunnel.host.broadcast import MAX_LISTED_MEMBERS, Broadcaster
 from tunnel.host.presence import Member, Presence
 from tunnel.log import Log, MemoryStore
 from tunnel.proto import DEFAULT_LIMITS
+from tunnel.teammate.client import _cast_messages
 
 
 def broadcaster(presence: Presence, identity: HostIdentity | None = None) -> Broadcaster:
@@ -50,3 +55,64 @@ def test_the_broadcast_message_says_the_next_cast_and_the_host_key() -> None:
     again = parse(cast.start_message(you=host))
     assert isinstance(again, BroadcastStart)
     assert (again.epoch, again.key) != (start.epoch, start.key)
+
+
+class FakeLink:
+    """What the broadcaster uses of the host's link: it keeps the casts it is given."""
+
+    def __init__(self) -> None:
+        self.casts: list[bytes] = []
+        self.closing = False
+        self.connection = self
+
+    def cast(self, data: bytes) -> None:
+        self.casts.append(data)
+
+    def flush(self) -> None:
+        pass
+
+    async def wait_writable(self) -> None:
+        pass
+
+
+@pytest.mark.anyio
+async def test_a_large_presence_change_goes_in_deltas_that_each_fit_a_message() -> None:
+    presence = Presence()
+    identity = HostIdentity.generate()
+    link = FakeLink()
+    joiners = 2 * MAX_LISTED_MEMBERS + 1
+    async with Log(MemoryStore()) as log:
+        cast = Broadcaster(
+            identity=identity,
+            log=log,
+            conversation_id="main",
+            presence=presence,
+            link=lambda: link,  # type: ignore[arg-type,return-value]
+        )
+        start = parse(cast.start_message(you=0))
+        assert isinstance(start, BroadcastStart)
+        cast.joined(object())
+        async with anyio.create_task_group() as tg:
+            await tg.start(cast.run)
+            for _ in range(joiners):  # all at once: one change, as far as the casts can tell
+                presence.join(Member(name="\U0001f600" * MAX_NAME_LENGTH, role="view"))
+            with anyio.fail_after(10):
+                while len(link.casts) < 3:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    assert all(len(each) <= DEFAULT_LIMITS.largest_data for each in link.casts)
+    opener = CastOpener(
+        host_id=identity.host_id,
+        public_key=identity.public_key,
+        epoch=start.epoch,
+        key=start.key,
+        counter=start.counter,
+    )
+    told: list[int] = []
+    for each in link.casts:
+        for message in _cast_messages(opener.open(each)):
+            delta = parse(message)
+            assert isinstance(delta, PresenceDelta)
+            assert len(delta.joined) <= MAX_LISTED_MEMBERS
+            told += [member.id for member in delta.joined if member.id is not None]
+    assert told == list(range(joiners))

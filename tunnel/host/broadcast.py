@@ -27,13 +27,17 @@ from tunnel.host.presence import Member, Presence
 from tunnel.host.session import SNAPSHOT_PAGE_BYTES, SNAPSHOT_PAGE_ITEMS, encode_entry
 from tunnel.link import Link
 from tunnel.log import Event, Item, Log
-from tunnel.proto import LocalProtocolError
+from tunnel.proto import DEFAULT_LIMITS, LocalProtocolError
 
 MAX_CAST_PLAINTEXT = SNAPSHOT_PAGE_BYTES
-"""Bytes of messages one cast carries at most: with the cast's overhead it fits one `data`-sized
-frame (256 KiB), as a snapshot page does."""
+"""Bytes of messages one cast carries at most: with a bin header (5 bytes at most) per message,
+at most SNAPSHOT_PAGE_ITEMS messages, and the cast's overhead, it fits one `data` frame, as a
+snapshot page does."""
 
-assert MAX_CAST_PLAINTEXT + CAST_OVERHEAD + 16 < 256 * 1024
+assert (
+    DEFAULT_LIMITS.largest_data
+    >= MAX_CAST_PLAINTEXT + 5 * (SNAPSHOT_PAGE_ITEMS + 1) + CAST_OVERHEAD
+)
 
 MAX_LISTED_MEMBERS = 800
 """Members a `broadcast` message lists at most, the first to have attached: even with names of
@@ -176,8 +180,11 @@ class Broadcaster:
             ]
             left = [key for key in self._members if key not in now]
             if joined or left:
-                delta = out.encode(out.PresenceDelta(joined=joined, left=left))
-                self._cast([delta], None, members=now)
+                # A delta lists at most as many members as a `broadcast` message, so it fits too.
+                for start in range(0, max(1, len(joined)), MAX_LISTED_MEMBERS):
+                    some = joined[start : start + MAX_LISTED_MEMBERS]
+                    delta = out.PresenceDelta(joined=some, left=left if start == 0 else [])
+                    self._cast([out.encode(delta)], None, members=now)
                 joined_now = len(self._joined)
                 await anyio.sleep(PRESENCE_INTERVAL + PRESENCE_INTERVAL_PER_CHANNEL * joined_now)
 
