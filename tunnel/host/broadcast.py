@@ -15,6 +15,7 @@ begin.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable
 
 import anyio
@@ -28,6 +29,8 @@ from tunnel.host.session import SNAPSHOT_PAGE_BYTES, SNAPSHOT_PAGE_ITEMS, encode
 from tunnel.link import Link
 from tunnel.log import Event, Item, Log
 from tunnel.proto import DEFAULT_LIMITS, LocalProtocolError
+
+logger = logging.getLogger("tunnel.broadcast")
 
 MAX_CAST_PLAINTEXT = SNAPSHOT_PAGE_BYTES
 """Bytes of messages one cast carries at most: with a bin header (5 bytes at most) per message,
@@ -213,6 +216,10 @@ class Broadcaster:
         cast = self._sealer.seal(msgpack.packb(messages, use_bin_type=True))
         try:
             link.connection.cast(cast)
-        except LocalProtocolError:
-            return  # the link failed; its channels are gone with it
+        except LocalProtocolError as exc:
+            if link.connection.failure is None:
+                # Larger than this relay's limits allow: the joined channels see a counter gap
+                # and catch up on their own channels.
+                logger.warning("a cast was too large for the relay (%s); teammates catch up", exc)
+            return  # else the link failed, and its channels are gone with it
         link.flush()
