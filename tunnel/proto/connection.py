@@ -13,6 +13,7 @@ most one event per `receive_data` call not yet drained.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,11 @@ from tunnel.proto.frames import (
 from tunnel.proto.limits import DEFAULT_LIMITS, Limits
 from tunnel.proto.states import Action, ChannelState, Input, transition
 from tunnel.proto.values import check_map, check_str
+
+
+def _encode_data(channel: int, data: bytes) -> bytes:
+    # Through the frame object, whose encoder checks the channel id's type too.
+    return encode_frame(Data(channel=channel, data=data))
 
 
 class Side(enum.Enum):
@@ -348,26 +354,7 @@ class Connection:
         if `data` is empty or could never fit (over `max_data_size` or `initial_window`).
         Then call `data_to_send()`.
         """
-        self._check_ready()
-        if not isinstance(data, bytes | bytearray):
-            raise LocalProtocolError("data must be bytes")
-        size = len(data)
-        if size == 0:
-            raise LocalProtocolError("data must not be empty")
-        max_data = self._limits.max_data_size
-        if size > self._limits.initial_window or (max_data is not None and size > max_data):
-            raise LocalProtocolError(
-                "data is larger than max_data_size or initial_window", code=CloseCode.LIMIT_REACHED
-            )
-        found = self._channels.get(channel)
-        transition(found.state if found is not None else None, Input.SEND_DATA)
-        assert found is not None
-        if size > found.send_window:
-            return False
-        # Queued first: a frame over max_message_size raises, and must not cost window.
-        self._queue(Data(channel=channel, data=bytes(data)))
-        found.send_window -= size
-        return True
+        return self._send_in_window(channel, data, _encode_data)
 
     def cast(self, data: bytes) -> None:
         """Queue a cast of our broadcast (a host, the dialer, to its relay); it costs no window:
@@ -408,31 +395,37 @@ class Connection:
     def send_cast(self, channel: int, data: bytes) -> bool:
         """Queue a cast (the relay to a teammate) on `channel` if it fits the send window, as
         `send_data` does, with the same errors; False when the window is too small now."""
-        self._check_ready()
         if self._side is not Side.ACCEPTER:
             raise LocalProtocolError("only the accepter (the relay) casts to a channel")
-        if not isinstance(data, bytes):
-            raise LocalProtocolError("a cast carries bytes")
+        return self._send_in_window(channel, data, encode_cast)
+
+    def _send_in_window(
+        self, channel: int, data: bytes, encode: Callable[[int, bytes], bytes]
+    ) -> bool:
+        """Queue the frame `encode` makes of `data` on `channel` if `data` fits its send window
+        (`data` and `cast` frames both cost their `d`); the checks of `send_data`."""
+        self._check_ready()
+        if not isinstance(data, bytes | bytearray):
+            raise LocalProtocolError("data must be bytes")
         size = len(data)
+        if size == 0:
+            raise LocalProtocolError("data must not be empty")
         max_data = self._limits.max_data_size
-        if (
-            not size
-            or size > self._limits.initial_window
-            or (max_data is not None and size > max_data)
-        ):
+        if size > self._limits.initial_window or (max_data is not None and size > max_data):
             raise LocalProtocolError(
-                "a cast that cannot fit a channel", code=CloseCode.LIMIT_REACHED
+                "data is larger than max_data_size or initial_window", code=CloseCode.LIMIT_REACHED
             )
         found = self._channels.get(channel)
         transition(found.state if found is not None else None, Input.SEND_DATA)
         assert found is not None
         if size > found.send_window:
             return False
-        message = encode_cast(channel, data)
+        message = encode(channel, bytes(data))
         limit = self._limits.max_message_size
+        # Checked before the window is taken: a frame that cannot be sent costs nothing.
         if limit is not None and len(message) > limit:
             raise LocalProtocolError(
-                "cast is larger than max_message_size", code=CloseCode.LIMIT_REACHED
+                "frame is larger than max_message_size", code=CloseCode.LIMIT_REACHED
             )
         self._outgoing.append(message)
         found.send_window -= size
