@@ -87,7 +87,6 @@ class HostChannel(SealedChannel):
             return crypto
 
         super().__init__(link_channel, send_nonce)
-        self._link_channel = link_channel
         self._request = request
         self._on_close = on_close
 
@@ -119,14 +118,14 @@ class HostChannel(SealedChannel):
         broadcast in the same instant (docs/application.md, "The broadcast"), then `joined()`."""
 
         def join() -> None:
-            self._link_channel.join_broadcast()
+            self._channel.join_broadcast()
             joined()
 
         await self.send_built(largest, build, then=join)
 
     def leave_broadcast(self) -> None:
         """Take this channel out of the host's broadcast (harmless when it is not in it)."""
-        self._link_channel.part_broadcast()
+        self._channel.part_broadcast()
 
     async def start(self) -> None:
         """Send the host nonce if not sent yet; every send and receive does this first."""

@@ -318,18 +318,18 @@ class TeammateSession(SealedChannel):
         if op == "item":
             return [plaintext] if self._take_item(wire) else []
         if op == "snapshot":
-            return self._on_snapshot(plaintext)
+            return self._on_snapshot(plaintext, wire)
         if op == "broadcast":
             return self._on_broadcast_start(plaintext)
         if op == "presence":
             self._track_presence(wire)
         return [plaintext]
 
-    def _on_snapshot(self, plaintext: bytes) -> list[bytes]:
+    def _on_snapshot(self, plaintext: bytes, wire: Mapping[str, Any]) -> list[bytes]:
         # The host took the channel out of the broadcast before it sent this.
         self._opener = None
         try:
-            snapshot = parse(plaintext)
+            snapshot = parse_map(wire)
         except BadRequest:
             return [plaintext]
         assert isinstance(snapshot, Snapshot)
