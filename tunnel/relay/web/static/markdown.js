@@ -1,6 +1,7 @@
 // Agent and teammate text is untrusted markdown: marked turns it into HTML, DOMPurify keeps only
-// inert markup, and links are forced to open elsewhere without a referrer or an opener. The page's
-// CSP is the second wall: even markup that slipped through could run no script.
+// the elements and attributes markdown needs, and links are forced to open elsewhere without a
+// referrer or an opener. The page's CSP is the second wall: even markup that slipped through
+// could run no script.
 
 import { Marked } from "./vendor/marked.esm.js";
 import DOMPurify from "./vendor/purify.es.mjs";
@@ -12,13 +13,30 @@ const marked = new Marked({ gfm: true, breaks: true, async: false });
 // that acts on a GET.
 const SAFE_URL = /^(?:https?:|mailto:|#|\/(?!\/)|\.{0,2}\/|[^:/?#]*(?:[/?#]|$))/i;
 
+// What marked makes of markdown (GFM tables and strikethrough included), and the few inline
+// tags people write by hand. Nothing here is positioned, a form control, or able to load more
+// than an image from the relay.
+const TAGS = [
+  "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "pre", "code",
+  "ul", "ol", "li", "dl", "dt", "dd", "table", "thead", "tbody", "tfoot", "tr", "th", "td",
+  "a", "img", "em", "strong", "b", "i", "u", "s", "del", "ins", "mark", "small", "sub", "sup",
+  "kbd", "samp", "var", "abbr", "q", "span", "div", "details", "summary",
+];
+
+// The attributes markdown needs: a link's target and title, an image's source and text, a
+// numbered list's first number, a table column's alignment. No `class`, `id`, `name`, `style`,
+// `role`, `aria-*` or `data-*`: markup from the network must never reach the page's own styles,
+// ids (getElementById, DOM clobbering) or test ids, or it could dress up as the page (a
+// `class="screen blocking"` is the page's full-window modal). The `language-x` class marked puts
+// on a fenced block goes too; the page does not highlight code.
+const ATTRIBUTES = ["href", "title", "src", "alt", "start", "align"];
+
 const PURIFY_OPTIONS = {
   RETURN_DOM_FRAGMENT: true,
-  FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "option", "iframe",
-    "frame", "object", "embed", "svg", "math", "link", "meta", "base", "audio", "video",
-    "source", "track"],
-  FORBID_ATTR: ["style", "srcset", "action", "formaction", "ping", "target", "xlink:href"],
+  ALLOWED_TAGS: TAGS,
+  ALLOWED_ATTR: ATTRIBUTES,
   ALLOW_DATA_ATTR: false,
+  ALLOW_ARIA_ATTR: false,
   ALLOWED_URI_REGEXP: SAFE_URL,
 };
 
@@ -27,6 +45,7 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
     const value = node.getAttribute?.(attribute);
     if (value != null && !SAFE_URL.test(value.trim())) node.removeAttribute(attribute);
   }
+  // Set after the attributes were checked: the only `target` and `rel` a link can have.
   if (node.tagName === "A") {
     node.setAttribute("rel", "noopener noreferrer nofollow");
     node.setAttribute("target", "_blank");

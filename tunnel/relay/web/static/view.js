@@ -29,6 +29,13 @@ const OPTION_KIND_HINT = {
   reject_always: "Reject, and let the agent not ask for this again",
 };
 
+// A wire value inside a class name (a status, an option kind): one token of letters, digits, `_`
+// and `-`, else "other". The class attribute splits on spaces, so "x screen blocking" would
+// give the element the page's own full-window classes.
+function classToken(value) {
+  return typeof value === "string" && /^[A-Za-z0-9_-]{1,64}$/.test(value) ? value : "other";
+}
+
 /** The full-page screens by name; session.js FINAL_SCREENS picks one for each final ending. */
 export const SCREENS = {
   "bad-link": {
@@ -611,7 +618,7 @@ export class View {
 
   planList(entries) {
     return el("ol", { class: "plan" }, ...entries.map((entry) => el("li", {
-      class: `plan-entry status-${str(entry.status)}`, "data-status": str(entry.status),
+      class: `plan-entry status-${classToken(entry.status)}`, "data-status": str(entry.status),
     }, el("span", { class: "mark", "aria-hidden": "true" }), el("span", { text: str(entry.content) }))));
   }
 
@@ -884,7 +891,7 @@ export class View {
     const waiting = permission !== null && permission.element.dataset.state === "pending";
     element.toggleAttribute("data-waiting", waiting);
     const parts = [toolHead(call,
-      el("span", { class: `tool-status status-${waiting ? "waiting" : call.status}`, testid: "tool-status",
+      el("span", { class: `tool-status status-${waiting ? "waiting" : classToken(call.status)}`, testid: "tool-status",
         text: waiting ? "waiting for approval" : call.status.replace(/_/g, " ") }))];
     // The request it waits for comes first: while it is open it shows what is asked in full,
     // so the card's own details wait for the answer.
@@ -929,7 +936,7 @@ export class View {
       const hint = OPTION_KIND_HINT[kind] ?? kind;
       if (this.isDriver) {
         const button = el("button", {
-          type: "button", class: `option kind-${kind}`, testid: "permission-option",
+          type: "button", class: `option kind-${classToken(kind)}`, testid: "permission-option",
           "data-option-id": optionId, "data-kind": kind, text: label, title: hint,
           onclick: () => {
             for (const b of buttons) b.disabled = true;
@@ -944,7 +951,7 @@ export class View {
         buttons.push(button);
         optionsBox.append(button);
       } else {
-        optionsBox.append(el("span", { class: `option kind-${kind}`, testid: "permission-option",
+        optionsBox.append(el("span", { class: `option kind-${classToken(kind)}`, testid: "permission-option",
           "data-option-id": optionId, "data-kind": kind, text: label, title: hint }));
       }
     }
