@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
 from .fake_relay import Scenario, fake_relay, wire_item
 from .stack import Host, running_host, running_relay
@@ -179,7 +180,7 @@ def assert_inert(page: Page, names: dict[str, list[str]], controls: list[str]) -
     assert set(state["attributes"]) <= ALLOWED_ATTRIBUTES, state["attributes"]
 
 
-def assert_benign_renders(message: Any) -> None:
+def assert_benign_renders(message: Locator) -> None:
     expect(message.locator("strong", has_text="bold words")).to_have_count(1)
     expect(message.locator("code", has_text="inline code")).to_have_count(1)
     expect(message.locator("pre > code")).to_contain_text("print('fenced')")
@@ -205,7 +206,7 @@ def test_markdown_with_the_pages_own_classes_and_ids_renders_inert_live_and_for_
     browser: Browser, tmp_path: Path
 ) -> None:
     agent = "acp:" + shlex.join([sys.executable, str(MARKUP_AGENT)])
-    contexts = []
+    contexts: list[BrowserContext] = []
 
     def new_page() -> Page:
         context = browser.new_context(viewport={"width": 1200, "height": 860})
@@ -225,7 +226,7 @@ def test_markdown_with_the_pages_own_classes_and_ids_renders_inert_live_and_for_
             context.close()
 
 
-def check_live_and_joiner(host: Host, new_page: Any) -> None:
+def check_live_and_joiner(host: Host, new_page: Callable[[], Page]) -> None:
     driver = new_page()
     open_connected(driver, named(host.drive_link, "alice"))
     watcher = new_page()
@@ -238,7 +239,7 @@ def check_live_and_joiner(host: Host, new_page: Any) -> None:
     expect(box).to_have_value("")
 
     # The prompt shows as the driver's message, and the agent's reply repeats it whole.
-    replies = []
+    replies: list[Locator] = []
     for page in (driver, watcher):
         reply = page.locator("[data-testid=message][data-role=agent]", has_text="END")
         expect(reply).to_have_count(1, timeout=30_000)
