@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import selectors
@@ -21,7 +22,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from tunnel.e2e.crypto import ShareLink
+from tunnel.e2e.crypto import ShareLink, e2e_root
+from tunnel.e2e.opening import TeammateOpening
 from tunnel.handshake import PROTOCOL_VERSION
 from tunnel.host import Host, HostSettings, echo_handler
 from tunnel.host.runner import ChannelHandler
@@ -305,6 +307,17 @@ async def attach_proxy(
         yield f"http://127.0.0.1:{port}"
 
 
+def open_meta(link: ShareLink, name: str) -> dict[str, Any]:
+    """A genuine `open` meta for `link` (tunnel.e2e.opening), as a raw peer sends it."""
+    return TeammateOpening(
+        root=e2e_root(link.secret, link.host_id),
+        host_id=link.host_id,
+        relay_url=link.relay_url,
+        role=link.role,
+        name=name,
+    ).meta()
+
+
 def via(link: ShareLink, proxy_url: str) -> ShareLink:
     """The same link, reached through `proxy_url` instead of the relay."""
-    return ShareLink(relay_url=proxy_url, host_id=link.host_id, role=link.role, secret=link.secret)
+    return dataclasses.replace(link, dial_url=proxy_url)

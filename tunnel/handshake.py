@@ -52,7 +52,7 @@ __all__ = [
     "teammate_hello",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 """Spoken in every hello; bumped on incompatible wire changes."""
 
 MAX_NAME_LENGTH = 64

@@ -25,41 +25,39 @@ from tunnel.e2e.crypto import (
     ShareSecrets,
     b64url_decode,
     b64url_encode,
-    channel_keys,
     e2e_root,
     new_salt,
     new_secret,
-    normalize_relay_url,
-    reference_vectors,
     relay_token,
     token_verifier,
-    vectors_markdown,
 )
 from tunnel.e2e.identity import HostIdentity, KeyFileError
+from tunnel.e2e.opening import OpeningError, TeammateOpening, answer_offer
+from tunnel.e2e.vectors import reference_vectors, vectors_markdown
+from tunnel.link.urls import normalize_relay_url
 from tunnel.proto.codes import CloseCode
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS_PATH = ROOT / "tests" / "vectors" / "crypto.json"
 SECURITY_DOC = ROOT / "docs" / "security.md"
 VECTORS = json.loads(VECTORS_PATH.read_text())
-HOST_ID = HostIdentity.from_seed(bytes(range(32))).host_id
+IDENTITY = HostIdentity.from_seed(bytes(range(32)))
+HOST_ID = IDENTITY.host_id
 OTHER_HOST_ID = HostIdentity.from_seed(bytes(range(1, 33))).host_id
 SECRET = bytes(range(32))
 SALT = bytes(range(16))
-NONCE = bytes(range(16, 32))
 NAME = "alice"
-
-
-def keys(root: bytes, salt: bytes = SALT, nonce: bytes = NONCE) -> tuple[bytes, bytes]:
-    return channel_keys(root, salt=salt, host_nonce=nonce, name=NAME)
+RELAY_URL = "https://relay.example"
 
 
 def pair(secret: bytes = SECRET, salt: bytes = SALT) -> tuple[ChannelCrypto, ChannelCrypto]:
-    """Return (teammate, host) ends of one channel."""
-    return (
-        ChannelCrypto.for_teammate(secret, HOST_ID, salt=salt, host_nonce=NONCE, name=NAME),
-        ChannelCrypto.for_host(secret, HOST_ID, salt=salt, host_nonce=NONCE, name=NAME),
+    """Return (teammate, host) ends of one channel, opened as tunnel.e2e.opening opens it."""
+    root = e2e_root(secret, HOST_ID)
+    opening = TeammateOpening(
+        root=root, host_id=HOST_ID, relay_url=RELAY_URL, role="drive", name=NAME, salt=salt
     )
+    answered = answer_offer(IDENTITY, root=root, offer=opening.offer, proof=opening.proof)
+    return opening.finish(answered.answer), answered.crypto
 
 
 # --- vectors ------------------------------------------------------------------------------------
@@ -70,7 +68,7 @@ def test_vector_file_is_what_the_code_computes() -> None:
 
 
 def test_vector_file_is_the_generator_output_byte_for_byte() -> None:
-    # So regenerating with `python -m tunnel.e2e.crypto --vectors` never produces a diff.
+    # So regenerating with `python -m tunnel.e2e.vectors --vectors` never produces a diff.
     assert VECTORS_PATH.read_text() == json.dumps(reference_vectors(), indent=2) + "\n"
 
 
@@ -86,11 +84,9 @@ def test_each_vector_follows_from_its_inputs() -> None:
     assert token_verifier(token).hex() == VECTORS["verifier_hex"]
     root = e2e_root(secret, host_id)
     assert root.hex() == VECTORS["root_hex"]
-    nonce = bytes.fromhex(VECTORS["host_nonce_hex"])
-    name = VECTORS["name"]
-    k_up, k_down = channel_keys(root, salt=salt, host_nonce=nonce, name=name)
-    assert (k_up.hex(), k_down.hex()) == (VECTORS["k_up_hex"], VECTORS["k_down_hex"])
-    host = ChannelCrypto.for_host(secret, host_id, salt=salt, host_nonce=nonce, name=name)
+    assert salt.hex() == VECTORS["salt_hex"]
+    k_up, k_down = bytes.fromhex(VECTORS["k_up_hex"]), bytes.fromhex(VECTORS["k_down_hex"])
+    host = ChannelCrypto(send=ChannelCipher(k_down, host_id), receive=ChannelCipher(k_up, host_id))
     assert host.receive.decrypt(bytes.fromhex(VECTORS["ciphertext_up_0_hex"])) == plaintext
     assert host.receive.decrypt(bytes.fromhex(VECTORS["ciphertext_up_1_hex"])) == plaintext
     reply = bytes.fromhex(VECTORS["reply_plaintext_hex"])
@@ -117,36 +113,18 @@ def test_security_doc_embeds_the_vector_file() -> None:
 # --- key derivation -------------------------------------------------------------------------------
 
 
-def test_token_root_and_channel_keys_are_all_distinct() -> None:
-    k_up, k_down = keys(e2e_root(SECRET, HOST_ID))
-    values = {relay_token(SECRET, HOST_ID), e2e_root(SECRET, HOST_ID), k_up, k_down}
-    assert len(values) == 4
+def test_token_and_root_are_distinct() -> None:
+    values = {relay_token(SECRET, HOST_ID), e2e_root(SECRET, HOST_ID)}
+    assert len(values) == 2
     assert all(len(v) == 32 for v in values)
 
 
-def test_derivations_depend_on_secret_host_and_salt() -> None:
+def test_derivations_depend_on_secret_and_host() -> None:
     other_secret = bytes(32)
     assert relay_token(SECRET, HOST_ID) != relay_token(other_secret, HOST_ID)
     assert relay_token(SECRET, HOST_ID) != relay_token(SECRET, OTHER_HOST_ID)
     root = e2e_root(SECRET, HOST_ID)
     assert root != e2e_root(SECRET, OTHER_HOST_ID)
-    assert keys(root) != keys(root, salt=bytes(16))
-    assert keys(root) != keys(root, nonce=bytes(16))
-
-
-@pytest.mark.parametrize("size", [0, 15, 17, 32])
-def test_salt_or_nonce_of_another_length_is_refused(size: int) -> None:
-    root = e2e_root(SECRET, HOST_ID)
-    with pytest.raises(ValueError, match="16 bytes"):
-        keys(root, salt=b"\x00" * size)
-    with pytest.raises(ValueError, match="16 bytes"):
-        keys(root, nonce=b"\x00" * size)
-    with pytest.raises(ValueError, match="16 bytes"):
-        ChannelCrypto.for_host(SECRET, HOST_ID, salt=b"\x00" * size, host_nonce=NONCE, name=NAME)
-    with pytest.raises(ValueError, match="16 bytes"):
-        ChannelCrypto.for_teammate(
-            SECRET, HOST_ID, salt=b"\x00" * size, host_nonce=NONCE, name=NAME
-        )
 
 
 @pytest.mark.parametrize("size", [0, 16, 31, 33])
@@ -299,15 +277,22 @@ def test_decryption_error_carries_close_code_4003_and_no_details() -> None:
 
 def test_a_viewer_cannot_drive_with_its_view_secret() -> None:
     secrets = ShareSecrets.generate()
-    viewer = ChannelCrypto.for_teammate(
-        secrets.view, HOST_ID, salt=SALT, host_nonce=NONCE, name=NAME
+    # The viewer claims "drive" in its open, so the host checks its proof against the drive root.
+    opening = TeammateOpening(
+        root=e2e_root(secrets.view, HOST_ID),
+        host_id=HOST_ID,
+        relay_url=RELAY_URL,
+        role="drive",
+        name=NAME,
     )
-    # The viewer claims "drive" in its open, so the host derives from the drive secret.
-    host = ChannelCrypto.for_host(
-        secrets.secret_for("drive"), HOST_ID, salt=SALT, host_nonce=NONCE, name=NAME
-    )
-    with pytest.raises(DecryptionError):
-        host.receive.decrypt(viewer.send.encrypt(msgpack.packb({"op": "prompt", "text": "x"})))
+    with pytest.raises(OpeningError) as info:
+        answer_offer(
+            IDENTITY,
+            root=e2e_root(secrets.drive, HOST_ID),
+            offer=opening.offer,
+            proof=opening.proof,
+        )
+    assert info.value.code == CloseCode.DECRYPTION_FAILED
 
 
 def test_each_role_secret_works_for_its_own_role() -> None:
@@ -318,10 +303,9 @@ def test_each_role_secret_works_for_its_own_role() -> None:
 
 
 def test_message_for_another_host_id_fails() -> None:
-    k_up, _ = keys(e2e_root(SECRET, HOST_ID))
-    sealed = ChannelCipher(k_up, HOST_ID).encrypt(b"x")
+    sealed = ChannelCipher(bytes(32), HOST_ID).encrypt(b"x")
     with pytest.raises(DecryptionError):
-        ChannelCipher(k_up, OTHER_HOST_ID).decrypt(sealed)
+        ChannelCipher(bytes(32), OTHER_HOST_ID).decrypt(sealed)
 
 
 def test_message_from_another_channel_fails() -> None:
@@ -361,30 +345,6 @@ def test_decrypt_raises_only_decryption_error_on_junk(junk: list[bytes]) -> None
     for item in junk:
         with pytest.raises(DecryptionError):
             host.receive.decrypt(item)
-
-
-# --- contributed randomness and the bound name ---------------------------------------------------
-
-
-def test_a_replayed_channel_meets_a_new_host_nonce_and_does_not_decrypt() -> None:
-    # A relay records a teammate's channel (open with its salt, then ciphertexts) and plays it to
-    # the host again later: the host picks a fresh nonce, so the old ciphertexts cannot open.
-    teammate = ChannelCrypto.for_teammate(SECRET, HOST_ID, salt=SALT, host_nonce=NONCE, name=NAME)
-    recorded = teammate.send.encrypt(b"approve the deploy")
-    replayed_to = ChannelCrypto.for_host(
-        SECRET, HOST_ID, salt=SALT, host_nonce=b"\x09" * 16, name=NAME
-    )
-    with pytest.raises(DecryptionError):
-        replayed_to.receive.decrypt(recorded)
-
-
-def test_a_name_rewritten_by_the_relay_breaks_the_channel() -> None:
-    teammate = ChannelCrypto.for_teammate(
-        SECRET, HOST_ID, salt=SALT, host_nonce=NONCE, name="alice"
-    )
-    host = ChannelCrypto.for_host(SECRET, HOST_ID, salt=SALT, host_nonce=NONCE, name="mallory")
-    with pytest.raises(DecryptionError):
-        host.receive.decrypt(teammate.send.encrypt(b"x"))
 
 
 # --- share links ----------------------------------------------------------------------------------

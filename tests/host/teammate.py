@@ -11,6 +11,7 @@ import anyio
 
 from tunnel.app.host_messages import decode_host_message
 from tunnel.app.requests import Request, Subscribe, encode_request
+from tunnel.e2e.crypto import ShareLink
 from tunnel.teammate.client import TeammateSession, connect_teammate
 
 
@@ -74,7 +75,7 @@ class Teammate:
 
 @contextlib.asynccontextmanager
 async def attached(
-    link: str, name: str, *, after: int | None = None, subscribe: bool = True
+    link: str | ShareLink, name: str, *, after: int | None = None, subscribe: bool = True
 ) -> AsyncIterator[Teammate]:
     """Attach, subscribe, and keep recording until the block ends."""
     async with connect_teammate(link, name=name) as session:

@@ -236,7 +236,7 @@ async def through(
 ) -> AsyncIterator[Teammate]:
     async with (
         attach_proxy(relay_url, down=rewrite) as proxy_url,
-        attached(str(via(link, proxy_url)), name) as teammate,
+        attached(via(link, proxy_url), name) as teammate,
     ):
         yield teammate
 

@@ -16,11 +16,12 @@ from tests.support import (
     echo_roundtrip,
     eventually,
     host_settings,
+    open_meta,
     raw_peer,
     raw_teammate,
     running_host,
 )
-from tunnel.e2e.crypto import ShareLink, new_salt
+from tunnel.e2e.crypto import ShareLink
 from tunnel.e2e.identity import HostIdentity
 from tunnel.handshake import PROTOCOL_VERSION
 from tunnel.proto import DEFAULT_LIMITS
@@ -95,7 +96,7 @@ async def oversized_message(peer: RawPeer, link: ShareLink) -> None:
 
 
 async def _open(peer: RawPeer, link: ShareLink, channel: int) -> None:
-    meta = {"role": link.role, "salt": new_salt(), "name": "raw"}
+    meta = open_meta(link, "raw")
     await peer.send_frame(channel, "open", {"path": "session", "meta": meta})
 
 

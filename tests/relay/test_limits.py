@@ -13,11 +13,12 @@ from tests.support import (
     attach_and_echo,
     echo_roundtrip,
     host_settings,
+    open_meta,
     raw_peer,
     raw_teammate,
     running_host,
 )
-from tunnel.e2e.crypto import ShareSecrets, new_salt
+from tunnel.e2e.crypto import ShareSecrets
 from tunnel.e2e.identity import HostIdentity
 from tunnel.handshake import PROTOCOL_VERSION
 from tunnel.proto import Limits
@@ -101,7 +102,7 @@ async def test_channels_per_link_beyond_the_limit_close_the_link_with_4006(tmp_p
             async with raw_peer(relay.url) as peer:
                 await raw_teammate(peer, host.view_link)
                 for channel in (1, 3, 5):
-                    meta = {"role": "view", "salt": new_salt(), "name": "greedy"}
+                    meta = open_meta(host.view_link, "greedy")
                     await peer.send_frame(channel, "open", {"path": "session", "meta": meta})
                 assert await peer.close_code() == 4006
             async with connect_teammate(host.view_link) as session:
@@ -119,7 +120,7 @@ async def test_one_teammate_cannot_take_all_the_host_channels(tmp_path: Path) ->
         ):
             await raw_teammate(greedy, host.view_link)
             for channel in (1, 3, 5):
-                meta = {"role": "view", "salt": new_salt(), "name": "greedy"}
+                meta = open_meta(host.view_link, "greedy")
                 await greedy.send_frame(channel, "open", {"path": "session", "meta": meta})
             # The third open is refused on its own; the link and its two channels stay.
             with anyio.fail_after(10):
@@ -145,7 +146,7 @@ async def test_an_open_beyond_the_hosts_own_channel_limit_is_refused_alone(tmp_p
         async with running_host(settings) as host, raw_peer(relay.url) as greedy:
             await raw_teammate(greedy, host.view_link)
             for channel in (1, 3, 5, 7):
-                meta = {"role": "view", "salt": new_salt(), "name": "greedy"}
+                meta = open_meta(host.view_link, "greedy")
                 await greedy.send_frame(channel, "open", {"path": "session", "meta": meta})
             with anyio.fail_after(10):
                 while True:

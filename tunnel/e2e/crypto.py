@@ -2,7 +2,8 @@
 
 Implements docs/security.md: from a role secret S the relay sees only a token derived from S,
 while host and teammate derive per-channel AES-256-GCM keys the relay never learns. Run
-`python -m tunnel.e2e.crypto --vectors` to print the reference test vectors.
+`python -m tunnel.e2e.vectors --vectors` to print the reference test vectors. How a channel's keys
+come about is `tunnel.e2e.opening`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ import json
 import logging
 import os
 import re
-import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import urlsplit
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -34,6 +33,7 @@ from tunnel.e2e.identity import (
     write_private_file,
 )
 from tunnel.errors import TunnelError
+from tunnel.link.urls import check_origin, normalize_relay_url
 from tunnel.proto.codes import CloseCode
 
 ROLES: Final = ("view", "drive")
@@ -59,8 +59,6 @@ MAX_MESSAGES: Final = 1 << (8 * NONCE_SIZE)
 
 RELAY_TOKEN_INFO: Final = b"agent-tunnel/v1 relay-token"
 E2E_INFO: Final = b"agent-tunnel/v1 e2e"
-UP_INFO: Final = b"up"
-DOWN_INFO: Final = b"down"
 
 _B64URL_RE = re.compile(r"[A-Za-z0-9_-]*")
 
@@ -132,7 +130,8 @@ def b64url_decode(s: str) -> bytes:
 # --- key derivation --------------------------------------------------------------------------
 
 
-def _hkdf(key: bytes, salt: bytes, info: bytes) -> bytes:
+def hkdf(key: bytes, salt: bytes, info: bytes) -> bytes:
+    """HKDF-SHA256 (RFC 5869) of `key`, KEY_SIZE bytes out."""
     return HKDF(algorithm=hashes.SHA256(), length=KEY_SIZE, salt=salt, info=info).derive(key)
 
 
@@ -150,7 +149,7 @@ def _host_id_bytes(host_id: str) -> bytes:
 def relay_token(secret: bytes, host_id: str) -> bytes:
     """Return the token a teammate shows the relay: HKDF-SHA256(S, host_id, "…relay-token")."""
     _check_secret(secret)
-    return _hkdf(secret, _host_id_bytes(host_id), RELAY_TOKEN_INFO)
+    return hkdf(secret, _host_id_bytes(host_id), RELAY_TOKEN_INFO)
 
 
 def token_verifier(token: bytes) -> bytes:
@@ -164,79 +163,10 @@ def e2e_root(secret: bytes, host_id: str) -> bytes:
     It never leaves host or teammate; the relay's token is an independent HKDF output.
     """
     _check_secret(secret)
-    return _hkdf(secret, _host_id_bytes(host_id), E2E_INFO)
-
-
-def channel_keys(root: bytes, *, salt: bytes, host_nonce: bytes, name: str) -> tuple[bytes, bytes]:
-    """Return (k_up, k_down) for one channel; "up" is teammate -> host, "down" host -> teammate.
-
-    Both ends contribute fresh randomness: the teammate's `salt` (in the open) and the host's
-    `host_nonce` (its first message on the channel), so a recorded channel replayed later meets a
-    new host nonce and does not decrypt, and neither side ever reuses a key. The teammate's
-    display `name` is bound into the keys: a relay that rewrites it breaks the channel.
-
-        k_up   = HKDF(root, salt = salt || host_nonce, info = "up"   || 0x00 || utf8(name))
-        k_down = HKDF(root, salt = salt || host_nonce, info = "down" || 0x00 || utf8(name))
-
-    Raises ValueError unless salt and host_nonce are exactly SALT_SIZE bytes each.
-    """
-    if len(root) != KEY_SIZE:
-        raise ValueError(f"a root key is {KEY_SIZE} bytes, got {len(root)}")
-    if len(salt) != SALT_SIZE:
-        raise ValueError(f"a channel salt is {SALT_SIZE} bytes, got {len(salt)}")
-    if len(host_nonce) != SALT_SIZE:
-        raise ValueError(f"a host nonce is {SALT_SIZE} bytes, got {len(host_nonce)}")
-    channel_salt = salt + host_nonce
-    bound_name = b"\x00" + name.encode("utf-8")
-    return (
-        _hkdf(root, channel_salt, UP_INFO + bound_name),
-        _hkdf(root, channel_salt, DOWN_INFO + bound_name),
-    )
+    return hkdf(secret, _host_id_bytes(host_id), E2E_INFO)
 
 
 # --- share links -----------------------------------------------------------------------------
-
-
-_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
-"""The port a relay URL leaves out."""
-
-
-def normalize_relay_url(url: str) -> str:
-    """Return `url` in the one form a relay URL has everywhere: "scheme://host[:port]".
-
-    The scheme and host are lowercased, the scheme's default port (80, 443) and a trailing "/"
-    are dropped, and an IPv6 host keeps its brackets: the browser's `location.origin`. A host
-    signs the relay URL it dials in this form, the relay checks the signature against its public
-    URL in this form, share links start with it and Origin headers are compared in it, so
-    `http://LOCALHOST:80/` and `http://localhost` are one relay.
-
-    Raises ValueError for anything but an http(s) origin (no path, query, fragment or user info).
-    """
-    parts = urlsplit(url.strip())
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS:
-        raise ValueError("the relay URL must start with https:// (or http:// for local tests)")
-    _check_origin(parts)
-    if parts.path not in ("", "/") or parts.query or parts.fragment or "#" in url:
-        raise ValueError("the relay URL must be just scheme://host[:port], with no path or query")
-    host = parts.hostname or ""  # lowercased, brackets removed; _check_origin saw it is there
-    if ":" in host:
-        host = f"[{host}]"
-    port = parts.port
-    if port is None or port == _DEFAULT_PORTS[scheme]:
-        return f"{scheme}://{host}"
-    return f"{scheme}://{host}:{port}"
-
-
-def _check_origin(parts: SplitResult) -> None:
-    if not parts.netloc or not parts.hostname:
-        raise ValueError("the relay URL has no host")
-    if "@" in parts.netloc:
-        raise ValueError("the relay URL must not contain user info")
-    try:
-        _ = parts.port
-    except ValueError:
-        raise ValueError("the relay URL has an invalid port") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -257,6 +187,10 @@ class ShareLink:
 
     secret: bytes = field(repr=False)
     """The 32-byte role secret. Kept out of repr so a logged link does not leak it."""
+
+    dial_url: str | None = None
+    """Where to reach the relay when not at `relay_url` (a tunnel or proxy in front of it); not
+    part of the link's text. The channel opening still binds `relay_url`, the link's own."""
 
     def __post_init__(self) -> None:
         if normalize_relay_url(self.relay_url) != self.relay_url:
@@ -285,7 +219,7 @@ class ShareLink:
         parts = urlsplit(head)
         if parts.scheme not in ("http", "https"):
             raise ValueError("a share link starts with https:// (or http:// for local tests)")
-        _check_origin(parts)
+        check_origin(parts)
         if parts.query:
             raise ValueError("a share link has no query string")
         segments = parts.path.split("/")
@@ -378,26 +312,6 @@ class ChannelCrypto:
 
     receive: ChannelCipher
     """Decrypts what this side receives."""
-
-    @classmethod
-    def for_teammate(
-        cls, secret: bytes, host_id: str, *, salt: bytes, host_nonce: bytes, name: str
-    ) -> ChannelCrypto:
-        """The teammate's view: it sends up and receives down."""
-        k_up, k_down = channel_keys(
-            e2e_root(secret, host_id), salt=salt, host_nonce=host_nonce, name=name
-        )
-        return cls(send=ChannelCipher(k_up, host_id), receive=ChannelCipher(k_down, host_id))
-
-    @classmethod
-    def for_host(
-        cls, secret: bytes, host_id: str, *, salt: bytes, host_nonce: bytes, name: str
-    ) -> ChannelCrypto:
-        """The host's view: it receives up and sends down."""
-        k_up, k_down = channel_keys(
-            e2e_root(secret, host_id), salt=salt, host_nonce=host_nonce, name=name
-        )
-        return cls(send=ChannelCipher(k_down, host_id), receive=ChannelCipher(k_up, host_id))
 
 
 # --- the host's role secrets -----------------------------------------------------------------
@@ -492,84 +406,3 @@ class ShareSecrets:
             raise KeyFileError(
                 f"{path} is not a valid share secrets file; delete it to create new links"
             ) from None
-
-
-# --- reference test vectors ------------------------------------------------------------------
-
-
-def reference_vectors() -> dict[str, str]:
-    """Compute the vectors in tests/vectors/crypto.json from fixed inputs.
-
-    Every other implementation (the browser client) must reproduce these bytes exactly.
-    """
-    import msgpack
-
-    from tunnel.e2e.broadcast import reference_vectors as broadcast_vectors
-    from tunnel.e2e.identity import HostIdentity
-
-    secret = bytes(range(0x00, 0x20))
-    seed = bytes(range(0x20, 0x40))
-    challenge = bytes(range(0x40, 0x60))
-    salt = bytes(range(0x60, 0x70))
-    host_nonce = bytes(range(0x70, 0x80))
-    name = "alice"
-    relay_url = "https://relay.example"
-    role = "drive"
-    identity = HostIdentity.from_seed(seed)
-    host_id = identity.host_id
-    plaintext = msgpack.packb({"op": "prompt", "text": "hello"})
-    reply = msgpack.packb({"op": "error", "code": "forbidden", "message": "no"})
-    token = relay_token(secret, host_id)
-    root = e2e_root(secret, host_id)
-    k_up, k_down = channel_keys(root, salt=salt, host_nonce=host_nonce, name=name)
-    up = ChannelCipher(k_up, host_id)
-    down = ChannelCipher(k_down, host_id)
-    link = ShareLink(relay_url=relay_url, host_id=host_id, role=role, secret=secret)
-    return {
-        "secret_hex": secret.hex(),
-        "secret_b64url": b64url_encode(secret),
-        "host_seed_hex": seed.hex(),
-        "host_public_key_hex": identity.public_key.hex(),
-        "host_id": host_id,
-        "relay_url": relay_url,
-        "role": role,
-        "challenge_hex": challenge.hex(),
-        "hello_signature_hex": identity.sign_hello(challenge, relay_url).hex(),
-        "salt_hex": salt.hex(),
-        "host_nonce_hex": host_nonce.hex(),
-        "name": name,
-        "plaintext_hex": plaintext.hex(),
-        "token_b64url": b64url_encode(token),
-        "verifier_hex": token_verifier(token).hex(),
-        "root_hex": root.hex(),
-        "k_up_hex": k_up.hex(),
-        "k_down_hex": k_down.hex(),
-        "ciphertext_up_0_hex": up.encrypt(plaintext).hex(),
-        "ciphertext_up_1_hex": up.encrypt(plaintext).hex(),
-        "reply_plaintext_hex": reply.hex(),
-        "ciphertext_down_0_hex": down.encrypt(reply).hex(),
-        "share_link": str(link),
-        **broadcast_vectors(),
-    }
-
-
-def vectors_markdown(vectors: Mapping[str, str]) -> str:
-    """Render the vectors as the table docs/security.md embeds."""
-    rows = ["| name | value |", "|---|---|"]
-    rows += [f"| `{name}` | `{value}` |" for name, value in vectors.items()]
-    return "\n".join(rows) + "\n"
-
-
-def _main(argv: list[str]) -> int:
-    if argv == ["--vectors"]:
-        sys.stdout.write(json.dumps(reference_vectors(), indent=2) + "\n")
-        return 0
-    if argv == ["--vectors-markdown"]:
-        sys.stdout.write(vectors_markdown(reference_vectors()))
-        return 0
-    sys.stderr.write("usage: python -m tunnel.e2e.crypto --vectors | --vectors-markdown\n")
-    return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main(sys.argv[1:]))

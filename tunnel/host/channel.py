@@ -1,10 +1,11 @@
 """`HostChannel`: one teammate's channel as the host's handler sees it, decrypted and checked.
 
-The `open` says which role the teammate claims, its display name and its channel salt; the host
-answers with a fresh nonce of its own (its first message, in clear) and derives the channel keys
-from its secret for that role, the salt, the nonce and the name (docs/security.md). So a teammate
-holding only the view secret fails at its first message whatever it claims, a relay that rewrites
-the name breaks the channel, and a recorded channel replayed later never decrypts.
+The `open` says which role the teammate claims, its display name, its salt, its ephemeral key
+and its proof that it holds the role's secret; the host checks the proof and answers, first on
+the channel and in clear, with its own ephemeral key signed by its host key (`tunnel.e2e.opening`,
+docs/security.md "Opening a channel"). So a teammate without the secret of the role it claims is
+refused at its open, a relay that rewrites any field breaks the opening, and only the two ends
+can read or write the channel.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunnel.e2e.channel import SealedChannel
-from tunnel.e2e.crypto import ROLES, SALT_SIZE, ChannelCrypto, new_salt
+from tunnel.e2e.crypto import ROLES, ChannelCrypto
+from tunnel.e2e.identity import HostIdentity
+from tunnel.e2e.opening import HostAnswer, Offer, OpeningError, answer_offer, check_offer_fields
 from tunnel.errors import TunnelError
 from tunnel.handshake import MAX_NAME_LENGTH
 from tunnel.link import ChannelClosedError, LinkChannel
@@ -36,10 +39,14 @@ class OpenRequest:
 
     path: str
     role: str
-    """The role the teammate claims; its keys prove it at the first message."""
+    """The role the teammate claims; its proof shows it holds that role's secret."""
     salt: bytes
+    teammate_key: bytes
+    """The teammate's ephemeral X25519 key (`kx`)."""
+    proof: bytes
+    """The teammate's proof of the role secret over its half of the transcript."""
     name: str
-    """Display name the teammate chose; bound into the keys, so the relay cannot alter it."""
+    """Display name the teammate chose; in the signed transcript, so the relay cannot alter it."""
     meta: dict[str, Any]
 
 
@@ -51,9 +58,10 @@ def parse_open(path: str, meta: dict[str, Any], *, paths: frozenset[str]) -> Ope
     if role not in ROLES:
         raise ChannelRefusedError(CloseCode.REFUSED, "unknown role")
     assert isinstance(role, str)
-    salt = meta.get("salt")
-    if not isinstance(salt, bytes) or len(salt) != SALT_SIZE:
-        raise ChannelRefusedError(CloseCode.PROTOCOL_ERROR, "salt must be 16 bytes")
+    try:
+        salt, teammate_key, proof = check_offer_fields(meta)
+    except OpeningError as exc:
+        raise ChannelRefusedError(CloseCode(exc.code), exc.reason) from None
     peer = meta.get("peer")
     # The relay matched the token to a role: a claim that contradicts it cannot succeed.
     if isinstance(peer, dict) and peer.get("role") not in (None, role):
@@ -63,42 +71,49 @@ def parse_open(path: str, meta: dict[str, Any], *, paths: frozenset[str]) -> Ope
         raise ChannelRefusedError(
             CloseCode.PROTOCOL_ERROR, f"name must be 1 to {MAX_NAME_LENGTH} characters"
         )
-    return OpenRequest(path=path, role=role, salt=salt, name=name, meta=meta)
+    return OpenRequest(
+        path=path,
+        role=role,
+        salt=salt,
+        teammate_key=teammate_key,
+        proof=proof,
+        name=name,
+        meta=meta,
+    )
 
 
 class HostChannel(SealedChannel):
     """One teammate channel on the host: plaintext in and out, one message per `data` frame.
 
-    Its first message, before anything else, is the host nonce in clear (sent by the first
-    `send` or `receive`, or by `start`).
+    Its first message, before anything else, is the host's signed answer in clear (sent by the
+    first `send` or `receive`, or by `start`).
     """
 
     def __init__(
         self,
         link_channel: LinkChannel,
         request: OpenRequest,
-        crypto: ChannelCrypto,
+        answered: HostAnswer,
         *,
-        host_nonce: bytes,
         on_close: Callable[[HostChannel], None] | None = None,
     ) -> None:
-        async def send_nonce() -> ChannelCrypto:
-            await link_channel.send(host_nonce)
-            return crypto
+        async def send_answer() -> ChannelCrypto:
+            await link_channel.send(answered.answer)
+            return answered.crypto
 
-        super().__init__(link_channel, send_nonce)
+        super().__init__(link_channel, send_answer)
         self._request = request
         self._on_close = on_close
 
     @property
     def role(self) -> str:
-        """The claimed role ("view" or "drive"); proven once a message has decrypted."""
+        """The role ("view" or "drive"), whose secret the teammate's open proved it holds."""
         return self._request.role
 
     @property
     def name(self) -> str:
-        """The teammate's display name, as it chose it (bound into the keys once a message has
-        decrypted); not an identity: anyone holding the link picks any name."""
+        """The teammate's display name, as it chose it (in the transcript the host signs and the
+        keys are bound to); not an identity: anyone holding the link picks any name."""
         return self._request.name
 
     @property
@@ -128,7 +143,7 @@ class HostChannel(SealedChannel):
         self._channel.part_broadcast()
 
     async def start(self) -> None:
-        """Send the host nonce if not sent yet; every send and receive does this first."""
+        """Send the host's answer if not sent yet; every send and receive does this first."""
         await self.keys()
 
     def close_soon(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
@@ -141,22 +156,31 @@ class HostChannel(SealedChannel):
 def open_host_channel(
     link_channel: LinkChannel,
     *,
-    secret_of: Callable[[str], bytes],
-    host_id: str,
+    identity: HostIdentity,
+    relay_url: str,
+    root_of: Callable[[str], bytes],
     paths: frozenset[str],
     on_close: Callable[[HostChannel], None] | None = None,
 ) -> HostChannel:
-    """Check an incoming channel and derive its keys; raise ChannelRefusedError if refused."""
+    """Check an incoming channel's open and answer it (docs/security.md, "Opening a channel");
+    raise ChannelRefusedError if refused. `root_of(role)` is the e2e root of that role's
+    secret, `relay_url` the relay's URL in normal form, as the links hold it."""
     request = parse_open(link_channel.path, link_channel.meta, paths=paths)
-    host_nonce = new_salt()
-    crypto = ChannelCrypto.for_host(
-        secret_of(request.role),
-        host_id,
-        salt=request.salt,
-        host_nonce=host_nonce,
+    offer = Offer(
+        host_id=identity.host_id,
+        relay_url=relay_url,
+        role=request.role,
         name=request.name,
+        salt=request.salt,
+        teammate_key=request.teammate_key,
     )
-    return HostChannel(link_channel, request, crypto, host_nonce=host_nonce, on_close=on_close)
+    try:
+        answered = answer_offer(
+            identity, root=root_of(request.role), offer=offer, proof=request.proof
+        )
+    except OpeningError as exc:
+        raise ChannelRefusedError(CloseCode(exc.code), exc.reason) from None
+    return HostChannel(link_channel, request, answered, on_close=on_close)
 
 
 def close_quietly(channel: HostChannel, code: int, reason: str) -> None:

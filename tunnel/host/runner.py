@@ -22,7 +22,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from websockets.protocol import State
 
-from tunnel.e2e.crypto import DecryptionError, ShareLink, ShareSecrets
+from tunnel.e2e.crypto import DecryptionError, ShareLink, ShareSecrets, e2e_root
 from tunnel.e2e.identity import HostIdentity
 from tunnel.errors import TunnelError, describe_close
 from tunnel.handshake import ADMISSION_PATH, INSTANCE_SIZE, HelloError, RelayHello, host_hello
@@ -288,12 +288,17 @@ class Host:
                 return
             self._task_group.start_soon(self._serve_channel, link_channel)
 
+    def _root_of(self, role: str) -> bytes:
+        """The e2e root of `role`'s current secret (docs/security.md)."""
+        return e2e_root(self._secrets.secret_for(role), self.host_id)
+
     async def _serve_channel(self, link_channel: LinkChannel) -> None:
         try:
             channel = open_host_channel(
                 link_channel,
-                secret_of=self._secrets.secret_for,
-                host_id=self.host_id,
+                identity=self.identity,
+                relay_url=self.settings.relay_url,
+                root_of=self._root_of,
                 paths=self.settings.paths,
                 on_close=self._channels.discard,
             )

@@ -26,8 +26,13 @@ def lazy_exports(package: str, homes: Mapping[str, str]) -> Callable[[str], obje
         home = homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(home), name)
-        setattr(sys.modules[package], name, value)
-        return value
+        module = importlib.import_module(home)
+        # Every name from that home at once: importing a submodule also sets the package's
+        # attribute of the same name to the module (`tunnel.link.dial`), which must not
+        # shadow the function re-exported under that name.
+        for other, other_home in homes.items():
+            if other_home == home:
+                setattr(sys.modules[package], other, getattr(module, other))
+        return getattr(module, name)
 
     return __getattr__

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tunnel.e2e.crypto import normalize_relay_url
-from tunnel.link.urls import http_base_url
+from tunnel.link.urls import http_base_url, normalize_relay_url
 from tunnel.proto import Limits
 from tunnel.relay.limits import MAX_CAST_BACKLOG
 

@@ -1,9 +1,10 @@
 """The Python teammate client: attach to a host through the relay with a share link.
 
 `connect_teammate(link, name=...)` says hello to the relay with the link's token, opens one
-`session` channel with a fresh salt and the link's role, and yields a `TeammateSession` that
-sends and receives end-to-end encrypted application messages (docs/security.md). Every way the
-session can end is a `TeammateError` carrying the close code (docs/protocol.md, "Close codes").
+`session` channel with an ephemeral key and the link's role (`tunnel.e2e.opening`), and
+yields a `TeammateSession` that sends and receives end-to-end encrypted application messages
+(docs/security.md). Every way the session can end is a `TeammateError` carrying the close code
+(docs/protocol.md, "Close codes").
 The live tail may come as casts of the host's broadcast: `receive` opens them (checking the
 host's signature), hands on their messages as if they came on the channel, each item once, and
 catches up by cursor on its own when one does not open or the relay cuts the channel
@@ -46,7 +47,8 @@ from tunnel.app.requests import MAX_HISTORY_ITEMS, MAX_SEQ, History, Subscribe, 
 from tunnel.app.roster import Roster
 from tunnel.e2e.broadcast import CastError, CastOpener
 from tunnel.e2e.channel import SealedChannel
-from tunnel.e2e.crypto import SALT_SIZE, ChannelCrypto, DecryptionError, ShareLink, new_salt
+from tunnel.e2e.crypto import ChannelCrypto, DecryptionError, ShareLink, e2e_root
+from tunnel.e2e.opening import OpeningError, TeammateOpening
 from tunnel.errors import TunnelError, describe_close
 from tunnel.handshake import HelloError, check_name, teammate_hello
 from tunnel.link import (
@@ -162,26 +164,26 @@ class _HistoryWait:
 class TeammateSession(SealedChannel):
     """One attached session: plaintext messages in and out over an encrypted channel.
 
-    The channel keys need the host's nonce, its first message on the channel (docs/security.md):
-    the first send or receive waits for it. Every way the session ends is a TeammateError.
+    The channel keys need the host's signed answer, its first message on the channel
+    (docs/security.md, "Opening a channel"): the first send or receive waits for it. Every way
+    the session ends is a TeammateError.
     `subscribe()` and `history()` send the two requests that read the log
     (docs/application.md); every other request is `send(encode_request(...))`.
     """
 
-    def __init__(self, channel: LinkChannel, *, link: ShareLink, salt: bytes, name: str) -> None:
-        async def receive_nonce() -> ChannelCrypto:
+    def __init__(self, channel: LinkChannel, *, link: ShareLink, opening: TeammateOpening) -> None:
+        async def receive_answer() -> ChannelCrypto:
             try:
-                host_nonce = await channel.receive()
+                answer = await channel.receive()
             except ChannelClosedError as exc:
                 raise closed_error(exc) from None
-            if len(host_nonce) != SALT_SIZE:
-                channel.close_soon(CloseCode.PROTOCOL_ERROR, "bad host nonce")
-                raise TeammateError(CloseCode.PROTOCOL_ERROR, "the host sent a bad nonce")
-            return ChannelCrypto.for_teammate(
-                link.secret, link.host_id, salt=salt, host_nonce=host_nonce, name=name
-            )
+            try:
+                return opening.finish(answer)
+            except OpeningError as exc:
+                channel.close_soon(exc.code, exc.reason)
+                raise error_for(exc.code, exc.reason, by_peer=False) from None
 
-        super().__init__(channel, receive_nonce)
+        super().__init__(channel, receive_answer)
         self.link = link
         """The share link this session was opened with."""
         # One history request at a time: its answer is told apart by its `before` alone.
@@ -505,11 +507,18 @@ async def connect_teammate(
         return teammate_hello(host_id=share.host_id, token=share.token, name=name)
 
     try:
-        async with dial(share.relay_url, "/v1/attach", hello, settings, backlog=1) as mux:
-            salt = new_salt()
-            channel = mux.open_channel(path, {"role": share.role, "salt": salt, "name": name})
+        where = share.dial_url or share.relay_url
+        async with dial(where, "/v1/attach", hello, settings, backlog=1) as mux:
+            opening = TeammateOpening(
+                root=e2e_root(share.secret, share.host_id),
+                host_id=share.host_id,
+                relay_url=share.relay_url,
+                role=share.role,
+                name=name,
+            )
+            channel = mux.open_channel(path, opening.meta())
             try:
-                yield TeammateSession(channel, link=share, salt=salt, name=name)
+                yield TeammateSession(channel, link=share, opening=opening)
             finally:
                 channel.close_soon(CloseCode.NORMAL, "")
     except LinkClosedError as exc:

@@ -8,7 +8,9 @@ the project's own Python ends.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import re
 import socket
 import subprocess
 import time
@@ -156,6 +158,18 @@ async def wait_member(node: Node) -> None:
     await wait_says(node.health, "cluster: member")
 
 
+RUN_LINE = re.compile(r"in the cluster through Redis at \S+, as run ([0-9a-f]+)")
+
+
+async def node_run(node: Node) -> str:
+    """The run this node process took (it says it once it is in the cluster; bounded wait)."""
+    await wait_member(node)
+    await wait_says(node.process.stderr, "as run ")
+    found = RUN_LINE.findall(node.process.stderr())
+    assert found, node.process.stderr()
+    return str(found[-1])
+
+
 async def wait_says(read: Callable[[], str], text: str, attempts: int = 200) -> None:
     """Wait until `read()` (a node's `health` or `metrics`, called in a thread) contains `text`,
     trying `attempts` times."""
@@ -170,7 +184,7 @@ async def wait_says(read: Callable[[], str], text: str, attempts: int = 200) -> 
 
 def via(link: ShareLink, node: Node) -> ShareLink:
     """The same share link, dialed at one node's own address instead of the balancer."""
-    return ShareLink(relay_url=node.url, host_id=link.host_id, role=link.role, secret=link.secret)
+    return dataclasses.replace(link, dial_url=node.url)
 
 
 @contextlib.asynccontextmanager

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
 from tunnel.app import requests
-from tunnel.e2e import broadcast, crypto, identity
+from tunnel.e2e import broadcast, crypto, identity, opening
 from tunnel.handshake import MAX_NAME_LENGTH, PROTOCOL_VERSION
 from tunnel.process import backoff
 from tunnel.proto import frames, limits
@@ -79,7 +79,6 @@ def _groups() -> list[tuple[str, dict[str, JsonValue]]]:
         (
             "tunnel.e2e.crypto",
             {
-                "DOWN_INFO": _label(crypto.DOWN_INFO),
                 "E2E_INFO": _label(crypto.E2E_INFO),
                 "KEY_SIZE": crypto.KEY_SIZE,
                 "NONCE_SIZE": crypto.NONCE_SIZE,
@@ -88,7 +87,19 @@ def _groups() -> list[tuple[str, dict[str, JsonValue]]]:
                 "SALT_SIZE": crypto.SALT_SIZE,
                 "SECRET_SIZE": crypto.SECRET_SIZE,
                 "TAG_SIZE": crypto.TAG_SIZE,
-                "UP_INFO": _label(crypto.UP_INFO),
+            },
+        ),
+        (
+            "tunnel.e2e.opening",
+            {
+                "ANSWER_SIGN_LABEL": _label(opening.ANSWER_SIGN_LABEL),
+                "ANSWER_SIZE": opening.ANSWER_SIZE,
+                "DOWN_INFO": _label(opening.DOWN_INFO),
+                "EPHEMERAL_KEY_SIZE": opening.EPHEMERAL_KEY_SIZE,
+                "PROOF_INFO": _label(opening.PROOF_INFO),
+                "PROOF_SIZE": opening.PROOF_SIZE,
+                "TRANSCRIPT_LABEL": _label(opening.TRANSCRIPT_LABEL),
+                "UP_INFO": _label(opening.UP_INFO),
             },
         ),
         (
