@@ -6,12 +6,17 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
+import socket
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from tunnel.agents import PtySession, create_session
+from tunnel.agents import sandbox as sandbox_module
 from tunnel.agents.sandbox import (
     Allowance,
     Bind,
@@ -22,7 +27,9 @@ from tunnel.agents.sandbox import (
     SandboxError,
     SandboxSettings,
     agent_allowances,
+    bound_sockets,
     bwrap_argv,
+    launch_argv,
     prepare_sandbox,
     sandbox_environment,
 )
@@ -32,7 +39,7 @@ from .conftest import Recording, running
 
 LAYOUT = Layout(
     workspace="/home/ann/proj",
-    scratch=("/tmp", "/home/ann", "/root", "/run/user/1000"),
+    scratch=("/tmp", "/var/tmp", "/run", "/home/ann", "/root", "/run/user/1000"),
     binds=(Bind("/home/ann/.claude", True), Bind("/opt/tools", False)),
     masks=(Mask("/home/ann/.claude/secret.json", False),),
 )
@@ -57,8 +64,10 @@ def position(argv: list[str], *words: str) -> int:
 def test_the_system_is_read_only_and_home_tmp_and_runtime_dirs_are_private_tmpfs() -> None:
     argv = bwrap_argv(LAYOUT, ["claude"])
     root = position(argv, "--ro-bind", "/", "/")
-    assert pairs(argv, "--tmpfs")[:4] == ["/tmp", "/home/ann", "/root", "/run/user/1000"]
+    assert sorted(pairs(argv, "--tmpfs")[:6]) == sorted(LAYOUT.scratch)
     assert all(position(argv, "--tmpfs", p) > root for p in LAYOUT.scratch)
+    # The user's runtime directory is made inside the private /run, after it.
+    assert position(argv, "--tmpfs", "/run/user/1000") > position(argv, "--tmpfs", "/run")
     assert position(argv, "--dev", "/dev") > root
     assert position(argv, "--proc", "/proc") > root
 
@@ -183,6 +192,13 @@ def test_the_environment_keeps_api_keys_but_not_the_hosts_settings_or_agent_sock
 
 # ---- the layout made from what exists ------------------------------------------------------------
 
+RUN = os.path.realpath("/run")
+
+
+def users(entries: tuple[Bind, ...] | tuple[Link, ...]) -> list[Bind | Link]:
+    """`entries` without what the private /run keeps of the host's (`test_the_private_run_...`)."""
+    return [e for e in entries if not e.path.startswith(RUN + "/")]
+
 
 def test_the_layout_shows_and_hides_only_what_exists(tmp_path: Path) -> None:
     home = tmp_path / "home"
@@ -204,7 +220,7 @@ def test_the_layout_shows_and_hides_only_what_exists(tmp_path: Path) -> None:
     assert layout.scratch[0] == "/tmp"
     # A home inside /tmp needs no tmpfs of its own: the one over /tmp hides it.
     assert (str(home) in layout.scratch) == (not str(home).startswith("/tmp/"))
-    assert [b.path for b in layout.binds] == [str(home / ".claude"), str(tmp_path)]
+    assert [b.path for b in users(layout.binds)] == [str(home / ".claude"), str(tmp_path)]
     assert Mask(str(home / ".claude" / "host_key"), False) in layout.masks
     assert all("never-made" not in m.path for m in layout.masks)
     assert sandbox.writable == (str(workspace), str(home / ".claude"))
@@ -229,14 +245,123 @@ def test_an_allowance_named_through_a_symbolic_link_is_bound_where_it_really_is(
     )
     layout = sandbox.layout()
     real = os.path.realpath(dotfiles)
-    assert layout.binds == (Bind(real, True),)
+    assert users(layout.binds) == [Bind(real, True)]
     # The name lies in the private home: a link there leads to the real place.
-    assert layout.links == (Link(os.path.realpath(home) + "/.claude", real),)
+    assert users(layout.links) == [Link(os.path.realpath(home) + "/.claude", real)]
     argv = bwrap_argv(layout, ["claude"])
     link = position(argv, "--symlink", real, os.path.realpath(home) + "/.claude")
     assert position(argv, "--bind", real, real) < link
     # The hidden file is masked where the bind shows it.
     assert position(argv, "--ro-bind", "/dev/null", os.path.join(real, "host_key")) > link
+
+
+def test_bound_sockets_are_the_paths_of_the_socket_table(tmp_path: Path) -> None:
+    table = tmp_path / "unix"
+    table.write_bytes(
+        b"Num       RefCount Protocol Flags    Type St Inode Path\n"
+        b"0000000000000000: 00000002 00000000 00010000 0001 01 32623 /run/dbus/system_bus_socket\n"
+        b"0000000000000000: 00000003 00000000 00000000 0001 03 25323\n"  # unnamed
+        b"0000000000000000: 00000002 00000000 00010000 0001 01 24218 @/tmp/.X11-unix/X0\n"
+        b"0000000000000000: 00000002 00000000 00010000 0001 01 24219 /srv/my app/sock\n"
+        b"0000000000000000: 00000002 00000000 00010000 0005 01 24220 /run/dbus/system_bus_socket\n"
+    )
+    assert bound_sockets(str(table)) == ["/run/dbus/system_bus_socket", "/srv/my app/sock"]
+    assert bound_sockets(str(tmp_path / "missing")) == []
+
+
+def serve(path: Path) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    return server
+
+
+@pytest.fixture
+def system_shows_tmp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test's directory (under /tmp) stands for a place the read-only system shows."""
+    monkeypatch.setattr(sandbox_module, "PRIVATE_DIRS", ())
+
+
+def test_a_socket_only_the_system_shows_is_masked_but_not_in_the_workspace_or_an_allowance(
+    tmp_path: Path, system_shows_tmp: None
+) -> None:
+    for folder in ("ws", "data", "elsewhere", "home", "named"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "via").symlink_to(tmp_path / "elsewhere")
+    sandbox = Sandbox(
+        workspace=str(tmp_path / "ws"),
+        home=str(tmp_path / "home"),
+        allow=(
+            Allowance(path=str(tmp_path / "data"), writable=False),
+            Allowance(path=str(tmp_path / "named" / "db.sock")),
+        ),
+    )
+    places = ("elsewhere/s", "via/t", "ws/s", "data/s", "home/s", "named/db.sock", "named/other")
+    servers = [serve(tmp_path / place) for place in places]
+    stale = tmp_path / "elsewhere" / "stale"
+    serve(stale).close()  # a socket file no one listens on: nothing to reach
+    shm = tempfile.mkdtemp(dir="/dev/shm") if os.access("/dev/shm", os.W_OK) else None
+    if shm is not None:
+        servers.append(serve(Path(shm) / "s"))  # the sandbox's /dev is a new one
+    try:
+        masked = {m.path for m in sandbox.layout().masks}
+    finally:
+        for server in servers:
+            server.close()
+        if shm is not None:
+            shutil.rmtree(shm)
+    assert not any(path.startswith("/dev/") for path in masked)
+    real = os.path.realpath(tmp_path)
+    assert {
+        f"{real}/elsewhere/s",
+        f"{real}/elsewhere/t",  # bound through a link: masked where it really is
+        f"{real}/named/other",  # beside an allowance, not in one
+    } <= masked
+    # The workspace's and an allowance's are the agent's to reach, the home's are hidden anyway,
+    # and one named by --sandbox-allow is shown.
+    for place in ("ws/s", "data/s", "home/s", "named/db.sock", "elsewhere/stale"):
+        assert f"{real}/{place}" not in masked
+
+
+def test_the_private_run_keeps_the_files_etc_links_into_it_and_its_links(tmp_path: Path) -> None:
+    etc, run = tmp_path / "etc", tmp_path / "run"
+    stub = run / "systemd" / "resolve" / "stub-resolv.conf"
+    stub.parent.mkdir(parents=True)
+    stub.write_text("nameserver 127.0.0.53\n")
+    (run / "dir").mkdir()
+    etc.mkdir()
+    (etc / "resolv.conf").symlink_to(stub)
+    (etc / "dir").symlink_to(run / "dir")  # a directory: not kept
+    (etc / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")  # not a link
+    (etc / "localtime").symlink_to(tmp_path / "zoneinfo")  # not into /run
+    (tmp_path / "zoneinfo").write_text("UTC\n")
+    with serve(run / "socket"):
+        (etc / "socket").symlink_to(run / "socket")  # not a regular file
+        real_run = os.path.realpath(run)
+        kept = sandbox_module._linked_from_etc([real_run], etc=str(etc))
+    assert kept == [os.path.realpath(stub)]
+    (run / "current-system").symlink_to("/nix/store/abc-system")
+    assert sandbox_module._links_in(str(run)) == [
+        Link(str(run / "current-system"), "/nix/store/abc-system")
+    ]
+
+
+def test_the_launcher_hands_bwrap_its_options_through_a_file_descriptor(tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text('#!/bin/sh\nprintf "argv:%s\\n" "$@"\ntr "\\0" "\\n" < "/proc/self/fd/$2"\n')
+    fake.chmod(0o755)
+    options = ["--ro-bind", "/dev/null", "/srv/with space/secret", "--chdir", "--"]
+    argv = launch_argv(str(fake), options, ["prog", "an arg"])
+    assert argv[:4] == [sys.executable, "-I", "-S", "-c"]
+    said = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+    lines = said.splitlines()
+    fd = lines[1].removeprefix("argv:")
+    assert lines[:5] == ["argv:--args", f"argv:{fd}", "argv:--", "argv:prog", "argv:an arg"]
+    assert lines[5:] == options  # "--" as an option's value stays one
+    missing = launch_argv(str(tmp_path / "nope"), options, ["prog"])
+    failed = subprocess.run(missing, capture_output=True, text=True, check=False, timeout=30)
+    assert failed.returncode == 127
+    assert "nope: No such file or directory" in failed.stderr
 
 
 # ---- checks before the host starts ---------------------------------------------------------------

@@ -3,7 +3,8 @@ runs under, and the checks, made before the host registers, that it can run on t
 
 `bwrap_argv` is pure: it turns a `Layout` (what the agent sees, what it may write, what is
 hidden) into bwrap's arguments. `Sandbox.command` makes the layout from what exists on disk each
-time the agent starts; `prepare_sandbox` refuses, in one line, to go on without a working
+time the agent starts (the machine's UNIX sockets included) and hands bwrap its arguments
+through a file descriptor; `prepare_sandbox` refuses, in one line, to go on without a working
 sandbox. docs/agents.md ("The sandbox") and docs/security.md say what it stops and what not.
 """
 
@@ -13,6 +14,7 @@ import glob
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,9 +34,11 @@ __all__ = [
     "SandboxError",
     "SandboxSettings",
     "agent_allowances",
+    "bound_sockets",
     "bwrap_argv",
     "bwrap_version",
     "host_private_paths",
+    "launch_argv",
     "prepare_sandbox",
     "sandbox_environment",
 ]
@@ -64,11 +68,24 @@ SYSTEM_SECRETS = (
     "/etc/gshadow-",
     "/etc/ssh/ssh_host_*key",
     "/etc/ssl/private",
-    "/run/secrets",
-    "/run/docker.sock",
 )
 """Hidden in every sandbox (glob patterns). A host running as root stays root-owned inside, so
-root-only files are readable unless hidden here; the Docker socket would hand out root."""
+root-only files are readable unless hidden here. (/run, with /run/secrets and the Docker
+socket, is private: `PRIVATE_DIRS`.)"""
+
+RUN_DIRS = ("/run", "/var/run")
+"""Where the machine's services keep their UNIX sockets and runtime state (/var/run is most
+often a link to /run): private, but for what `Sandbox.layout` keeps of it."""
+
+# Replaced, not used: S108 is about temporary files.
+PRIVATE_DIRS = ("/tmp", "/var/tmp", *RUN_DIRS)  # noqa: S108
+"""System directories replaced by an empty, private tmpfs, as the home directory and /root are:
+where programs leave temporary files and where the machine's services keep their UNIX sockets
+(the system and session D-Bus, journald, databases, Docker, libvirt, X11 under /tmp). /dev/shm
+is private too: bwrap's /dev is a new one."""
+
+SOCKET_TABLE = "/proc/net/unix"
+"""The UNIX sockets of the host's network namespace, with the path each is bound to."""
 
 HIDDEN_ENV = frozenset({"SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO"})
 """Variables not passed to a sandboxed agent (besides TUNNEL_*): the agents they name are
@@ -146,14 +163,17 @@ class Bind(NamedTuple):
 
 class Link(NamedTuple):
     """A symbolic link made inside, at `path`, to `target`: an allowance named through a
-    symbolic link (a dotfile kept elsewhere) is bound at its real path and found at its name."""
+    symbolic link (a dotfile kept elsewhere) is bound at its real path and found at its name;
+    the links directly in the host's /run are made again in the private one (NixOS keeps its
+    system there: /run/current-system)."""
 
     path: str
     target: str
 
 
 class Mask(NamedTuple):
-    """A host path hidden inside: a file becomes /dev/null, a directory an empty tmpfs."""
+    """A host path hidden inside: a file (or a UNIX socket) becomes /dev/null, a directory an
+    empty tmpfs."""
 
     path: str
     is_dir: bool
@@ -168,8 +188,9 @@ class Layout:
     workspace: str
     """Writable; the agent starts in it."""
     scratch: tuple[str, ...] = ()
-    """Directories replaced by an empty, private, writable tmpfs (/tmp, the home directory,
-    /root, each /run/user/N); what the agent writes there is gone when it exits."""
+    """Directories replaced by an empty, private, writable tmpfs (`PRIVATE_DIRS`, the home
+    directory, /root, the user's /run/user/UID inside the private /run); what the agent writes
+    there is gone when it exits. One inside another is mounted after it."""
     binds: tuple[Bind, ...] = ()
     """Existing host paths shown at the same place; deeper paths win over the ones above."""
     links: tuple[Link, ...] = ()
@@ -189,7 +210,7 @@ def bwrap_argv(
     cwd: str | None = None,
 ) -> list[str]:
     """The command line that runs `command`, in `cwd` (default: the workspace), in a sandbox
-    laid out by `layout`.
+    laid out by `layout`: bwrap, its options, `--`, the program.
 
     Every namespace is new (user, pid, ipc, uts, cgroup, and network unless `network`); the
     process has no capabilities, bwrap sets no_new_privs (so setuid programs do not raise it),
@@ -198,16 +219,28 @@ def bwrap_argv(
     program gets its pseudo-terminal back as controlling terminal through util-linux `setsid
     --ctty`, so job control and Ctrl-C work. It dies with the host.
     """
-    args = [bwrap, "--die-with-parent", "--unshare-all", "--unshare-user"]
+    options = _bwrap_options(layout, network=network, disable_userns=disable_userns, cwd=cwd)
+    return [bwrap, *options, "--", *_program(command, terminal=terminal, setsid=setsid)]
+
+
+def _program(command: Sequence[str], *, terminal: bool, setsid: str) -> list[str]:
+    return [setsid, "--wait", "--ctty", *command] if terminal else list(command)
+
+
+def _bwrap_options(
+    layout: Layout, *, network: bool, disable_userns: bool, cwd: str | None
+) -> list[str]:
+    args = ["--die-with-parent", "--unshare-all", "--unshare-user"]
     if network:
         args.append("--share-net")
     if disable_userns:
         args.append("--disable-userns")
     args += ["--new-session", "--cap-drop", "ALL"]
     args += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for path in layout.scratch:
+    # Stable sorts: a path inside another is mounted after it (the user's /run/user/UID inside
+    # the private /run), so the inner one wins.
+    for path in sorted(layout.scratch, key=_depth):
         args += ["--tmpfs", path]
-    # Stable sort: a path inside another is mounted after it, so the inner one's mode wins.
     binds = sorted([Bind(layout.workspace, True), *layout.binds], key=lambda b: _depth(b.path))
     for bind in binds:
         args += ["--bind" if bind.writable else "--ro-bind", bind.path, bind.path]
@@ -216,10 +249,43 @@ def bwrap_argv(
     for mask in layout.masks:
         if _visible(mask.path, layout.scratch, binds):
             args += ["--tmpfs", mask.path] if mask.is_dir else ["--ro-bind", "/dev/null", mask.path]
-    args += ["--chdir", cwd if cwd is not None else layout.workspace, "--"]
-    if terminal:
-        args += [setsid, "--wait", "--ctty"]
-    return args + list(command)
+    return [*args, "--chdir", cwd if cwd is not None else layout.workspace]
+
+
+# Run by the host's Python in place of bwrap, and replaced by it at once; its arguments: bwrap,
+# how many of the rest are bwrap's options, the options, then `--` and the program. It drops the
+# supplementary groups where the kernel lets it (a host run as root: they would open what those
+# groups may inside; a normal user's stay, see docs/security.md), and hands bwrap its options in
+# an in-memory file (`--args FD`, read and closed by bwrap) so that they are in no process's
+# /proc/N/cmdline: the sandbox's pid 1 is a copy of bwrap.
+_LAUNCHER = (
+    "import os, sys\n"
+    "try:\n"
+    "    os.setgroups([])\n"
+    "except PermissionError:\n"
+    "    pass\n"
+    "bwrap, count, *rest = sys.argv[1:]\n"
+    "options, program = rest[: int(count)], rest[int(count) :]\n"
+    "fd = os.memfd_create('bwrap-args', 0)\n"
+    "data = b''.join(os.fsencode(option) + b'\\0' for option in options)\n"
+    "while data:\n"
+    "    data = data[os.write(fd, data) :]\n"
+    "os.lseek(fd, 0, os.SEEK_SET)\n"
+    "os.set_inheritable(fd, True)\n"
+    "try:\n"
+    "    os.execv(bwrap, [bwrap, '--args', str(fd), *program])\n"
+    "except OSError as exc:\n"
+    "    sys.stderr.write(f'{bwrap}: {exc.strerror}\\n')\n"
+    "    os._exit(127)\n"
+)
+
+
+def launch_argv(
+    bwrap: str, options: Sequence[str], program: Sequence[str], *, python: str = sys.executable
+) -> list[str]:
+    """The command that runs bwrap with `options` (`bwrap_argv`'s, between bwrap and `--`) and
+    `program`, through `_LAUNCHER`."""
+    return [python, "-I", "-S", "-c", _LAUNCHER, bwrap, str(len(options)), *options, "--", *program]
 
 
 def _depth(path: str) -> int:
@@ -243,6 +309,75 @@ def _visible(path: str, scratch: Sequence[str], binds: Sequence[Bind]) -> bool:
         if _under(path, bind.path):
             visible = True
     return visible
+
+
+def bound_sockets(table: str = SOCKET_TABLE) -> list[str]:
+    """The paths UNIX sockets are bound to, as `table` (/proc/net/unix: those of the host's
+    network namespace) lists them: its last column, where it starts with `/` (an abstract
+    socket's starts with `@`, an unnamed one has none). [] if it cannot be read."""
+    try:
+        with open(table, "rb") as file:
+            lines = file.read().splitlines()[1:]
+    except OSError:
+        return []
+    paths = []
+    for line in lines:
+        fields = line.split(None, 7)
+        if len(fields) == 8 and fields[7].startswith(b"/"):
+            paths.append(os.fsdecode(fields[7]))
+    return list(dict.fromkeys(paths))
+
+
+def _system_sockets(scratch: Sequence[str], binds: Sequence[Bind]) -> list[str]:
+    """The real paths of the bound sockets that only the read-only system would show: each is
+    masked. One in a private directory (or /dev, which is new) is gone anyway; one in the
+    workspace or an allowance is the agent's to reach (its own, or one the user chose to show)."""
+    found = []
+    for path in bound_sockets():
+        real = os.path.realpath(path)
+        try:
+            is_socket = stat.S_ISSOCK(os.stat(real).st_mode)
+        except OSError:
+            continue  # gone, or where the host user (and so the agent) cannot look
+        covered = [top for top in (*scratch, "/dev") if _under(real, top)]  # bwrap's own /dev
+        covered += [bind.path for bind in binds if _under(real, bind.path)]
+        if is_socket and not covered:
+            found.append(real)
+    return found
+
+
+def _linked_from_etc(run: Sequence[str], *, etc: str = "/etc") -> list[str]:
+    """The regular files in `run` (the host's /run) that a symbolic link directly in `etc` leads
+    to: kept, read-only, in the private /run. /etc/resolv.conf is one where systemd-resolved,
+    resolvconf or NetworkManager manage DNS."""
+    try:
+        entries = list(os.scandir(etc))
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if entry.is_symlink():
+            real = os.path.realpath(entry.path)
+            if any(_under(real, top) for top in run) and os.path.isfile(real):
+                found.append(real)
+    return sorted(set(found))
+
+
+def _links_in(top: str) -> list[Link]:
+    """The symbolic links directly in `top` (the host's /run), to be made again in the private
+    one: a link only names a path, which leads inside to what the sandbox shows there."""
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
+        return []
+    links = []
+    for entry in entries:
+        if entry.is_symlink():
+            try:
+                links.append(Link(entry.path, os.readlink(entry.path)))
+            except OSError:
+                continue
+    return links
 
 
 def agent_allowances(argv: Sequence[str], *, home: str) -> tuple[Allowance, ...]:
@@ -312,14 +447,17 @@ class Sandbox:
     def layout(self) -> Layout:
         """The layout for what exists now (a path made later is neither shown nor hidden)."""
         scratch: list[str] = []
-        # /tmp is replaced, not used: S108 is about temporary files.
-        tops = ["/tmp", self.home, "/root", *sorted(glob.glob("/run/user/*"))]  # noqa: S108
-        for path in map(os.path.realpath, tops):
+        for path in map(os.path.realpath, (*PRIVATE_DIRS, self.home, "/root")):
             # One inside another needs no tmpfs of its own.
             if path != "/" and os.path.isdir(path) and not any(_under(path, s) for s in scratch):
                 scratch.append(path)
-        binds: list[Bind] = []
-        links: list[Link] = []
+        run = [p for p in dict.fromkeys(map(os.path.realpath, RUN_DIRS)) if p in scratch]
+        # The user's runtime directory (XDG_RUNTIME_DIR), empty, inside the private /run.
+        runtime = os.path.realpath(f"/run/user/{os.getuid()}")
+        if os.path.isdir(runtime) and runtime not in scratch:
+            scratch.append(runtime)
+        binds = [Bind(path, False) for path in _linked_from_etc(run)]
+        links: list[Link] = [link for top in run for link in _links_in(top)]
         for allowance in self.allow:
             if os.path.exists(allowance.path):
                 real = os.path.realpath(allowance.path)
@@ -340,6 +478,9 @@ class Sandbox:
             if os.path.exists(path):
                 real = os.path.realpath(path)
                 masks.setdefault(real, Mask(real, os.path.isdir(real)))
+        for real in _system_sockets(scratch, every_bind):
+            if not any(m.is_dir and _under(real, m.path) for m in masks.values()):
+                masks.setdefault(real, Mask(real, False))
         return Layout(
             workspace=self.workspace,
             scratch=tuple(scratch),
@@ -351,17 +492,13 @@ class Sandbox:
     def command(
         self, argv: Sequence[str], *, terminal: bool = False, cwd: str | None = None
     ) -> list[str]:
-        """bwrap running `argv` in this sandbox (`terminal`: a pty: program, see `bwrap_argv`)."""
-        return bwrap_argv(
-            self.layout(),
-            argv,
-            bwrap=self.bwrap,
-            network=self.network,
-            disable_userns=self.disable_userns,
-            terminal=terminal,
-            setsid=self.setsid,
-            cwd=cwd,
+        """The command that runs `argv` in this sandbox (`terminal`: a pty: program, see
+        `bwrap_argv`): bwrap, started through `launch_argv`."""
+        options = _bwrap_options(
+            self.layout(), network=self.network, disable_userns=self.disable_userns, cwd=cwd
         )
+        program = _program(argv, terminal=terminal, setsid=self.setsid)
+        return launch_argv(self.bwrap, options, program)
 
     def wrap(
         self,
@@ -423,6 +560,10 @@ def prepare_sandbox(
             )
         allow.pop(allowance.path, None)  # the user's choice replaces the default
         allow[allowance.path] = allowance
+    if not os.access(SOCKET_TABLE, os.R_OK):
+        raise SandboxError(
+            f"--sandbox: cannot read {SOCKET_TABLE}, which lists the UNIX sockets to hide"
+        )
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxError(
