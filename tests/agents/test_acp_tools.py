@@ -11,8 +11,8 @@ import pytest
 
 from tunnel.agents import AcpSession, create_session
 from tunnel.agents.acp_updates import MAX_CONTENT_BYTES, MAX_INPUT_BYTES
+from tunnel.app.entries import MAX_ITEM_BYTES
 from tunnel.app.requests import MAX_REQUEST_SIZE
-from tunnel.host.session import MAX_ITEM_BYTES
 from tunnel.log import Log
 
 from .conftest import running

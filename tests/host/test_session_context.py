@@ -14,10 +14,11 @@ import anyio
 import pytest
 
 from tunnel.agents import DemoSession
+from tunnel.app.entries import SNAPSHOT_PAGE_BYTES
 from tunnel.app.host_messages import pack
 from tunnel.app.requests import DEFAULT_HISTORY_ITEMS, Subscribe
 from tunnel.host.presence import Presence
-from tunnel.host.session import CONTEXT_BYTES, SNAPSHOT_PAGE_BYTES, SessionChannelHandler
+from tunnel.host.session import CONTEXT_BYTES, SessionChannelHandler
 from tunnel.log import Item, Log, MemoryStore, NewItem
 
 from .test_session_history import ScriptedChannel, message_item

@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from tunnel.agents import DemoSession
+from tunnel.app.entries import SNAPSHOT_PAGE_BYTES
 from tunnel.app.host_messages import decode_host_message, pack
 from tunnel.app.requests import (
     DEFAULT_HISTORY_ITEMS,
@@ -22,7 +23,7 @@ from tunnel.app.requests import (
     encode_request,
 )
 from tunnel.host.presence import Presence
-from tunnel.host.session import SNAPSHOT_PAGE_BYTES, ReplayBudget, SessionChannelHandler
+from tunnel.host.session import ReplayBudget, SessionChannelHandler
 from tunnel.log import Log, MemoryStore, NewItem
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

@@ -28,7 +28,7 @@ MAX_INPUT_BYTES = 32 * 1024
 
 MAX_CONTENT_BYTES = 96 * 1024
 """A tool call's content (text, diffs) is cut down to about this much JSON. With the input, an
-item stays well under what one message can carry (tunnel.host.session.MAX_ITEM_BYTES)."""
+item stays well under what one message can carry (tunnel.app.entries.MAX_ITEM_BYTES)."""
 
 _MIN_CUT = 64
 """Strings are never cut shorter than this while fitting a value into its budget."""

@@ -22,10 +22,10 @@ import anyio
 import msgpack
 
 from tunnel.app import host_messages as out
+from tunnel.app.entries import SNAPSHOT_PAGE_BYTES, SNAPSHOT_PAGE_ITEMS, encode_entry
 from tunnel.e2e.broadcast import CAST_OVERHEAD, BroadcastKey, CastSealer
 from tunnel.e2e.identity import HostIdentity
 from tunnel.host.presence import Member, Presence
-from tunnel.host.session import SNAPSHOT_PAGE_BYTES, SNAPSHOT_PAGE_ITEMS, encode_entry
 from tunnel.link import Link
 from tunnel.log import Event, Item, Log
 from tunnel.proto import DEFAULT_LIMITS, LocalProtocolError

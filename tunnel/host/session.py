@@ -38,6 +38,7 @@ from tunnel.agents.chat import STATUS_EVENT
 from tunnel.agents.pty_agent import TERMINAL_SIZE_EVENT
 from tunnel.agents.writer import STORAGE_EVENT
 from tunnel.app import host_messages as out
+from tunnel.app.entries import SNAPSHOT_PAGE_BYTES, SNAPSHOT_PAGE_ITEMS, encode_entry, fit_item
 from tunnel.app.errors import AppError, BadRequest
 from tunnel.app.requests import (
     DEFAULT_HISTORY_ITEMS,
@@ -63,14 +64,6 @@ if TYPE_CHECKING:
     from tunnel.host.broadcast import Broadcaster
 
 logger = logging.getLogger("tunnel.session")
-
-# A snapshot page is one encrypted `d`, at most 256 KiB on the wire; keep well under it so the
-# page, its msgpack framing and the AEAD tag always fit.
-SNAPSHOT_PAGE_BYTES = 192 * 1024
-SNAPSHOT_PAGE_ITEMS = 200
-# An item larger than a page (a huge diff) is sent with its data cut down to a note, so the
-# sequence still has no gap.
-MAX_ITEM_BYTES = SNAPSHOT_PAGE_BYTES
 
 REPLAY_PAGES = 2
 """Snapshot pages the whole host reads and encodes at once, whatever the number of joiners."""
@@ -146,27 +139,6 @@ class SessionChannel(Protocol):
     ) -> None: ...
 
     def leave_broadcast(self) -> None: ...
-
-
-def _fit(wire: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """The item's wire map, with its data replaced by a note if it could never fit a message,
-    and its packed size."""
-    size = len(out.pack(wire))
-    if size <= MAX_ITEM_BYTES:
-        return wire, size
-    wire = {**wire, "data": {"truncated": True, "note": "item too large to send"}}
-    return wire, len(out.pack(wire))
-
-
-def encode_entry(entry: Item | Event) -> bytes | None:
-    """The live-tail message of a log entry: an item (cut to fit if it must be), or an event;
-    None for an event too large for a message. An event is ephemeral and its content arrives
-    again in the item that follows it, so one too large (a huge streamed chunk) is skipped,
-    never allowed to end a channel."""
-    if isinstance(entry, Item):
-        return out.encode(out.ItemMessage(item=_fit(entry.to_wire())[0]))
-    plaintext = out.encode(out.EventMessage(event=entry.to_wire()))
-    return plaintext if len(plaintext) <= MAX_ITEM_BYTES else None
 
 
 def _terminal_size(session: AgentSession) -> out.TerminalSize | None:
@@ -508,7 +480,7 @@ class SessionChannelHandler:
             )
             items = await self._log.query(conversation, before=cursor, limit=want, order="desc")
             for item in items:
-                wire, size = _fit(item.to_wire())
+                wire, size = fit_item(item.to_wire())
                 if newest_first and page_bytes + size > SNAPSHOT_PAGE_BYTES:
                     newest_first.reverse()
                     return newest_first, page_bytes
@@ -556,7 +528,7 @@ class SessionChannelHandler:
                             "missing from the store"
                         )
                     for item in items:
-                        wire, size = _fit(item.to_wire())
+                        wire, size = fit_item(item.to_wire())
                         # A page holds at least one item, or the context, so the snapshot
                         # always moves on.
                         if (page or context) and page_bytes + size > SNAPSHOT_PAGE_BYTES:
