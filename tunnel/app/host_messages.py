@@ -14,6 +14,7 @@ from typing import Any
 import msgpack
 
 from tunnel.app.errors import ERROR_CODES, BadRequest, ErrorCode
+from tunnel.app.requests import MAX_TERMINAL_SIDE
 
 __all__ = [
     "BroadcastStart",
@@ -430,9 +431,6 @@ def _terminal(value: Any) -> TerminalSize | None:
 
 
 def _side(message: Mapping[str, Any], name: str) -> int:
-    # Imported here: tunnel.app.requests encodes with this module's `pack`.
-    from tunnel.app.requests import MAX_TERMINAL_SIDE
-
     value = message.get(name)
     if type(value) is not int or not 1 <= value <= MAX_TERMINAL_SIDE:
         raise BadRequest(f"field {name!r} must be an integer from 1 to {MAX_TERMINAL_SIDE}")

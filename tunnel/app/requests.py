@@ -14,7 +14,6 @@ from typing import Any
 import msgpack
 
 from tunnel.app.errors import BadRequest
-from tunnel.app.host_messages import pack
 
 # One request fits one `d` (256 KiB); prompts are text, so this is generous and keeps a hostile
 # driver from handing the agent megabytes at once.
@@ -276,4 +275,5 @@ def encode_request(request: Request) -> bytes:
             message = {"op": "input", "data": data}
         case Resize(cols=cols, rows=rows):
             message = {"op": "resize", "cols": cols, "rows": rows}
-    return pack(message)
+    packed: bytes = msgpack.packb(message, use_bin_type=True)
+    return packed
