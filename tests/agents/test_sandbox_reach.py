@@ -119,7 +119,9 @@ def services(
                 serve(f"{name}_group", folder / "group", 0o660, supplementary_group)
                 made.hidden.add(f"{name}_group")
         serve("workspace", workspace / "service.sock", 0o666)
-        serve("allowed", folders[-1] / "allowed", 0o666)
+        # Named by --sandbox-allow, in a private directory: shown, that one socket alone.
+        private = next(folders[names.index(n)] for n in ("run", "var_tmp", "tmp") if n in names)
+        serve("allowed", private / "allowed", 0o666)
         made.shown |= {"workspace", "allowed"}
         shutil.copy(PROBE, workspace / "reach_probe.py")
         yield made
