@@ -143,8 +143,10 @@ def answers(text: str) -> dict[str, bool]:
 def make_sandbox(
     workspace: Path, services: Services, argv: list[str], *, network: bool, terminal: bool
 ) -> Sandbox:
-    # The test's Python (the probe's, the ACP agent's) may live under /root or the home.
-    allow = (f"{ROOT}:ro", f"{sys.base_prefix}:ro", str(services.sockets["allowed"]))
+    # The test's Python (the probe's, the ACP agent's) and its venv may live under /root or the
+    # home directory.
+    python = (f"{ROOT}:ro", f"{sys.prefix}:ro", f"{sys.base_prefix}:ro")
+    allow = (*python, str(services.sockets["allowed"]))
     settings = SandboxSettings(allow=tuple(Allowance.parse(a) for a in allow), network=network)
     return prepare_sandbox(settings, argv=argv, workspace=workspace, terminal=terminal)
 
