@@ -3,10 +3,11 @@
 It serves the web client like the relay does and answers `/v1/attach` itself: it checks the page's
 hello and token, then plays the host for the session channel with the Python crypto and the
 Python link protocol (`tunnel.proto.Connection`), so every frame, window grant and ciphertext the
-page sends is also checked by the reference implementation. Like the real host it starts each
-channel with its 16-byte nonce in clear and derives the keys from the salt, that nonce and the
-name of the open. A scenario picks what it does: serve a scripted
-conversation, or end the attachment in one of the ways the page must explain.
+page sends is also checked by the reference implementation. Like the real host it checks the
+open's proof and answers with its signed answer, first on the channel and in clear
+(`tunnel.e2e.opening`, with the host key of the test vectors), so the page's opening is checked
+by Python's. A scenario picks what it does: serve a scripted conversation, or end the attachment
+in one of the ways the page must explain.
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ from websockets.http11 import Request, Response
 from tunnel.e2e.crypto import (
     ChannelCrypto,
     DecryptionError,
-    new_salt,
+    e2e_root,
     relay_token,
     token_verifier,
 )
+from tunnel.e2e.identity import HostIdentity
+from tunnel.e2e.opening import Offer, OpeningError, answer_offer, check_offer_fields
+from tunnel.handshake import PROTOCOL_VERSION
+from tunnel.link.urls import normalize_relay_url
 from tunnel.proto import (
     ChannelClosed,
     ChannelOpened,
@@ -43,8 +48,11 @@ from tunnel.proto import (
 )
 from tunnel.relay.web import static_response
 
-HOST_ID = "et3o22wl7yiatqbq27ffm7btzj"
+IDENTITY = HostIdentity.from_seed(bytes(range(0x20, 0x40)))
+"""The host key of tests/vectors/crypto.json."""
+HOST_ID = IDENTITY.host_id
 SECRETS = {"view": bytes(range(32, 64)), "drive": bytes(range(64, 96))}
+ROOTS = {role: e2e_root(secret, HOST_ID) for role, secret in SECRETS.items()}
 CONVERSATION = "conv-1"
 WINDOW_WAIT = 5.0
 """Seconds a send waits for the page to grant window before the fake calls it a page bug."""
@@ -79,9 +87,11 @@ class Scenario:
 
     `end_with`: close the WebSocket with this code right after the page's hello.
     `close_channel_with`: close the session channel with this code right after the open.
-    `garbage`: send one data frame that is not a valid ciphertext right after the host nonce.
-    `first_data`: send these bytes as the channel's first frame instead of a 16-byte nonce.
-    `hold_nonce`: send the nonce only when the test calls `FakeRelay.release_nonce()`.
+    `garbage`: send one data frame that is not a valid ciphertext right after the answer.
+    `first_data`: send these bytes as the channel's first frame instead of the answer.
+    `tamper_answer`: flip this byte of the answer (0 to 127: public key, ephemeral key,
+    signature), so that it is no longer the host's.
+    `hold_answer`: send the answer only when the test calls `FakeRelay.release_answer()`.
     Otherwise it plays a host: `ready`, then the items after the page's `after`, live items
     pushed with `FakeRelay.push`, and `error forbidden` for driving ops from a viewer.
     """
@@ -90,7 +100,8 @@ class Scenario:
     close_channel_with: int | None = None
     garbage: bool = False
     first_data: bytes | None = None
-    hold_nonce: bool = False
+    tamper_answer: int | None = None
+    hold_answer: bool = False
     agent: dict[str, str] = field(default_factory=lambda: {"name": "scripted", "kind": "chat"})
     # The `sandbox` of the ready message; None leaves it out, as a host before it did.
     sandbox: dict[str, Any] | None = None
@@ -109,8 +120,8 @@ class Attachment:
     connection: Connection
     channel: int
     crypto: ChannelCrypto
-    host_nonce: bytes
-    nonce_sent: bool = False
+    answer: bytes
+    answer_sent: bool = False
 
 
 class FakeRelay:
@@ -124,8 +135,8 @@ class FakeRelay:
         self.closes: list[tuple[int, str]] = []
         self.attachments: list[Attachment] = []
         self.errors: list[str] = []
-        # Data frames the page sent on a channel before that channel's nonce went out.
-        self.data_before_nonce = 0
+        # Data frames the page sent on a channel before that channel's answer went out.
+        self.data_before_answer = 0
         self.held: list[Attachment] = []
         self._loop = asyncio.new_event_loop()
         self._server: Server | None = None
@@ -152,9 +163,9 @@ class FakeRelay:
     def send_presence(self, members: list[dict[str, str]]) -> None:
         self._call(self._broadcast({"op": "presence", "members": members}))
 
-    def release_nonce(self) -> None:
-        """Send the held nonce (scenario `hold_nonce`) and carry on as a host."""
-        self._call(self._release_nonce())
+    def release_answer(self) -> None:
+        """Send the held answer (scenario `hold_answer`) and carry on as a host."""
+        self._call(self._release_answer())
 
     def drop_all(self) -> None:
         """Cut every attachment abruptly, as a relay restart does."""
@@ -217,7 +228,12 @@ class FakeRelay:
     async def _handle(self, websocket: ServerConnection) -> None:
         connection = Connection(Side.ACCEPTER)
         connection.send_hello(
-            {"role": "relay", "version": 1, "challenge": os.urandom(32), "limits": {}}
+            {
+                "role": "relay",
+                "version": PROTOCOL_VERSION,
+                "challenge": os.urandom(32),
+                "limits": {},
+            }
         )
         await self._flush(websocket, connection)
         attachment: Attachment | None = None
@@ -273,18 +289,35 @@ class FakeRelay:
                 self.errors.append(f"the page opened with a bad name {name!r}")
                 connection.close_channel(event.channel, 4000, "name must be 1 to 64 characters")
                 return attachment
-            host_nonce = new_salt()
-            crypto = ChannelCrypto.for_host(
-                SECRETS[role], HOST_ID, salt=event.meta["salt"], host_nonce=host_nonce, name=name
-            )
+            try:
+                salt, teammate_key, proof = check_offer_fields(event.meta)
+                offer = Offer(
+                    host_id=HOST_ID,
+                    relay_url=normalize_relay_url(self.base_url),
+                    role=role,
+                    name=name,
+                    salt=salt,
+                    teammate_key=teammate_key,
+                )
+                answered = answer_offer(IDENTITY, root=ROOTS[role], offer=offer, proof=proof)
+            except OpeningError as error:
+                # What the real host does with an open that does not check out.
+                self.errors.append(f"the page's open did not check out: {error.reason}")
+                connection.close_channel(event.channel, int(error.code), error.reason)
+                return attachment
+            answer = answered.answer
+            if scenario.tamper_answer is not None:
+                flipped = answer[scenario.tamper_answer] ^ 1
+                answer = answer[: scenario.tamper_answer] + bytes([flipped])
+                answer += answered.answer[scenario.tamper_answer + 1 :]
             attachment = Attachment(
                 role=role,
                 name=name,
                 websocket=websocket,
                 connection=connection,
                 channel=event.channel,
-                crypto=crypto,
-                host_nonce=host_nonce,
+                crypto=answered.crypto,
+                answer=answer,
             )
             if scenario.close_channel_with is not None:
                 connection.close_channel(event.channel, scenario.close_channel_with, "scripted")
@@ -292,16 +325,16 @@ class FakeRelay:
             if scenario.first_data is not None:
                 connection.send_data(event.channel, scenario.first_data)
                 return attachment
-            if scenario.hold_nonce:
+            if scenario.hold_answer:
                 self.held.append(attachment)
                 return attachment
             await self._start_channel(attachment)
             return attachment
         if isinstance(event, DataReceived) and attachment is not None:
             connection.acknowledge(event.channel, len(event.data))
-            if not attachment.nonce_sent:
+            if not attachment.answer_sent:
                 # The page cannot have keys yet: whatever it sent breaks the protocol.
-                self.data_before_nonce += 1
+                self.data_before_answer += 1
                 return attachment
             request = msgpack.unpackb(attachment.crypto.receive.decrypt(event.data), raw=False)
             self.received.append({**request, "_role": attachment.role, "_name": attachment.name})
@@ -313,11 +346,11 @@ class FakeRelay:
         return attachment
 
     async def _start_channel(self, attachment: Attachment) -> None:
-        """Send the host nonce, then play the host: `ready` (or garbage, if scripted)."""
+        """Send the answer, then play the host: `ready` (or garbage, if scripted)."""
         connection, channel = attachment.connection, attachment.channel
-        if not connection.send_data(channel, attachment.host_nonce):
-            raise RuntimeError("no window for the host nonce")
-        attachment.nonce_sent = True
+        if not connection.send_data(channel, attachment.answer):
+            raise RuntimeError("no window for the answer")
+        attachment.answer_sent = True
         if self.scenario.garbage:
             connection.send_data(channel, os.urandom(40))
             await self._flush(attachment.websocket, connection)
@@ -336,7 +369,7 @@ class FakeRelay:
             ready["terminal"] = self.scenario.terminal
         await self._send(attachment, ready)
 
-    async def _release_nonce(self) -> None:
+    async def _release_answer(self) -> None:
         held, self.held = self.held, []
         for attachment in held:
             await self._start_channel(attachment)

@@ -11,6 +11,8 @@ from urllib.parse import quote
 import pytest
 from playwright.sync_api import Page, expect
 
+from tunnel.e2e.identity import PUBLIC_KEY_SIZE
+from tunnel.e2e.opening import ANSWER_SIZE
 from tunnel.proto.codes import FINAL_CODES, CloseCode
 
 from .conftest import INSECURE_HOST, PageLog
@@ -355,27 +357,27 @@ def test_a_host_whose_log_starts_over_resets_the_view(page: Page, relay: FakeRel
     assert seqs(page) == [0]
 
 
-def test_page_sends_nothing_on_the_channel_before_the_host_nonce(page: Page) -> None:
-    with fake_relay(Scenario(items=conversation_items(), hold_nonce=True)) as relay:
+def test_page_sends_nothing_on_the_channel_before_the_host_answer(page: Page) -> None:
+    with fake_relay(Scenario(items=conversation_items(), hold_answer=True)) as relay:
         open_page(page, relay.page_url("drive"))
         wait_for(lambda: relay.opens)
-        # Queued before the nonce: it must wait for the keys, then go first, as counter 0.
+        # Queued before the answer: it must wait for the keys, then go first, as counter 0.
         queued = page.evaluate("window.__tunnel.session.link.send({op: 'prompt', text: 'early'})")
         assert queued is True
         page.wait_for_timeout(500)
-        assert relay.data_before_nonce == 0
+        assert relay.data_before_answer == 0
         assert relay.received == []
         expect(page.get_by_test_id("connection-status")).to_have_attribute(
             "data-state", "connecting"
         )
-        relay.release_nonce()
+        relay.release_answer()
         expect(page.get_by_test_id("connection-status")).to_have_attribute(
             "data-state", "connected"
         )
         expect(page.get_by_test_id("conversation")).to_have_attribute("data-loaded", "true")
         assert [m["op"] for m in relay.received] == ["prompt", "subscribe"]
         assert relay.received[0]["text"] == "early"
-        assert relay.data_before_nonce == 0
+        assert relay.data_before_answer == 0
         assert relay.errors == []
 
 
@@ -520,8 +522,12 @@ def test_final_endings_show_their_screen(page: Page, scenario: Scenario, screen:
             wait_for(lambda: (4003, "decryption failed") in relay.closes)
 
 
-@pytest.mark.parametrize("first", [bytes(15), bytes(17), bytes(40)], ids=["15", "17", "40"])
-def test_a_first_frame_that_is_not_a_nonce_ends_with_the_protocol_error_screen(
+@pytest.mark.parametrize(
+    "first",
+    [bytes(16), bytes(ANSWER_SIZE - 1), bytes(ANSWER_SIZE + 1), bytes(40)],
+    ids=["old-host-nonce", "127", "129", "40"],
+)
+def test_a_first_frame_that_is_not_an_answer_ends_with_the_protocol_error_screen(
     page: Page, first: bytes
 ) -> None:
     with fake_relay(Scenario(first_data=first, items=conversation_items())) as relay:
@@ -530,9 +536,33 @@ def test_a_first_frame_that_is_not_a_nonce_ends_with_the_protocol_error_screen(
         expect(page.get_by_test_id("screen-protocol-error")).to_contain_text("4000")
         expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "closed")
         # The page closed the channel with 4000 and said why; it sent nothing else on it.
-        wait_for(lambda: (4000, "bad host nonce") in relay.closes)
+        wait_for(lambda: (4000, "the host's answer is malformed") in relay.closes)
         assert relay.received == []
-        assert relay.data_before_nonce == 0
+        assert relay.data_before_answer == 0
+        page.wait_for_timeout(1500)
+        assert len(relay.hellos) == 1
+
+
+@pytest.mark.parametrize(
+    ("at", "reason"),
+    [
+        (0, "the answer is not from the host"),
+        (PUBLIC_KEY_SIZE, "the answer is not signed by the host"),
+        (ANSWER_SIZE - 1, "the answer is not signed by the host"),
+    ],
+    ids=["public-key", "ephemeral-key", "signature"],
+)
+def test_an_answer_that_is_not_the_hosts_ends_with_the_decryption_screen(
+    page: Page, at: int, reason: str
+) -> None:
+    with fake_relay(Scenario(tamper_answer=at, items=conversation_items())) as relay:
+        open_page(page, relay.page_url("drive"))
+        expect(page.get_by_test_id("screen-decrypt-failed")).to_be_visible()
+        expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "closed")
+        # The page closed the channel with 4003 and said why; it sent nothing else on it.
+        wait_for(lambda: (4003, reason) in relay.closes)
+        assert relay.received == []
+        assert relay.data_before_answer == 0
         page.wait_for_timeout(1500)
         assert len(relay.hellos) == 1
 

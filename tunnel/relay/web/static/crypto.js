@@ -1,21 +1,26 @@
 // End-to-end crypto of the browser client, byte for byte the scheme of docs/security.md:
-// token and root from the role secret (HKDF-SHA256, salt = host id), per-channel keys from the
-// root, the open's salt, the host's nonce and the teammate's name, AES-256-GCM with a 12-byte
-// big-endian counter nonce per direction and the host id as additional data. Only WebCrypto is
-// used; it exists only in a secure context. Sizes, labels and roles are tunnel.e2e.crypto's,
-// through wire.js. The broadcast's casts (docs/security.md, "The broadcast") are opened by
-// CastOpener, as tunnel.e2e.broadcast.CastOpener opens them.
+// token and root from the role secret (HKDF-SHA256, salt = host id); each channel's keys from the
+// opening (TeammateOpening: an ephemeral X25519 exchange whose transcript the host signs, as
+// tunnel.e2e.opening does it); AES-256-GCM with a 12-byte big-endian counter nonce per direction
+// and the host id as additional data. Only WebCrypto is used; it exists only in a secure context.
+// Sizes, labels and roles are Python's, through wire.js. The broadcast's casts (docs/security.md,
+// "The broadcast") are opened by CastOpener, as tunnel.e2e.broadcast.CastOpener opens them.
 
 import {
+  ANSWER_SIGN_LABEL,
+  ANSWER_SIZE,
   CloseCode,
   COUNTER_SIZE,
   DOWN_INFO,
   E2E_INFO,
+  EPHEMERAL_KEY_SIZE,
   EPOCH_SIZE,
   HOST_ID_LENGTH,
   HOST_ID_PATTERN,
   KEY_SIZE,
   NONCE_SIZE,
+  PROOF_INFO,
+  PROOF_SIZE,
   PUBLIC_KEY_SIZE,
   RELAY_TOKEN_INFO,
   ROLES,
@@ -24,6 +29,7 @@ import {
   SIGN_LABEL,
   SIGNATURE_SIZE,
   TAG_SIZE,
+  TRANSCRIPT_LABEL,
   UP_INFO,
 } from "./wire.js";
 
@@ -148,29 +154,6 @@ export function e2eRoot(secret, hostId) {
   return hkdf(secret, encoder.encode(hostId), E2E_INFO);
 }
 
-/**
- * [k_up, k_down] of one channel; "up" is teammate to host. Both ends add fresh randomness (the
- * open's `salt`, the host's `hostNonce`, each SALT_SIZE bytes) and the teammate's display `name`
- * is bound in, so a relay that rewrites the name breaks the channel:
- *   k = HKDF(root, salt = salt || hostNonce, info = "up" | "down" || 0x00 || utf8(name))
- * `name` must be exactly the string sent in the open (see `channelName` in link.js).
- */
-export async function channelKeys(root, { salt, hostNonce, name }) {
-  if (!(salt instanceof Uint8Array) || salt.length !== SALT_SIZE) {
-    throw new TypeError(`a channel salt is ${SALT_SIZE} bytes`);
-  }
-  if (!(hostNonce instanceof Uint8Array) || hostNonce.length !== SALT_SIZE) {
-    throw new TypeError(`a host nonce is ${SALT_SIZE} bytes`);
-  }
-  if (typeof name !== "string") throw new TypeError("a channel name is a string");
-  const channelSalt = concat(salt, hostNonce);
-  const bound = concat(Uint8Array.of(0), encoder.encode(name));
-  return [
-    await hkdf(root, channelSalt, concat(encoder.encode(UP_INFO), bound)),
-    await hkdf(root, channelSalt, concat(encoder.encode(DOWN_INFO), bound)),
-  ];
-}
-
 // 2**53 - 1: the largest counter a JS number holds exactly; far beyond any real channel.
 const MAX_COUNTER = Number.MAX_SAFE_INTEGER;
 
@@ -227,21 +210,225 @@ export class ChannelCipher {
   }
 }
 
-/**
- * Both directions of one channel, for the teammate: it sends up and receives down.
- * `channel` is `{salt, hostNonce, name}` as for `channelKeys`.
- */
-export async function teammateChannelCrypto(secret, hostId, channel) {
-  const root = await e2eRoot(secret, hostId);
-  const [up, down] = await channelKeys(root, channel);
-  return {
-    send: await ChannelCipher.create(up, hostId),
-    receive: await ChannelCipher.create(down, hostId),
-  };
-}
-
 export function randomSalt() {
   return crypto.getRandomValues(new Uint8Array(SALT_SIZE));
+}
+
+// --- The channel opening (docs/security.md, "Opening a channel"; tunnel/e2e/opening.py) -----
+
+/**
+ * An opening that must not go on: the link closes the channel with `code`, 4000 for an answer
+ * of the wrong shape (a host of another protocol version), 4003 for one that is not the host's.
+ * The message is Python's for the same case: short, safe to send as the close reason, and it
+ * never echoes what was received.
+ */
+export class OpeningError extends Error {
+  constructor(code, message) {
+    super(message);
+    this.name = "OpeningError";
+    this.code = code;
+  }
+}
+
+const MAX_FIELD_SIZE = 0xffff;
+
+// One transcript field: its length (2 bytes, big-endian), then its bytes; a string as UTF-8
+// (the host id and the role are ASCII, so as ASCII).
+function field(value) {
+  const bytes = typeof value === "string" ? encoder.encode(value) : value;
+  if (!(bytes instanceof Uint8Array) || bytes.length > MAX_FIELD_SIZE) {
+    throw new TypeError("a transcript field is a string or at most 65535 bytes");
+  }
+  const out = new Uint8Array(2 + bytes.length);
+  new DataView(out.buffer).setUint16(0, bytes.length);
+  out.set(bytes, 2);
+  return out;
+}
+
+async function sha256(...parts) {
+  return new Uint8Array(await crypto.subtle.digest("SHA-256", concat(...parts)));
+}
+
+/**
+ * TH1, the hash of the teammate's offer: SHA-256 of the label and every field of the `open`,
+ * each length-prefixed, in this order: host id, relay URL (in normal form), role, name, salt,
+ * the teammate's ephemeral key.
+ */
+export function hashOffer({ hostId, relayUrl, role, name, salt, teammateKey }) {
+  const fields = [TRANSCRIPT_LABEL, hostId, relayUrl, role, name, salt, teammateKey];
+  return sha256(...fields.map(field));
+}
+
+/** The key the teammate's proof is made with: HKDF(root, salt = empty, info = PROOF_INFO). */
+export function proofKey(root) {
+  return hkdf(root, new Uint8Array(0), PROOF_INFO);
+}
+
+/** The teammate's proof that it holds the role root: HMAC-SHA256(proof key, TH1). */
+export async function makeProof(root, offerHash) {
+  const params = { name: "HMAC", hash: "SHA-256" };
+  const key = await crypto.subtle.importKey("raw", await proofKey(root), params, false, ["sign"]);
+  return new Uint8Array(await crypto.subtle.sign("HMAC", key, offerHash));
+}
+
+/**
+ * TH2 = SHA-256(TH1 ‖ f(proof) ‖ f(host public key) ‖ f(host ephemeral key)): what the host
+ * signs and what the channel keys are bound to.
+ */
+export function hashTranscript(offerHash, proof, hostPublicKey, hostKey) {
+  return sha256(offerHash, field(proof), field(hostPublicKey), field(hostKey));
+}
+
+/** What the host's answer signs: ANSWER_SIGN_LABEL ‖ TH2. */
+export function answerSignedMessage(transcriptHash) {
+  return concat(encoder.encode(ANSWER_SIGN_LABEL), transcriptHash);
+}
+
+/**
+ * [k_up, k_down] of one channel ("up" is teammate to host): HKDF over the X25519 secret with the
+ * role root as salt, info = UP_INFO or DOWN_INFO ‖ TH2. Either secret alone makes no key.
+ */
+export async function channelKeys(root, shared, transcriptHash) {
+  for (const bytes of [root, shared]) {
+    if (!(bytes instanceof Uint8Array) || bytes.length !== KEY_SIZE) {
+      throw new TypeError(`a root and a shared secret are ${KEY_SIZE} bytes each`);
+    }
+  }
+  return [
+    await hkdf(shared, root, concat(encoder.encode(UP_INFO), transcriptHash)),
+    await hkdf(shared, root, concat(encoder.encode(DOWN_INFO), transcriptHash)),
+  ];
+}
+
+// WebCrypto takes a given X25519 private key only as PKCS#8 (RFC 8410): this DER header, then
+// the key's 32 bytes.
+const X25519_PKCS8_HEADER = fromHex("302e020100300506032b656e04220420");
+const X25519 = { name: "X25519" };
+
+/**
+ * An ephemeral X25519 key pair: `{privateKey}`, a CryptoKey that cannot be exported, and
+ * `{publicKey}`, its raw 32 bytes. Fresh, unless `privateBytes` (32 bytes) are given, which only
+ * the test vectors do.
+ */
+export async function x25519KeyPair(privateBytes = null) {
+  if (privateBytes === null) {
+    const pair = await crypto.subtle.generateKey(X25519, false, ["deriveBits"]);
+    const publicKey = new Uint8Array(await crypto.subtle.exportKey("raw", pair.publicKey));
+    return { privateKey: pair.privateKey, publicKey };
+  }
+  if (!(privateBytes instanceof Uint8Array) || privateBytes.length !== EPHEMERAL_KEY_SIZE) {
+    throw new TypeError(`an X25519 private key is ${EPHEMERAL_KEY_SIZE} bytes`);
+  }
+  const pkcs8 = concat(X25519_PKCS8_HEADER, privateBytes);
+  // WebCrypto computes no public key from a private one; its JWK export carries it as `x`.
+  const exportable = await crypto.subtle.importKey("pkcs8", pkcs8, X25519, true, ["deriveBits"]);
+  const { x } = await crypto.subtle.exportKey("jwk", exportable);
+  const privateKey = await crypto.subtle.importKey("pkcs8", pkcs8, X25519, false, ["deriveBits"]);
+  return { privateKey, publicKey: b64urlDecode(x) };
+}
+
+/**
+ * The X25519 secret of `privateKey` (a CryptoKey) and another's raw `publicKey`; OpeningError
+ * 4003 for a key that is not 32 bytes or a low-order point (an all-zero secret, which Python's
+ * `cryptography` refuses too), never a raw exception.
+ */
+export async function sharedSecret(privateKey, publicKey) {
+  let shared;
+  try {
+    const other = await crypto.subtle.importKey("raw", publicKey, X25519, false, []);
+    const params = { name: "X25519", public: other };
+    shared = new Uint8Array(await crypto.subtle.deriveBits(params, privateKey, KEY_SIZE * 8));
+  } catch {
+    shared = null;
+  }
+  if (shared === null || shared.every((byte) => byte === 0)) {
+    throw new OpeningError(CloseCode.DECRYPTION_FAILED, "unusable ephemeral key");
+  }
+  return shared;
+}
+
+/**
+ * The teammate's side of one opening, as tunnel.e2e.opening.TeammateOpening: `meta()` is the
+ * `open` meta, then `finish(answer)` checks the host's answer and makes the channel's ciphers.
+ * It holds its ephemeral private key only until `finish`, which drops it, whatever the answer.
+ */
+export class TeammateOpening {
+  /**
+   * `root` is the role's e2e root; `relayUrl` the link's relay URL in normal form (the page's
+   * own `location.origin`); `name` exactly the string the hello and the open carry. `salt` and
+   * `keyPair` (x25519KeyPair) are fresh unless given, which only the test vectors do.
+   */
+  static async create({ root, hostId, relayUrl, role, name, salt = randomSalt(), keyPair = null }) {
+    if (!ROLES.includes(role)) throw new TypeError("the role is neither view nor drive");
+    if (typeof hostId !== "string" || !HOST_ID.test(hostId)) throw new TypeError("not a host id");
+    if (typeof relayUrl !== "string" || typeof name !== "string") {
+      throw new TypeError("a relay URL and a name are strings");
+    }
+    if (!(root instanceof Uint8Array) || root.length !== KEY_SIZE) {
+      throw new TypeError(`a root is ${KEY_SIZE} bytes`);
+    }
+    if (!(salt instanceof Uint8Array) || salt.length !== SALT_SIZE) {
+      throw new TypeError(`a channel salt is ${SALT_SIZE} bytes`);
+    }
+    const pair = keyPair ?? await x25519KeyPair();
+    const offer = { hostId, relayUrl, role, name, salt: salt.slice(), teammateKey: pair.publicKey };
+    const offerHash = await hashOffer(offer);
+    const proof = await makeProof(root, offerHash);
+    return new TeammateOpening({ root, offer, offerHash, proof, privateKey: pair.privateKey });
+  }
+
+  constructor({ root, offer, offerHash, proof, privateKey }) {
+    Object.assign(this, { root, offer, offerHash, proof, privateKey });
+  }
+
+  /** The `open` meta: role, name, salt, the ephemeral key `kx` and the `proof`. */
+  meta() {
+    const { role, name, salt, teammateKey } = this.offer;
+    return { role, name, salt, kx: teammateKey, proof: this.proof };
+  }
+
+  /**
+   * The channel's ciphers `{send, receive}` (send up, receive down), once `answer` (the host's
+   * first message on the channel) checks out: its public key hashes to the link's host id, and
+   * its signature verifies over TH2, computed here from this opening's own offer and `kx`.
+   * OpeningError otherwise: 4000 for an answer of the wrong size, 4003 for the wrong key, a
+   * signature that does not verify or an unusable ephemeral key.
+   */
+  async finish(answer) {
+    const privateKey = this.privateKey;
+    // Forward secrecy: the private key is forgotten as soon as it has been offered an answer.
+    this.privateKey = null;
+    if (privateKey === null) throw new Error("this opening is finished");
+    if (!(answer instanceof Uint8Array) || answer.length !== ANSWER_SIZE) {
+      throw new OpeningError(CloseCode.PROTOCOL_ERROR, "the host's answer is malformed");
+    }
+    const publicKey = answer.slice(0, PUBLIC_KEY_SIZE);
+    const hostKey = answer.slice(PUBLIC_KEY_SIZE, PUBLIC_KEY_SIZE + EPHEMERAL_KEY_SIZE);
+    const signature = answer.slice(PUBLIC_KEY_SIZE + EPHEMERAL_KEY_SIZE);
+    const { hostId } = this.offer;
+    if (await deriveHostId(publicKey) !== hostId) {
+      throw new OpeningError(CloseCode.DECRYPTION_FAILED, "the answer is not from the host");
+    }
+    const transcriptHash = await hashTranscript(this.offerHash, this.proof, publicKey, hostKey);
+    let verified;
+    try {
+      const key = await crypto.subtle.importKey("raw", publicKey, "Ed25519", false, ["verify"]);
+      const signed = answerSignedMessage(transcriptHash);
+      verified = await crypto.subtle.verify("Ed25519", key, signature, signed);
+    } catch {
+      // 32 bytes that hash to the host id but are no point on the curve.
+      verified = false;
+    }
+    if (!verified) {
+      throw new OpeningError(CloseCode.DECRYPTION_FAILED, "the answer is not signed by the host");
+    }
+    const shared = await sharedSecret(privateKey, hostKey);
+    const [up, down] = await channelKeys(this.root, shared, transcriptHash);
+    return {
+      send: await ChannelCipher.create(up, hostId),
+      receive: await ChannelCipher.create(down, hostId),
+    };
+  }
 }
 
 const CAST_HEAD_SIZE = EPOCH_SIZE + COUNTER_SIZE;

@@ -5,17 +5,19 @@
 // holds the broadcast's key. It never reconnects: the session decides whether and when to start
 // a new one.
 //
-// The channel starts with the host's nonce: its first `data` frame is SALT_SIZE (16) random
-// bytes in clear. Only then can the keys be derived (docs/security.md), so until it has arrived
-// the page sends nothing on the channel: messages wait in the outbox, and the nonce's bytes are
-// granted back like any other data.
+// The channel opens with a key exchange (docs/security.md, "Opening a channel"): the `open` offers
+// an ephemeral X25519 key and a proof of the role secret, and the host's first `data` frame is
+// its answer, ANSWER_SIZE bytes in clear, signed by its host key. Only an answer that checks out
+// gives the keys, so until then the page sends nothing on the channel: messages wait in the
+// outbox, and the answer's bytes are granted back like any other data.
 
 import {
   CastError,
   DecryptionError,
-  randomSalt,
+  e2eRoot,
+  OpeningError,
   relayToken,
-  teammateChannelCrypto,
+  TeammateOpening,
 } from "./crypto.js";
 import { decodeFrame, encodeFrame, decodeMsgpack, encodeMsgpack, ProtocolError } from "./frames.js";
 import {
@@ -24,7 +26,6 @@ import {
   MAX_CLOSE_CODE,
   MAX_NAME_LENGTH,
   PROTOCOL_VERSION,
-  SALT_SIZE,
 } from "./wire.js";
 
 // The dialer picks odd channel ids; this link only ever opens one channel.
@@ -60,6 +61,18 @@ export function channelName(text) {
 export function attachUrl(location) {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   return `${scheme}//${location.host}/v1/attach`;
+}
+
+/**
+ * The relay URL an opening binds, from the attach URL: "http(s)://host[:port]", the normal form
+ * of tunnel.link.urls.normalize_relay_url. The page attaches to its own origin, so this is its
+ * `location.origin`, the relay URL its link starts with. (The URL parser lowercases the host and
+ * drops the default port, 80 for ws and 443 for wss, as Python does for http and https.)
+ */
+export function relayUrlOf(url) {
+  const parsed = new URL(url);
+  const scheme = parsed.protocol === "wss:" || parsed.protocol === "https:" ? "https:" : "http:";
+  return `${scheme}//${parsed.host}`;
 }
 
 /**
@@ -111,8 +124,9 @@ export class SessionLink {
   constructor({ url, hostId, role, secret, name, onMessage, onEnd, onOpen = () => {},
     onCast = () => {}, onCut = () => {} }) {
     Object.assign(this, { url, hostId, role, secret, onMessage, onEnd, onOpen, onCast, onCut });
-    // Exactly this string goes in the hello, the open and the keys.
+    // Exactly this string goes in the hello, the open and the opening's transcript.
     this.name = channelName(name);
+    this.relayUrl = relayUrlOf(url);
     this.ws = null;
     this.ended = false;
     this.state = "connecting"; // -> hello-received -> open -> closing
@@ -129,14 +143,22 @@ export class SessionLink {
     // granted back. Grants never exceed it, so the relay's send window never exceeds its initial
     // size, which it treats as a flow-control error.
     this.unacknowledged = 0;
-    // Null until the host's nonce arrived and the keys are derived.
+    // Made by start(); null again once the host's answer was offered to it.
+    this.opening = null;
+    // Null until the host's answer checked out and the keys are made.
     this.channelCrypto = null;
     this.closeSent = false;
   }
 
   async start() {
-    this.salt = randomSalt();
     this.token = await relayToken(this.secret, this.hostId);
+    this.opening = await TeammateOpening.create({
+      root: await e2eRoot(this.secret, this.hostId),
+      hostId: this.hostId,
+      relayUrl: this.relayUrl,
+      role: this.role,
+      name: this.name,
+    });
     if (this.ended) return;
     const ws = new WebSocket(this.url);
     ws.binaryType = "arraybuffer";
@@ -182,7 +204,9 @@ export class SessionLink {
   fail(error) {
     const code = Number.isInteger(error.code) ? error.code : CloseCode.PROTOCOL_ERROR;
     // The host learns why its channel ended when the fault was in what it sent on it.
-    const reason = code === CloseCode.DECRYPTION_FAILED ? "decryption failed" : error.channelReason;
+    const reason = error instanceof OpeningError
+      ? error.message
+      : code === CloseCode.DECRYPTION_FAILED ? "decryption failed" : error.channelReason;
     if (this.state === "open" && !this.closeSent && reason) {
       this.rawSend({ c: CHANNEL, k: "close", p: { code, reason } });
       this.closeSent = true;
@@ -246,7 +270,7 @@ export class SessionLink {
       this.rawSend({
         c: CHANNEL,
         k: "open",
-        p: { path: "session", meta: { role: this.role, salt: this.salt, name: this.name } },
+        p: { path: "session", meta: this.opening.meta() },
       });
       this.state = "open";
       this.onOpen();
@@ -322,7 +346,7 @@ export class SessionLink {
     if (this.closeSent) return;
     this.receiveBytes(data, "data");
     if (this.channelCrypto === null) {
-      await this.acceptHostNonce(data);
+      await this.acceptAnswer(data);
       if (this.ended) return;
       this.grantConsumed();
       this.flush();
@@ -345,19 +369,13 @@ export class SessionLink {
     this.grantConsumed();
   }
 
-  async acceptHostNonce(hostNonce) {
-    // The host's nonce is a salt of its own (tunnel.host.channel), as long as ours.
-    if (hostNonce.byteLength !== SALT_SIZE) {
-      // A host of another version (or a relay in the way) that starts with anything else.
-      const error = new ProtocolError("the host's first message is not a 16-byte nonce");
-      error.channelReason = "bad host nonce";
-      throw error;
-    }
-    this.channelCrypto = await teammateChannelCrypto(this.secret, this.hostId, {
-      salt: this.salt,
-      hostNonce: hostNonce.slice(),
-      name: this.name,
-    });
+  // The host's first message: its answer to our offer. OpeningError (4000 for another size, a
+  // host of another version; 4003 for a key or signature that is not the host's) ends the
+  // attachment, having sent nothing on the channel but its close.
+  async acceptAnswer(answer) {
+    const opening = this.opening;
+    this.opening = null;
+    this.channelCrypto = await opening.finish(answer.slice());
   }
 
   // Called once a data frame is consumed; every received byte is consumed by then, so the grant
@@ -377,7 +395,7 @@ export class SessionLink {
   // Encrypts in queue order (the nonce is the message's position) and sends while the window
   // allows; a message waits whole for window, it is never split.
   async flush() {
-    // Nothing goes on the channel before the host's nonce: there are no keys yet.
+    // Nothing goes on the channel before the host's answer checked out: there are no keys yet.
     if (this.flushing || this.state !== "open" || this.channelCrypto === null) return;
     this.flushing = true;
     try {
