@@ -7,6 +7,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from websockets.exceptions import InvalidStatus
 
 from tests.support import (
     RelayProcess,
@@ -27,15 +28,18 @@ from tunnel.teammate.client import LimitReachedError, connect_teammate
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-async def test_connections_per_ip_beyond_the_limit_are_closed_with_4006(tmp_path: Path) -> None:
+async def test_connections_per_ip_beyond_the_limit_are_refused_with_503(tmp_path: Path) -> None:
     relay = RelayProcess(tmp_path, "--max-connections-per-ip", "3").start()
     try:
         async with contextlib.AsyncExitStack() as stack:
             peers = [await stack.enter_async_context(raw_peer(relay.url)) for _ in range(3)]
             for peer in peers:
                 assert (await peer.receive_frame())["k"] == "hello"
-            async with raw_peer(relay.url) as extra:
-                assert await extra.close_code() == 4006
+            # Counted from the TCP accept: refused before its opening (docs/relay.md).
+            with pytest.raises(InvalidStatus) as refused:
+                async with raw_peer(relay.url):
+                    pass
+            assert refused.value.response.status_code == 503
             # The three admitted connections are untouched.
             for peer in peers:
                 assert peer.websocket.close_code is None

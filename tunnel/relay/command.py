@@ -173,6 +173,24 @@ def relay_command(
             help="Teammates attached to one host (0: no limit).",
         ),
     ] = 32,
+    drive_seats: Annotated[
+        int,
+        typer.Option(
+            envvar="TUNNEL_RELAY_DRIVE_SEATS",
+            metavar="N",
+            help="Of --max-teammates-per-host, seats only drive links may take: viewers get at"
+            " most the others (0: none kept).",
+        ),
+    ] = 4,
+    channel_timeout: Annotated[
+        float,
+        typer.Option(
+            envvar="TUNNEL_RELAY_CHANNEL_TIMEOUT",
+            metavar="SECONDS",
+            help="Seconds an attached teammate may hold no channel open before it is closed"
+            " (0: no limit).",
+        ),
+    ] = 10.0,
     max_connections_per_ip: Annotated[
         int,
         typer.Option(
@@ -279,6 +297,8 @@ def relay_command(
             metrics_token=_metrics_token(metrics_token, metrics_token_file),
             max_hosts=_limit(max_hosts),
             max_teammates_per_host=_limit(max_teammates_per_host),
+            drive_seats=_limit(drive_seats),
+            channel_timeout=None if channel_timeout <= 0 else channel_timeout,
             max_connections_per_ip=_limit(max_connections_per_ip),
             max_channels_per_teammate=_limit(max_channels_per_teammate),
             max_cast_backlog=max_cast_backlog,

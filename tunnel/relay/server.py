@@ -43,6 +43,47 @@ SHUTDOWN_GRACE = 5.0
 """Seconds to let connections close (1001) when the relay stops."""
 
 
+REFUSED_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+)
+"""The answer to a TCP connection beyond `max_connections_per_ip`, sent at its accept."""
+
+
+class RelayConnection(ServerConnection):
+    """A connection counted against its address from the TCP accept (`Switch.accept`), not only
+    once its WebSocket is open: a client that starts openings and never finishes them holds no
+    more than the per-IP limit."""
+
+    switch: Switch | None = None
+    """Set on the subclass `run` makes for its relay."""
+
+    _opening_ip: str | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        switch = self.switch
+        assert switch is not None
+        address = transport.get_extra_info("peername")
+        ip = str(address[0]) if address else "unknown"
+        if not switch.accept(ip):
+            logger.info("refused %s: 503 too many connections", ip)
+            assert isinstance(transport, asyncio.WriteTransport)
+            transport.write(REFUSED_RESPONSE)
+            transport.close()
+            return
+        self._opening_ip = ip
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.opened()
+        super().connection_lost(exc)
+
+    def opened(self) -> None:
+        """The opening is over: stop counting it as one (once)."""
+        if self._opening_ip is not None and self.switch is not None:
+            self.switch.opened(self._opening_ip)
+        self._opening_ip = None
+
+
 class Relay:
     """One relay: the switch, the HTTP router and the per-connection handler."""
 
@@ -61,6 +102,8 @@ class Relay:
             limits=SwitchLimits(
                 max_hosts=settings.max_hosts,
                 max_teammates_per_host=settings.max_teammates_per_host,
+                drive_seats=settings.drive_seats,
+                channel_timeout=settings.channel_timeout,
                 max_connections_per_ip=settings.max_connections_per_ip,
                 max_channels_per_teammate=settings.max_channels_per_teammate,
                 max_cast_backlog=settings.max_cast_backlog,
@@ -109,6 +152,8 @@ class Relay:
             label=f"{kind.value} {ip}",
         )
         peer = Peer(link=link, kind=kind, ip=ip, challenge=secrets.token_bytes(CHALLENGE_SIZE))
+        if isinstance(websocket, RelayConnection):
+            websocket.opened()  # counted by the switch from here on (under the client's address)
         if not self.switch.connect(peer):
             logger.info(
                 "refused %s: %d too many connections", peer.describe(), CloseCode.LIMIT_REACHED
@@ -204,11 +249,15 @@ async def run(
         assert relay is not None
         return relay.handle(websocket)
 
+    class Connection(RelayConnection):
+        pass
+
     server = await serve(
         handle,
         settings.host,
         settings.port,
         process_request=process_request,
+        create_connection=Connection,
         # Channel payloads are ciphertext: compressing it wastes CPU and memory.
         compression=None,
         max_size=settings.limits.max_message_size,
@@ -224,6 +273,7 @@ async def run(
     try:
         port = int(server.sockets[0].getsockname()[1])
         relay = Relay(settings, public_url=settings.resolved_public_url(port))
+        Connection.switch = relay.switch
         await server.start_serving()
         scheme = "https" if settings.tls else "http"
         host = f"[{settings.host}]" if ":" in settings.host else settings.host

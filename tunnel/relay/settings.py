@@ -114,8 +114,16 @@ class RelaySettings:
     max_teammates_per_host: int | None = 32
     """Teammate links attached to one host at once; one more is closed with 4006."""
 
+    drive_seats: int | None = 4
+    """Seats of `max_teammates_per_host` kept for drive teammates: viewers take at most the
+    others (at least one); a viewer beyond them is closed with 4006. None or 0 keeps none."""
+
+    channel_timeout: float | None = 10.0
+    """Seconds an attached teammate may hold no channel open before it is closed with 4006."""
+
     max_connections_per_ip: int | None = 64
-    """WebSocket connections from one IP address at once; one more is closed with 4006."""
+    """Connections from one IP address at once, counted from the TCP accept (so half-finished
+    WebSocket openings count too); one more is refused."""
 
     max_channels_per_teammate: int | None = 8
     """Channels one teammate link may hold open; one more `open` is closed with 4006."""

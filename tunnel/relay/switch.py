@@ -19,6 +19,7 @@ queued data), and the host never learns of the teammate's pace.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 from collections import Counter, deque
@@ -83,6 +84,8 @@ class Peer:
     """Host: the verifiers it registered."""
     instance: bytes | None = field(default=None, repr=False)
     """Host: which host process it is (from its hello); None matches no other connection."""
+    idle_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+    """Teammate: armed while it holds no channel open (`SwitchLimits.channel_timeout`)."""
 
     def describe(self) -> str:
         """A short label for log lines: kind, address, host id. Never a secret."""
@@ -121,9 +124,23 @@ class SwitchLimits:
     max_channels_per_teammate: int | None = 8
     """Channels one teammate link may hold open: the host link's channels are shared by every
     teammate, so one link must not be able to take them all."""
+    drive_seats: int | None = 4
+    """Seats of `max_teammates_per_host` that only drive teammates may take: viewers take at
+    most the others (and always at least one), so view links handed around widely never lock a
+    host's drivers out."""
+    channel_timeout: float | None = 10.0
+    """Seconds an attached teammate may hold no channel open (after its hello, or after its
+    last channel closed) before its link is closed with 4006, giving its seat back."""
     max_cast_backlog: int = MAX_CAST_BACKLOG
     """Bytes of casts queued for one teammate channel beyond its window before it is cut from
     the broadcast (docs/protocol.md, "Broadcast")."""
+
+    def view_seats(self) -> int | None:
+        """Seats viewers may take on one host; None if unlimited."""
+        limit = self.max_teammates_per_host
+        if limit is None:
+            return None
+        return max(1, limit - (self.drive_seats or 0))
 
 
 class Switch:
@@ -156,8 +173,29 @@ class Switch:
         # Bytes of casts in each teammate channel's queue.
         self._cast_backlog: dict[tuple[Peer, int], int] = {}
         self._per_ip: Counter[str] = Counter()
+        # TCP connections whose WebSocket opening is under way, per address; bounded by the
+        # per-IP limit, which they count against.
+        self._opening: Counter[str] = Counter()
 
     # -- connections --------------------------------------------------------------------------
+
+    def accept(self, ip: str) -> bool:
+        """Count a TCP connection from `ip` from its accept until its WebSocket opens (`opened`)
+        or it ends, so half-finished openings count against the per-IP limit; False if `ip` is
+        at the maximum (then refuse it at once, uncounted)."""
+        limit = self._limits.max_connections_per_ip
+        if limit is not None and self._per_ip[ip] + self._opening[ip] >= limit:
+            self._metrics.frames_rejected.labels(reason="connections_per_ip").inc()
+            return False
+        self._opening[ip] += 1
+        return True
+
+    def opened(self, ip: str) -> None:
+        """Stop counting a connection counted by `accept`: its WebSocket opened (`connect`
+        counts it from now on, under its client's address) or it ended."""
+        self._opening[ip] -= 1
+        if self._opening[ip] <= 0:
+            del self._opening[ip]
 
     def connect(self, peer: Peer) -> bool:
         """Count a new connection; False if its IP is at the maximum (then close it with 4006)."""
@@ -175,6 +213,7 @@ class Switch:
         if self._per_ip[peer.ip] <= 0:
             del self._per_ip[peer.ip]
         self._metrics.connections.dec()
+        self._disarm(peer)
         self._drop_routes(peer)
         if not peer.admitted:
             return
@@ -297,6 +336,14 @@ class Switch:
             raise HelloError(
                 CloseCode.LIMIT_REACHED, "host has too many teammates", metric="max_teammates"
             )
+        view_seats = self._limits.view_seats()
+        if role != "drive" and view_seats is not None:
+            # The drive seats stay free of viewers (docs/relay.md, "Limits").
+            viewers = sum(1 for teammate in attached if teammate.role != "drive")
+            if viewers >= view_seats:
+                raise HelloError(
+                    CloseCode.LIMIT_REACHED, "host has too many viewers", metric="max_viewers"
+                )
         peer.name = hello.name
         peer.role = role
         peer.token_hash = hello.token_hash
@@ -304,7 +351,31 @@ class Switch:
         self.teammates[hello.host_id] = attached
         attached.add(peer)
         self._metrics.teammates_attached.inc()
+        self._arm(peer)
         logger.info("%s attached as %s", peer.describe(), role)
+
+    # -- teammates that open no channel -------------------------------------------------------
+
+    def _arm(self, peer: Peer) -> None:
+        """Start the clock of a teammate that holds no channel open."""
+        timeout = self._limits.channel_timeout
+        if timeout is None or peer.idle_timer is not None:
+            return
+        peer.idle_timer = asyncio.get_running_loop().call_later(timeout, self._idle, peer)
+
+    def _disarm(self, peer: Peer) -> None:
+        if peer.idle_timer is not None:
+            peer.idle_timer.cancel()
+            peer.idle_timer = None
+
+    def _idle(self, peer: Peer) -> None:
+        peer.idle_timer = None
+        if not peer.admitted or peer.link.closing or self.routes.channels(peer):
+            return
+        # A seat is for a teammate using it: one that only said hello gives it back.
+        self._metrics.frames_rejected.labels(reason="no_channel").inc()
+        logger.info("closed %s: %d no channel open", peer.describe(), CloseCode.LIMIT_REACHED)
+        peer.link.close_soon(CloseCode.LIMIT_REACHED, "no channel open in time")
 
     # -- channels -----------------------------------------------------------------------------
 
@@ -350,6 +421,7 @@ class Switch:
             host=host,
             host_channel=host_channel,
         )
+        self._disarm(peer)
         host.link.flush()
         self._metrics.frames_up.inc()
         self._metrics.open_channels.set(len(self.routes))
@@ -366,6 +438,9 @@ class Switch:
         self._forget_pending(route.teammate, route.host)
         other = route.other(peer, event.channel)
         self._close_channel(other, event.code, event.reason)
+        teammate = route.teammate.link
+        if teammate.admitted and not self.routes.channels(teammate):
+            self._arm(teammate)
         (self._metrics.frames_down if peer.kind is Kind.HOST else self._metrics.frames_up).inc()
         self._metrics.open_channels.set(len(self.routes))
 
@@ -377,8 +452,10 @@ class Switch:
         end.link.link.flush()
 
     def _drop_routes(self, peer: Peer, code: CloseCode | None = None) -> None:
+        teammates: set[Peer] = set()
         for route in self.routes.routes(peer):
             self._unjoin(route)
+            teammates.add(route.teammate.link)
         for item in self.routes.remove_link(peer):
             self._forget_pending(item.endpoint)
             self._close_channel(
@@ -390,6 +467,9 @@ class Switch:
             del self._pending[key]
             self._cast_backlog.pop(key, None)
         self._metrics.open_channels.set(len(self.routes))
+        for teammate in teammates - {peer}:
+            if teammate.admitted:
+                self._arm(teammate)  # its host was replaced: its channels are gone
 
     # -- data ---------------------------------------------------------------------------------
 
