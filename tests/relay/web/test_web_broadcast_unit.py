@@ -16,6 +16,7 @@ from playwright.sync_api import Page
 
 from tunnel.e2e.broadcast import BroadcastKey, CastSealer
 from tunnel.e2e.identity import HostIdentity
+from tunnel.e2e.opening import ANSWER_SIZE
 from tunnel.proto import Cast, Cut, Join, Part, decode_frame, encode_frame
 from tunnel.proto.frames import MAX_CHANNEL_ID
 from tunnel.proto.limits import DEFAULT_LIMITS
@@ -112,15 +113,18 @@ def test_decoding_broken_broadcast_frames_raises_only_protocol_errors(
 
 
 # Runs in the page: a SessionLink over a scripted WebSocket. The relay's hello sets the window;
-# the host's nonce opens the channel; then `frames` arrive all at once (data as {op, n}
-# messages sealed with the channel's down key, casts and cuts as given). onCast takes its time,
-# so a frame after a cast is handled before it only if the link does not wait.
+# the host's signed answer (made here, with a host key of the page's own) opens the channel;
+# then `frames` arrive all at once (data as {op, n} messages sealed with the channel's down key,
+# casts and cuts as given). onCast takes its time, so a frame after a cast is handled before it
+# only if the link does not wait.
 LINK = """
 async ([limits, frames]) => {
   const l = await import("/static/link.js");
   const f = await import("/static/frames.js");
   const c = await import("/static/crypto.js");
-  const hostId = "et3o22wl7yiatqbq27ffm7btzj";
+  const identity = await crypto.subtle.generateKey("Ed25519", false, ["sign", "verify"]);
+  const hostPublicKey = new Uint8Array(await crypto.subtle.exportKey("raw", identity.publicKey));
+  const hostId = await c.deriveHostId(hostPublicKey);
   const secret = new Uint8Array(32).fill(7);
   let socket = null;
   class FakeSocket {
@@ -159,13 +163,21 @@ async ([limits, frames]) => {
     await link.start();
     deliver({ c: null, k: "hello", p: { role: "relay", version: 1,
       challenge: new Uint8Array(32), limits } });
-    const open = socket.sent.find((frame) => frame.k === "open");
-    const hostNonce = new Uint8Array(16).fill(9);
-    deliver({ c: 1, k: "data", p: { d: hostNonce } });
+    const { meta } = socket.sent.find((frame) => frame.k === "open").p;
+    const ephemeral = await c.x25519KeyPair();
+    const offerHash = await c.hashOffer({ hostId, relayUrl: "http://relay.test", role: meta.role,
+      name: meta.name, salt: meta.salt, teammateKey: meta.kx });
+    const transcript = await c.hashTranscript(offerHash, meta.proof, hostPublicKey,
+      ephemeral.publicKey);
+    const signature = new Uint8Array(await crypto.subtle.sign("Ed25519", identity.privateKey,
+      c.answerSignedMessage(transcript)));
+    const answer = new Uint8Array([...hostPublicKey, ...ephemeral.publicKey, ...signature]);
+    deliver({ c: 1, k: "data", p: { d: answer } });
+    const shared = await c.sharedSecret(ephemeral.privateKey, meta.kx);
     const root = await c.e2eRoot(secret, hostId);
-    const [, down] = await c.channelKeys(root, { salt: open.p.meta.salt, hostNonce, name: "t" });
+    const [, down] = await c.channelKeys(root, shared, transcript);
     const host = await c.ChannelCipher.create(down, hostId);
-    let received = hostNonce.length;
+    let received = answer.length;
     for (const frame of frames) {
       if (frame.k === "data") {
         const d = await host.encrypt(f.encodeMsgpack({ op: "event", n: frame.n }));
@@ -228,13 +240,13 @@ def test_a_cast_costs_its_window_and_is_granted_back_once_taken(
     page: Page, static_server: str
 ) -> None:
     page.goto(static_server + BLANK_PATH)
-    # Largest message 50 in a window of 200: a grant once 100 bytes are consumed.
+    # Largest message 50 in a window of 480: a grant once 240 bytes are consumed.
     frames = [{"k": "cast", "c": 1, "size": 40} for _ in range(3)]
-    got = run_link(page, {"initial_window": 200, "max_data_size": 50}, frames)
+    got = run_link(page, {"initial_window": 480, "max_data_size": 50}, frames)
     assert got["ending"] is None
-    # The host's 16-byte nonce and three casts, granted in one window frame after the third
-    # cast was taken: none of a cast's bytes is granted while the session holds it.
-    assert got["windows"] == [16 + 3 * 40]
+    # The host's answer and three casts, granted in one window frame after the third cast was
+    # taken: none of a cast's bytes is granted while the session holds it.
+    assert got["windows"] == [ANSWER_SIZE + 3 * 40]
     assert [entry[2] for entry in got["log"]] == [0, 0, 0]
     assert got["granted"] == got["received"]
 
@@ -244,8 +256,9 @@ def test_a_cast_beyond_the_window_is_a_flow_control_error(page: Page, static_ser
     frames = [{"k": "cast", "c": 1, "size": 60}, {"k": "cast", "c": 1, "size": 130}]
     limits = {"initial_window": 200, "max_data_size": 200}
     got = run_link(page, limits, frames)
-    # 16 + 60 consumed are granted back (the peer's window fell below the largest message), so
-    # the second cast fits; one byte more than the window does not.
+    # The answer is granted back at once (it is more than half the window), the first cast's 60
+    # bytes too (the peer's window fell below the largest message), so the second cast fits;
+    # one byte more than the window does not.
     assert got["ending"] is None
     got = run_link(page, limits, [{"k": "cast", "c": 1, "size": 201}])
     assert got["ending"]["code"] == 4004

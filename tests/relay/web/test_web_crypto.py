@@ -1,5 +1,7 @@
-"""The page's WebCrypto derives the bytes of tunnel/e2e (tests/vectors/crypto.json) and opens the
-host's casts exactly as tunnel.e2e.broadcast.CastOpener does."""
+"""The page's WebCrypto derives the bytes of tunnel/e2e (tests/vectors/crypto.json): the token,
+the root, every step of the channel opening (tunnel.e2e.opening) and the channel's ciphertexts;
+it refuses an answer to an opening whose transcript differs in any field, as Python does; and it
+opens the host's casts exactly as tunnel.e2e.broadcast.CastOpener does."""
 
 from __future__ import annotations
 
@@ -8,11 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from playwright.sync_api import Page
 
 from tunnel.e2e.broadcast import BroadcastKey, CastSealer
-from tunnel.e2e.crypto import channel_keys
-from tunnel.e2e.identity import HostIdentity, derive_host_id
+from tunnel.e2e.identity import PUBLIC_KEY_SIZE, HostIdentity, derive_host_id
+from tunnel.e2e.opening import (
+    EPHEMERAL_KEY_SIZE,
+    Offer,
+    OpeningError,
+    TeammateOpening,
+    answer_offer,
+    answer_signed_message,
+    full_transcript_hash,
+)
+from tunnel.link.urls import http_base_url
 
 from .conftest import BLANK_PATH, PageLog
 
@@ -26,45 +38,41 @@ async (v) => {
   const c = await import("/static/crypto.js");
   const f = await import("/static/frames.js");
   const secret = c.fromHex(v.secret_hex);
-  const channel = { salt: c.fromHex(v.salt_hex), hostNonce: c.fromHex(v.host_nonce_hex),
-    name: v.name };
   const token = await c.relayToken(secret, v.host_id);
   const root = await c.e2eRoot(secret, v.host_id);
-  const [up, down] = await c.channelKeys(root, channel);
+  const teammate = await c.x25519KeyPair(c.fromHex(v.kx_teammate_private_hex));
+  const host = await c.x25519KeyPair(c.fromHex(v.kx_host_private_hex));
+  const opening = await c.TeammateOpening.create({ root, hostId: v.host_id,
+    relayUrl: v.relay_url, role: v.role, name: v.name, salt: c.fromHex(v.salt_hex),
+    keyPair: teammate });
+  const meta = opening.meta();
+  const answer = c.fromHex(v.kx_answer_hex);
+  const hostPublicKey = c.fromHex(v.host_public_key_hex);
+  const transcript = await c.hashTranscript(opening.offerHash, opening.proof, hostPublicKey,
+    host.publicKey);
+  const shared = await c.sharedSecret(teammate.privateKey, host.publicKey);
+  const sharedAtHost = await c.sharedSecret(host.privateKey, teammate.publicKey);
+  const [up, down] = await c.channelKeys(root, shared, transcript);
+  const verifyKey = await crypto.subtle.importKey("raw", hostPublicKey, "Ed25519", false,
+    ["verify"]);
+  const signatureVerifies = await crypto.subtle.verify("Ed25519", verifyKey,
+    answer.slice(answer.length - 64), c.answerSignedMessage(transcript));
+  // The opening's own ciphers, from the answer alone.
+  const channel = await opening.finish(answer);
+  const ct0 = await channel.send.encrypt(c.fromHex(v.plaintext_hex));
+  const ct1 = await channel.send.encrypt(c.fromHex(v.plaintext_hex));
+  const reply = await channel.receive.decrypt(c.fromHex(v.ciphertext_down_0_hex));
+  // The same from the keys computed step by step.
   const send = await c.ChannelCipher.create(up, v.host_id);
-  const ct0 = await send.encrypt(c.fromHex(v.plaintext_hex));
-  const ct1 = await send.encrypt(c.fromHex(v.plaintext_hex));
+  const keysCiphertext = await send.encrypt(c.fromHex(v.plaintext_hex));
   const receive = await c.ChannelCipher.create(down, v.host_id);
-  const reply = await receive.decrypt(c.fromHex(v.ciphertext_down_0_hex));
-  const both = await c.teammateChannelCrypto(secret, v.host_id, channel);
-  const viaPair = await both.send.encrypt(c.fromHex(v.plaintext_hex));
-  const pairReply = await both.receive.decrypt(c.fromHex(v.ciphertext_down_0_hex));
-  // Each input is bound into both keys: change any one and neither key stays the same.
-  const flip = (bytes) => { const out = bytes.slice(); out[0] ^= 1; return out; };
-  const variants = [
-    { ...channel, salt: flip(channel.salt) },
-    { ...channel, hostNonce: flip(channel.hostNonce) },
-    { ...channel, name: v.name + " " },
-    { ...channel, name: v.name.toUpperCase() },
-  ];
-  const variantKeys = [];
-  for (const variant of variants) {
-    variantKeys.push((await c.channelKeys(root, variant)).map(c.toHex));
-  }
-  const refused = [];
-  for (const bad of [
-    { ...channel, salt: channel.salt.slice(1) },
-    { ...channel, hostNonce: channel.hostNonce.slice(1) },
-    { ...channel, hostNonce: new Uint8Array(17) },
-    { ...channel, hostNonce: undefined },
-    { ...channel, name: undefined },
-  ]) {
-    try {
-      await c.channelKeys(root, bad);
-      refused.push("accepted");
-    } catch (error) {
-      refused.push(error.name);
-    }
+  const keysReply = await receive.decrypt(c.fromHex(v.ciphertext_down_0_hex));
+  let second;
+  try {
+    await opening.finish(answer);
+    second = "accepted";
+  } catch (error) {
+    second = error.name;
   }
   const url = new URL(v.share_link);
   const parsed = c.parseFragment(url.hash);
@@ -72,15 +80,26 @@ async (v) => {
     token_b64url: c.b64urlEncode(token),
     verifier_hex: c.toHex(await c.tokenVerifier(token)),
     root_hex: c.toHex(root),
+    kx_teammate_key_hex: c.toHex(teammate.publicKey),
+    kx_host_key_hex: c.toHex(host.publicKey),
+    kx_offer_hash_hex: c.toHex(opening.offerHash),
+    kx_proof_key_hex: c.toHex(await c.proofKey(root)),
+    kx_proof_hex: c.toHex(opening.proof),
+    kx_transcript_hash_hex: c.toHex(transcript),
+    kx_shared_hex: c.toHex(shared),
+    shared_at_host_hex: c.toHex(sharedAtHost),
+    signature_verifies: signatureVerifies,
     k_up_hex: c.toHex(up),
     k_down_hex: c.toHex(down),
     ciphertext_up_0_hex: c.toHex(ct0),
     ciphertext_up_1_hex: c.toHex(ct1),
     reply_plaintext_hex: c.toHex(reply),
-    pair_ciphertext_up_0_hex: c.toHex(viaPair),
-    pair_reply_plaintext_hex: c.toHex(pairReply),
-    variant_keys: variantKeys,
-    refused,
+    keys_ciphertext_up_0_hex: c.toHex(keysCiphertext),
+    keys_reply_plaintext_hex: c.toHex(keysReply),
+    meta: Object.fromEntries(Object.entries(meta).map(
+      ([key, value]) => [key, value instanceof Uint8Array ? c.toHex(value) : value])),
+    private_key_kept: opening.privateKey !== null,
+    second_finish: second,
     plaintext_msgpack_hex: c.toHex(f.encodeMsgpack({ op: "prompt", text: "hello" })),
     reply_decoded: f.decodeMsgpack(reply),
     link_role: parsed.role,
@@ -94,9 +113,7 @@ async (v) => {
 FAILURES = """
 async (v) => {
   const c = await import("/static/crypto.js");
-  const root = await c.e2eRoot(c.fromHex(v.secret_hex), v.host_id);
-  const [up] = await c.channelKeys(root, { salt: c.fromHex(v.salt_hex),
-    hostNonce: c.fromHex(v.host_nonce_hex), name: v.name });
+  const up = c.fromHex(v.k_up_hex);
   const outcome = async (steps) => {
     const cipher = await c.ChannelCipher.create(up, v.host_id);
     const results = [];
@@ -174,6 +191,13 @@ def test_webcrypto_matches_the_published_vectors(
         "token_b64url",
         "verifier_hex",
         "root_hex",
+        "kx_teammate_key_hex",
+        "kx_host_key_hex",
+        "kx_offer_hash_hex",
+        "kx_proof_key_hex",
+        "kx_proof_hex",
+        "kx_transcript_hash_hex",
+        "kx_shared_hex",
         "k_up_hex",
         "k_down_hex",
         "ciphertext_up_0_hex",
@@ -181,19 +205,194 @@ def test_webcrypto_matches_the_published_vectors(
         "reply_plaintext_hex",
     ):
         assert got[key] == vectors[key], key
-    assert got["pair_ciphertext_up_0_hex"] == vectors["ciphertext_up_0_hex"]
-    assert got["pair_reply_plaintext_hex"] == vectors["reply_plaintext_hex"]
-    expected_keys = {vectors["k_up_hex"], vectors["k_down_hex"]}
-    assert len(got["variant_keys"]) == 4
-    for keys in got["variant_keys"]:
-        assert len(set(keys)) == 2
-        assert not set(keys) & expected_keys
-    assert got["refused"] == ["TypeError"] * 5
+    # Both ends of the exchange reach the same secret, and the host's signature verifies.
+    assert got["shared_at_host_hex"] == vectors["kx_shared_hex"]
+    assert got["signature_verifies"] is True
+    assert got["keys_ciphertext_up_0_hex"] == vectors["ciphertext_up_0_hex"]
+    assert got["keys_reply_plaintext_hex"] == vectors["reply_plaintext_hex"]
+    # The open's meta is the offer, field for field, and nothing else.
+    assert got["meta"] == {
+        "role": vectors["role"],
+        "name": vectors["name"],
+        "salt": vectors["salt_hex"],
+        "kx": vectors["kx_teammate_key_hex"],
+        "proof": vectors["kx_proof_hex"],
+    }
+    # The ephemeral private key is gone once the answer was checked; an opening finishes once.
+    assert got["private_key_kept"] is False
+    assert got["second_finish"] == "Error"
     assert got["plaintext_msgpack_hex"] == vectors["plaintext_hex"]
     assert got["reply_decoded"]["op"] == "error"
     assert got["link_role"] == vectors["role"]
     assert got["link_secret_hex"] == vectors["secret_hex"]
     assert got["link_host_id"] == vectors["host_id"]
+    assert page_log.errors == []
+
+
+# Runs in the page: for each case, an opening of the vectors' inputs with the case's changes
+# (hex for bytes; `teammate_private` is the ephemeral key, `root` the role root the proof is
+# made with), offered the case's answer: "accepted", or how it was refused.
+OPENINGS = """
+async ([v, cases]) => {
+  const c = await import("/static/crypto.js");
+  const out = [];
+  for (const change of cases) {
+    const inputs = { host_id: v.host_id, relay_url: v.relay_url, role: v.role, name: v.name,
+      salt: v.salt_hex, teammate_private: v.kx_teammate_private_hex, root: v.root_hex,
+      answer: v.kx_answer_hex, ...change };
+    const opening = await c.TeammateOpening.create({
+      root: c.fromHex(inputs.root), hostId: inputs.host_id, relayUrl: inputs.relay_url,
+      role: inputs.role, name: inputs.name, salt: c.fromHex(inputs.salt),
+      keyPair: await c.x25519KeyPair(c.fromHex(inputs.teammate_private)),
+    });
+    try {
+      await opening.finish(c.fromHex(inputs.answer));
+      out.push("accepted");
+    } catch (error) {
+      out.push(`${error.name} ${error.code}: ${error.message}`);
+    }
+    if (opening.privateKey !== null) out.push("the private key was kept");
+  }
+  return out;
+}
+"""
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    changed = bytearray(data)
+    changed[at] ^= 1
+    return bytes(changed)
+
+
+def _python_outcome(vectors: dict[str, Any], change: dict[str, str]) -> str:
+    """What tunnel.e2e.opening.TeammateOpening makes of the same case, spelled as the page's."""
+    inputs = {
+        "host_id": vectors["host_id"],
+        "relay_url": vectors["relay_url"],
+        "role": vectors["role"],
+        "name": vectors["name"],
+        "salt": vectors["salt_hex"],
+        "teammate_private": vectors["kx_teammate_private_hex"],
+        "root": vectors["root_hex"],
+        "answer": vectors["kx_answer_hex"],
+        **change,
+    }
+    opening = TeammateOpening(
+        root=bytes.fromhex(inputs["root"]),
+        host_id=inputs["host_id"],
+        relay_url=inputs["relay_url"],
+        role=inputs["role"],
+        name=inputs["name"],
+        salt=bytes.fromhex(inputs["salt"]),
+        private_key=X25519PrivateKey.from_private_bytes(bytes.fromhex(inputs["teammate_private"])),
+    )
+    try:
+        opening.finish(bytes.fromhex(inputs["answer"]))
+    except OpeningError as error:
+        return f"OpeningError {int(error.code)}: {error.reason}"
+    return "accepted"
+
+
+def _opening_cases(vectors: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """One case per transcript field the teammate's view of it can differ in, and answers that
+    are not the host's: each must be refused (the first, the genuine one, accepted)."""
+    identity = HostIdentity.from_seed(bytes.fromhex(vectors["host_seed_hex"]))
+    answer = bytes.fromhex(vectors["kx_answer_hex"])
+    root = bytes.fromhex(vectors["root_hex"])
+    host_key_at = PUBLIC_KEY_SIZE
+    offer = Offer(
+        host_id=vectors["host_id"],
+        relay_url=vectors["relay_url"],
+        role=vectors["role"],
+        name=vectors["name"],
+        salt=bytes.fromhex(vectors["salt_hex"]),
+        teammate_key=bytes.fromhex(vectors["kx_teammate_key_hex"]),
+    )
+    proof = bytes.fromhex(vectors["kx_proof_hex"])
+    # Someone else's key, signing the right transcript: not the key of the link's host id.
+    forger = HostIdentity.from_seed(bytes(range(0x40, 0x60)))
+    host_key = answer[host_key_at : host_key_at + EPHEMERAL_KEY_SIZE]
+    forged_transcript = full_transcript_hash(offer, proof, forger.public_key, host_key)
+    forged = forger.public_key + host_key + forger.sign(answer_signed_message(forged_transcript))
+    # The host's genuine answer to another offer (another salt): replayed into this channel.
+    other_offer = Offer(
+        host_id=offer.host_id,
+        relay_url=offer.relay_url,
+        role=offer.role,
+        name=offer.name,
+        salt=bytes(16),
+        teammate_key=offer.teammate_key,
+    )
+    other_proof = TeammateOpening(
+        root=root,
+        host_id=offer.host_id,
+        relay_url=offer.relay_url,
+        role=offer.role,
+        name=offer.name,
+        salt=other_offer.salt,
+        private_key=X25519PrivateKey.from_private_bytes(
+            bytes.fromhex(vectors["kx_teammate_private_hex"])
+        ),
+    ).proof
+    replayed = answer_offer(identity, root=root, offer=other_offer, proof=other_proof).answer
+    # A low-order ephemeral key, well signed by the host: the DH secret would be all zeros.
+    low_order = bytes(EPHEMERAL_KEY_SIZE)
+    low_transcript = full_transcript_hash(offer, proof, identity.public_key, low_order)
+    weak = identity.public_key + low_order + identity.sign(answer_signed_message(low_transcript))
+    return {
+        "genuine": {},
+        "host id": {"host_id": derive_host_id(forger.public_key)},
+        "relay URL": {"relay_url": "https://relay.example:8443"},
+        "role": {"role": "view"},
+        "name": {"name": "Alice"},
+        "salt": {"salt": _flip(offer.salt, 0).hex()},
+        "teammate kx": {"teammate_private": bytes(range(0x10, 0x30)).hex()},
+        "proof": {"root": _flip(root, 0).hex()},
+        "host public key": {"answer": _flip(answer, 0).hex()},
+        "another key's signature": {"answer": forged.hex()},
+        "host kx": {"answer": _flip(answer, host_key_at).hex()},
+        "signature": {"answer": _flip(answer, len(answer) - 1).hex()},
+        "answer of another channel": {"answer": replayed.hex()},
+        "low-order host kx": {"answer": weak.hex()},
+        "old host nonce": {"answer": bytes(16).hex()},
+        "short answer": {"answer": answer[:-1].hex()},
+        "long answer": {"answer": (answer + b"\0").hex()},
+        "empty answer": {"answer": ""},
+    }
+
+
+def test_an_answer_to_any_other_transcript_is_refused_as_python_refuses_it(
+    page: Page, static_server: str, page_log: PageLog
+) -> None:
+    vectors = load_vectors()
+    cases = _opening_cases(vectors)
+    open_blank(page, static_server)
+    got = dict(zip(cases, page.evaluate(OPENINGS, [vectors, list(cases.values())]), strict=True))
+    expected = {name: _python_outcome(vectors, change) for name, change in cases.items()}
+    assert got == expected
+    not_signed = "OpeningError 4003: the answer is not signed by the host"
+    not_host = "OpeningError 4003: the answer is not from the host"
+    malformed = "OpeningError 4000: the host's answer is malformed"
+    assert got == {
+        "genuine": "accepted",
+        "host id": not_host,
+        "relay URL": not_signed,
+        "role": not_signed,
+        "name": not_signed,
+        "salt": not_signed,
+        "teammate kx": not_signed,
+        "proof": not_signed,
+        "host public key": not_host,
+        "another key's signature": not_host,
+        "host kx": not_signed,
+        "signature": not_signed,
+        "answer of another channel": not_signed,
+        "low-order host kx": "OpeningError 4003: unusable ephemeral key",
+        "old host nonce": malformed,
+        "short answer": malformed,
+        "long answer": malformed,
+        "empty answer": malformed,
+    }
     assert page_log.errors == []
 
 
@@ -220,15 +419,17 @@ def test_malformed_fragments_are_refused(page: Page, static_server: str) -> None
     assert {fragment: result for fragment, result in got.items() if result != "BadLinkError"} == {}
 
 
-# Runs in the page: channel keys for several names, from the vectors' root, salt and nonce.
-NAMED_KEYS = """
+# Runs in the page: the offer hash (TH1) and proof of the vectors' opening under several names.
+NAMED_OFFERS = """
 async ([v, names]) => {
   const c = await import("/static/crypto.js");
   const root = c.fromHex(v.root_hex);
   const out = [];
   for (const name of names) {
-    const channel = { salt: c.fromHex(v.salt_hex), hostNonce: c.fromHex(v.host_nonce_hex), name };
-    out.push((await c.channelKeys(root, channel)).map(c.toHex));
+    const opening = await c.TeammateOpening.create({ root, hostId: v.host_id,
+      relayUrl: v.relay_url, role: v.role, name, salt: c.fromHex(v.salt_hex),
+      keyPair: await c.x25519KeyPair(c.fromHex(v.kx_teammate_private_hex)) });
+    out.push([c.toHex(opening.offerHash), c.toHex(opening.proof)]);
   }
   return out;
 }
@@ -244,21 +445,57 @@ async (inputs) => {
 """
 
 
-def test_names_are_bound_into_the_keys_as_utf8(page: Page, static_server: str) -> None:
+def test_names_are_bound_into_the_transcript_as_utf8(page: Page, static_server: str) -> None:
     vectors = load_vectors()
     open_blank(page, static_server)
     names = ["alice", "Zoë", "張偉", "😀 party", "x\u0301", "a" * 64]
-    got = page.evaluate(NAMED_KEYS, [vectors, names])
-    root = bytes.fromhex(vectors["root_hex"])
-    salt = bytes.fromhex(vectors["salt_hex"])
-    host_nonce = bytes.fromhex(vectors["host_nonce_hex"])
-    expected = [
-        [k.hex() for k in channel_keys(root, salt=salt, host_nonce=host_nonce, name=name)]
-        for name in names
-    ]
+    got = page.evaluate(NAMED_OFFERS, [vectors, names])
+    private = X25519PrivateKey.from_private_bytes(bytes.fromhex(vectors["kx_teammate_private_hex"]))
+    expected = []
+    for name in names:
+        opening = TeammateOpening(
+            root=bytes.fromhex(vectors["root_hex"]),
+            host_id=vectors["host_id"],
+            relay_url=vectors["relay_url"],
+            role=vectors["role"],
+            name=name,
+            salt=bytes.fromhex(vectors["salt_hex"]),
+            private_key=private,
+        )
+        expected.append([opening.offer.transcript_hash().hex(), opening.proof.hex()])
     assert got == expected
-    assert got[0] == [vectors["k_up_hex"], vectors["k_down_hex"]]
-    assert len({key for pair in got for key in pair}) == 2 * len(names)
+    assert got[0] == [vectors["kx_offer_hash_hex"], vectors["kx_proof_hex"]]
+    assert len({value for pair in got for value in pair}) == 2 * len(names)
+
+
+# Runs in the page: the relay URL a link binds, for each attach URL, and for the link the page
+# makes from its own location.
+RELAY_URLS = """
+async (urls) => {
+  const l = await import("/static/link.js");
+  const own = new l.SessionLink({ url: l.attachUrl(location), hostId: "a".repeat(26),
+    role: "view", secret: new Uint8Array(32), name: "t", onMessage() {}, onEnd() {} });
+  return { urls: urls.map(l.relayUrlOf), own: own.relayUrl, origin: location.origin };
+}
+"""
+
+
+def test_the_relay_url_in_the_transcript_is_the_pages_origin_in_python_normal_form(
+    page: Page, static_server: str
+) -> None:
+    open_blank(page, static_server)
+    urls = [
+        "ws://127.0.0.1:8080/v1/attach",
+        "ws://LOCALHOST:80/v1/attach",
+        "wss://Relay.Example:443/v1/attach",
+        "wss://relay.example:8443/v1/attach",
+        "ws://[::1]:9000/v1/attach",
+        "wss://[2001:DB8::1]/v1/attach",
+    ]
+    got = page.evaluate(RELAY_URLS, urls)
+    assert got["urls"] == [http_base_url(url.removesuffix("/v1/attach")) for url in urls]
+    # The tests serve the page at http://127.0.0.1:PORT: that is the relay URL it binds.
+    assert got["own"] == got["origin"] == http_base_url(static_server)
 
 
 def test_channel_names_are_what_the_host_accepts(page: Page, static_server: str) -> None:
