@@ -57,6 +57,7 @@ from tunnel.app.requests import (
     decode_request,
 )
 from tunnel.host.presence import Member, Presence
+from tunnel.host.replay_limit import ReplayLimit
 from tunnel.log import Event, Item, Log, StoreError
 from tunnel.process.groups import unwrap_group
 
@@ -180,6 +181,8 @@ class SessionChannelHandler:
         self._broadcast = broadcast
         self._you = -1
         self._stream_scope: anyio.CancelScope | None = None
+        # This channel's own catch-up rate, however often it subscribes (docs/application.md).
+        self._replay_limit = ReplayLimit(now=anyio.current_time())
 
     async def run(self) -> None:
         member = Member(name=self._channel.name, role=self._channel.role)
@@ -554,6 +557,7 @@ class SessionChannelHandler:
                     )
                 )
                 del page  # only the encoded page waits for the channel's window
+            await anyio.sleep(self._replay_limit.take(len(plaintext), anyio.current_time()))
             await self._send_plaintext(plaintext)
             reset, context = False, []  # said once, on the first page
             if not more:
