@@ -10,7 +10,7 @@ from playwright.sync_api import Page
 
 from tunnel import handshake
 from tunnel.app import requests as app_requests
-from tunnel.e2e import broadcast, crypto, identity
+from tunnel.e2e import broadcast, crypto, identity, opening
 from tunnel.process import backoff
 from tunnel.proto import codes, frames, limits
 
@@ -72,8 +72,14 @@ def python_values() -> dict[str, Any]:
         "TAG_SIZE": crypto.TAG_SIZE,
         "RELAY_TOKEN_INFO": crypto.RELAY_TOKEN_INFO,
         "E2E_INFO": crypto.E2E_INFO,
-        "UP_INFO": crypto.UP_INFO,
-        "DOWN_INFO": crypto.DOWN_INFO,
+        "TRANSCRIPT_LABEL": opening.TRANSCRIPT_LABEL,
+        "PROOF_INFO": opening.PROOF_INFO,
+        "UP_INFO": opening.UP_INFO,
+        "DOWN_INFO": opening.DOWN_INFO,
+        "ANSWER_SIGN_LABEL": opening.ANSWER_SIGN_LABEL,
+        "EPHEMERAL_KEY_SIZE": opening.EPHEMERAL_KEY_SIZE,
+        "PROOF_SIZE": opening.PROOF_SIZE,
+        "ANSWER_SIZE": opening.ANSWER_SIZE,
         "EPOCH_SIZE": broadcast.EPOCH_SIZE,
         "COUNTER_SIZE": broadcast.COUNTER_SIZE,
         "SIGNATURE_SIZE": broadcast.SIGNATURE_SIZE,
