@@ -77,7 +77,7 @@ async def ours(wd: Path) -> AsyncIterator[System]:
     ):
         link = (await ready(host))["link"]
         async with connect_teammate(link, name="bench") as session:
-            yield System("ours", session.send, session.receive, [relay.pid, host.pid])
+            yield System("ours", session.send, session.receive_plaintext, [relay.pid, host.pid])
 
 
 @contextlib.asynccontextmanager

@@ -32,8 +32,8 @@ from harness import raise_fd_limit
 from peers import control, say, until_stdin_closes
 from websockets.asyncio.client import connect
 
-from tunnel.app.host_messages import decode_host_message
-from tunnel.app.requests import Subscribe, encode_request
+from tunnel.app.follower import FollowerEvent, Item, Presence, SnapshotPage
+from tunnel.app.host_messages import Member, pack
 from tunnel.teammate.client import connect_teammate
 
 POLL = 0.01
@@ -75,12 +75,12 @@ class Swarm:
                 if mode == "echo":
                     await session.send(control("echo", n=1))
                     await session.send(b"x")
-                    await session.receive()
+                    await session.receive_plaintext()
                     state.ready = True
                     gate.release()
                     released = True
                     await anyio.sleep_forever()
-                await session.send(encode_request(Subscribe(after=None)))
+                await session.subscribe()
                 while True:
                     message = await session.receive()
                     self._count(state, message)
@@ -91,21 +91,21 @@ class Swarm:
             if not released:
                 gate.release()
 
-    def _count(self, state: Teammate, message: bytes) -> None:
+    def _count(self, state: Teammate, event: FollowerEvent) -> None:
         state.messages += 1
-        state.received_bytes += len(message)
-        decoded = decode_host_message(message)
-        op = decoded["op"]
-        if op == "item":
+        # The size of what the host said, as it would be on the channel (events are decoded).
+        size = len(pack(_wire(event)))
+        state.received_bytes += size
+        if isinstance(event, Item):
             state.items += 1
             state.last_item = time.monotonic()
-        elif op == "presence":
+        elif isinstance(event, Presence):
             state.presence += 1
-            state.presence_bytes += len(message)
+            state.presence_bytes += size
             self.last_presence = time.monotonic()
-        elif op == "snapshot":
-            state.items += len(decoded["items"])
-            if not decoded["more"]:
+        elif isinstance(event, SnapshotPage):
+            state.items += len(event.items)
+            if not event.more:
                 state.ready = True
 
     async def _bare(self, state: Teammate, url: str, gate: anyio.Semaphore) -> None:
@@ -229,3 +229,22 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _wire(event: FollowerEvent) -> dict[str, Any]:
+    """The map `event` came as, near enough to count its bytes."""
+    if isinstance(event, Item):
+        return {"op": "item", "item": event.item}
+    if isinstance(event, Presence):
+        if event.whole:
+            members = [_member(m) for m in event.members]
+            return {"op": "presence", "members": members, "you": event.you}
+        joined = [_member(m) for m in event.joined]
+        return {"op": "presence", "joined": joined, "left": [m.id for m in event.left]}
+    if isinstance(event, SnapshotPage):
+        return {"op": "snapshot", "items": list(event.items), "last_seq": event.last_seq}
+    return {"op": type(event).__name__}
+
+
+def _member(member: Member) -> dict[str, Any]:
+    return {"id": member.id, "name": member.name, "role": member.role}

@@ -153,7 +153,7 @@ async def _run_host(host: Host, *, task_status: anyio.abc.TaskStatus[Host]) -> N
 
 async def echo_roundtrip(session: TeammateSession, message: bytes) -> bytes:
     await session.send(message)
-    return await session.receive()
+    return await session.receive_plaintext()
 
 
 async def attach_and_echo(link: ShareLink | str, message: bytes = b"ping") -> bytes:

@@ -54,8 +54,8 @@ async def test_a_send_cancelled_while_blocked_on_window_leaves_the_channel_usabl
         assert outcome["sent"] >= 2  # flow control really pushed back
         with anyio.fail_after(20):
             for index in range(outcome["sent"]):
-                message = await session.receive()
+                message = await session.receive_plaintext()
                 assert int.from_bytes(message[:4], "big") == index
             # Would raise DecryptionFailedError had the cancelled send sealed a message.
-            assert await session.receive() == b"after the cancelled send"
+            assert await session.receive_plaintext() == b"after the cancelled send"
         await session.send(b"done")

@@ -282,7 +282,7 @@ def cast_seeds() -> dict[str, bytes]:
 
 
 def cast_messages_seeds() -> dict[str, bytes]:
-    """Plaintexts of opened casts: a msgpack array of bin (`_cast_messages`), and near misses."""
+    """Plaintexts of opened casts: a msgpack array of bin (`cast_messages`), and near misses."""
     reference = bytes.fromhex(cast_vectors()["cast_plaintext_hex"])
     item = pack({"op": "item", "item": ITEMS["message"].to_wire()})
     seeds = {

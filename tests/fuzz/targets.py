@@ -22,6 +22,7 @@ with atheris.instrument_imports():
     import msgpack
 
     from tunnel.app.errors import BadRequest
+    from tunnel.app.follower import cast_messages
     from tunnel.app.host_messages import parse as parse_host_message
     from tunnel.app.requests import decode_request
     from tunnel.e2e.broadcast import CastError, CastOpener
@@ -31,7 +32,6 @@ with atheris.instrument_imports():
     from tunnel.log import Item
     from tunnel.proto import DEFAULT_LIMITS, Connection, ProtocolError, Side, decode_frame
     from tunnel.proto.frames import _decode_fast, _decode_general
-    from tunnel.teammate.client import _cast_messages
 
 
 def _msgpack_value(data: bytes) -> Any:
@@ -117,7 +117,7 @@ def cast(data: bytes) -> None:
 
 def cast_messages(data: bytes) -> None:
     with contextlib.suppress(CastError):
-        messages = _cast_messages(data)
+        messages = cast_messages(data)
         assert type(messages) is list
         assert all(type(m) is bytes for m in messages)
 

@@ -12,6 +12,7 @@ import msgpack
 import pytest
 
 from tunnel.app.errors import BadRequest
+from tunnel.app.follower import cast_messages
 from tunnel.app.host_messages import parse as parse_host_message
 from tunnel.app.requests import decode_request
 from tunnel.e2e.broadcast import CastError, CastOpener
@@ -20,7 +21,6 @@ from tunnel.e2e.crypto import ShareLink
 from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
 from tunnel.log import Item
 from tunnel.proto import Connection, ProtocolError, Side, decode_frame
-from tunnel.teammate.client import _cast_messages
 
 from . import make_seeds
 
@@ -75,7 +75,7 @@ PARSERS: dict[str, tuple[Parse, type[Exception]]] = {
     "hello": (_hello, HelloError),
     "link": (lambda data: ShareLink.parse(data.decode()), ValueError),
     "cast": (_cast, CastError),
-    "cast_messages": (_cast_messages, CastError),
+    "cast_messages": (cast_messages, CastError),
 }
 
 
@@ -132,7 +132,7 @@ def test_the_cast_seeds_are_casts_of_the_reference_broadcast() -> None:
     assert _cast(bytes.fromhex(vectors["cast_hex"])) == bytes.fromhex(vectors["cast_plaintext_hex"])
     reference = (seeds / "cast_messages" / "ok-reference").read_bytes()
     assert reference == bytes.fromhex(vectors["cast_plaintext_hex"])
-    assert len(_cast_messages(reference)) == 1
+    assert len(cast_messages(reference)) == 1
 
 
 def test_dictionaries_are_in_libfuzzer_format() -> None:

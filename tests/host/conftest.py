@@ -14,7 +14,7 @@ from rich.console import Console
 
 from tests.support import host_settings
 from tests.support import wait_online as net_wait_online
-from tunnel.app.host_messages import decode_host_message
+from tunnel.app.host_messages import Ready
 from tunnel.e2e.crypto import ShareLink
 from tunnel.host.share import Shared, ShareSettings, run_share
 from tunnel.teammate.client import TeammateSession
@@ -66,7 +66,7 @@ async def _share(settings: ShareSettings, *, task_status: anyio.abc.TaskStatus[S
 
 
 async def _ready_probe(session: TeammateSession) -> None:
-    assert decode_host_message(await session.receive())["op"] == "ready"
+    assert isinstance(await session.receive(), Ready)
 
 
 async def wait_online(link: str | ShareLink) -> None:

@@ -9,7 +9,8 @@ from typing import Any
 
 import anyio
 
-from tunnel.app.host_messages import decode_host_message
+from tunnel.app.follower import Event, Item, Presence, SnapshotPage, SnapshotStarted
+from tunnel.app.host_messages import Error, Ready, decode_host_message, encode
 from tunnel.app.requests import Request, Subscribe, encode_request
 from tunnel.e2e.crypto import ShareLink
 from tunnel.teammate.client import TeammateSession, connect_teammate
@@ -30,30 +31,36 @@ class Teammate:
     changed: anyio.Event = field(default_factory=anyio.Event)
 
     async def send(self, request: Request) -> None:
-        await self.session.send(encode_request(request))
+        if isinstance(request, Subscribe):
+            # Through the follower, which keeps the cursor.
+            await self.session.subscribe(request.after, tail=request.tail)
+        else:
+            await self.session.send(encode_request(request))
 
     async def pump(self) -> None:
         while True:
-            message = decode_host_message(await self.session.receive())
-            op = message["op"]
-            if op == "ready":
-                self.ready = message
-            elif op == "snapshot":
-                if message.get("reset"):
-                    self.resets += 1
-                    self.items.clear()
-                self.items.extend(message["items"])
-                self.snapshot_done = not message["more"]
-            elif op == "item":
-                self.items.append(message["item"])
-            elif op == "event":
-                self.events.append(message["event"])
-            elif op == "presence":
-                # The whole list or what changed: the session holds the list they make.
-                members = self.session.members
-                self.presence.append([{"name": m.name, "role": m.role} for m in members])
-            elif op == "error":
-                self.errors.append(message)
+            event = await self.session.receive()
+            match event:
+                case Ready():
+                    self.ready = decode_host_message(encode(event))
+                case SnapshotStarted():
+                    if event.reset:
+                        self.resets += 1
+                        self.items.clear()
+                case SnapshotPage():
+                    self.items.extend(event.items)
+                    self.snapshot_done = not event.more
+                case Item():
+                    self.items.append(dict(event.item))
+                case Event():
+                    self.events.append(dict(event.event))
+                case Presence():
+                    # The whole list or what changed: the follower holds the list they make.
+                    self.presence.append([{"name": m.name, "role": m.role} for m in event.members])
+                case Error():
+                    self.errors.append(
+                        {"op": "error", "code": event.code, "message": event.message}
+                    )
             self.changed.set()
             self.changed = anyio.Event()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tests.support import RelayProcess, attach_proxy, via
-from tunnel.app.host_messages import BroadcastStart, parse
+from tunnel.app.follower import FollowerEvent
+from tunnel.app.host_messages import BroadcastStart, parse_map
 from tunnel.app.requests import PermissionAnswer, Prompt
 from tunnel.e2e.broadcast import COUNTER_SIZE, EPOCH_SIZE, SIGN_LABEL, SIGNATURE_SIZE
 from tunnel.e2e.crypto import ShareLink
@@ -325,7 +326,7 @@ async def colluder_start(colluder: Teammate) -> BroadcastStart:
     """The `broadcast` message the colluder's channel got, asked for again: a resubscribe of a
     joined channel ends with a new `broadcast` message for the same epoch."""
     got = keep_broadcast_starts(colluder.session)
-    await colluder.session._catch_up("the test asks for the broadcast message")
+    await colluder.session.subscribe(colluder.session.follower.cursor)
     with anyio.fail_after(30):
         while not got:
             await anyio.sleep(0.05)
@@ -335,15 +336,16 @@ async def colluder_start(colluder: Teammate) -> BroadcastStart:
 def keep_broadcast_starts(session: TeammateSession) -> list[BroadcastStart]:
     """From now on, every `broadcast` message `session` takes in, in a list."""
     got: list[BroadcastStart] = []
-    original = session._on_broadcast_start
+    original = session.follower.receive_message
 
-    def keep(plaintext: bytes) -> list[bytes]:
-        message = parse(plaintext)
-        assert isinstance(message, BroadcastStart)
-        got.append(message)
-        return original(plaintext)
+    def keep(message: Mapping[str, Any]) -> list[FollowerEvent]:
+        if message.get("op") == "broadcast":
+            start = parse_map(message)
+            assert isinstance(start, BroadcastStart)
+            got.append(start)
+        return original(message)
 
-    session._on_broadcast_start = keep  # type: ignore[method-assign]
+    session.follower.receive_message = keep  # type: ignore[method-assign]
     return got
 
 

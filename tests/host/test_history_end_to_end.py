@@ -12,7 +12,8 @@ import anyio
 import pytest
 
 from tests.support import RelayProcess
-from tunnel.app.host_messages import HistoryPage, HostMessage, ItemMessage, Snapshot, parse
+from tunnel.app.follower import FollowerEvent, Item, SnapshotPage, SnapshotStarted
+from tunnel.app.host_messages import HistoryPage
 from tunnel.app.requests import DEFAULT_HISTORY_ITEMS, Prompt, encode_request
 from tunnel.log import NewItem, SQLiteStore
 from tunnel.teammate.client import TeammateSession, connect_teammate
@@ -45,12 +46,12 @@ class Reader:
 
     def __init__(self, session: TeammateSession) -> None:
         self.session = session
-        self.messages: list[HostMessage] = []
+        self.messages: list[FollowerEvent] = []
         self._changed = anyio.Event()
 
     async def run(self) -> None:
         while True:
-            self.messages.append(parse(await self.session.receive()))
+            self.messages.append(await self.session.receive())
             self._changed.set()
             self._changed = anyio.Event()
 
@@ -59,8 +60,11 @@ class Reader:
             while not predicate():
                 await self._changed.wait()
 
-    def snapshots(self) -> list[Snapshot]:
-        return [m for m in self.messages if isinstance(m, Snapshot)]
+    def snapshots(self) -> list[SnapshotPage]:
+        return [m for m in self.messages if isinstance(m, SnapshotPage)]
+
+    def starts(self) -> list[SnapshotStarted]:
+        return [m for m in self.messages if isinstance(m, SnapshotStarted)]
 
     def snapshot_done(self) -> bool:
         return any(not snapshot.more for snapshot in self.snapshots())
@@ -69,9 +73,9 @@ class Reader:
         """Seqs of the snapshot and the live tail, in the order they came."""
         seqs: list[int] = []
         for message in self.messages:
-            if isinstance(message, Snapshot):
+            if isinstance(message, SnapshotPage):
                 seqs += [item["seq"] for item in message.items]
-            elif isinstance(message, ItemMessage):
+            elif isinstance(message, Item):
                 seqs.append(message.item["seq"])
         return seqs
 
@@ -95,7 +99,7 @@ async def test_a_joiner_gets_the_end_and_walks_back_by_cursor_through_a_real_rel
     ):
         await vera.session.subscribe()
         await vera.wait_for(vera.snapshot_done)
-        first = vera.snapshots()[0]
+        first = vera.starts()[0]
         held = vera.seqs()
         head = held[-1]
         assert head >= ITEMS - 1
@@ -122,7 +126,7 @@ async def test_a_joiner_gets_the_end_and_walks_back_by_cursor_through_a_real_rel
             # The live tail went on meanwhile, every item once.
             await vera.wait_for(
                 lambda: any(
-                    isinstance(m, ItemMessage) and m.item["data"].get("role") == "user"
+                    isinstance(m, Item) and m.item["data"].get("role") == "user"
                     for m in vera.messages
                 )
             )
@@ -142,11 +146,11 @@ async def test_a_resume_and_a_tail_through_a_real_relay(
             seqs = rita.seqs()
             assert seqs == list(range(500, seqs[-1] + 1))
             assert seqs[-1] >= ITEMS - 1
-            assert rita.snapshots()[0].first_seq == 500
+            assert rita.starts()[0].first_seq == 500
         async with reading(link, "tom") as tom:
             await tom.session.subscribe(tail=10)
             await tom.wait_for(tom.snapshot_done)
             seqs = tom.seqs()
             assert len(seqs) == 10
             assert seqs == list(range(seqs[0], seqs[0] + 10))
-            assert tom.snapshots()[0].earlier is True
+            assert tom.starts()[0].earlier is True

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from tests.support import RelayProcess
-from tunnel.app.host_messages import PresenceDelta, PresenceMessage, parse
+from tunnel.app.follower import Presence
 from tunnel.teammate.client import TeammateSession, connect_teammate
 
 from .conftest import sharing
@@ -49,13 +49,13 @@ async def test_fifty_clients_attaching_at_once_end_with_the_same_members(
             sessions[name] = session
             await session.subscribe(tail=0)
             while True:
-                message = parse(await session.receive())
-                if isinstance(message, PresenceMessage):
-                    wholes[name] = wholes.get(name, 0) + 1
-                elif isinstance(message, PresenceDelta):
-                    deltas[name] = deltas.get(name, 0) + 1
-                else:
+                event = await session.receive()
+                if not isinstance(event, Presence):
                     continue
+                if event.whole:
+                    wholes[name] = wholes.get(name, 0) + 1
+                else:
+                    deltas[name] = deltas.get(name, 0) + 1
                 if all_told():
                     everyone.set()
 

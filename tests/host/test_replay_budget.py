@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from tests.support import RelayProcess
-from tunnel.app.host_messages import decode_host_message
+from tunnel.app.follower import FollowerEvent, Item, SnapshotPage
 from tunnel.app.requests import PermissionAnswer, Prompt, Subscribe, encode_request
 from tunnel.log import NewItem, SQLiteStore
 from tunnel.teammate.client import TeammateSession, connect_teammate
@@ -59,13 +59,13 @@ async def _append(store: SQLiteStore, batch: list[NewItem]) -> None:
 
 
 async def follow(
-    link: str, name: str, after: int | None, on_message: Callable[[dict[str, Any]], bool]
+    link: str, name: str, after: int | None, on_message: Callable[[FollowerEvent], bool]
 ) -> None:
     """Attach, subscribe after `after`, and hand every message to `on_message` until it says
     it has seen enough."""
     async with connect_teammate(link, name=name) as session:
-        await session.send(encode_request(Subscribe(after=after)))
-        while not on_message(decode_host_message(await session.receive())):
+        await session.subscribe(after)
+        while not on_message(await session.receive()):
             pass
 
 
@@ -108,22 +108,22 @@ async def test_late_joiners_replaying_a_long_log_leave_the_live_tail_going(
         turn_over = anyio.Event()
         started = time.monotonic()
 
-        def joiner(index: int) -> Callable[[dict[str, Any]], bool]:
+        def joiner(index: int) -> Callable[[FollowerEvent], bool]:
             expected = 0
 
-            def on_message(message: dict[str, Any]) -> bool:
+            def on_message(message: FollowerEvent) -> bool:
                 nonlocal expected, first_pages
-                if message["op"] != "snapshot":
+                if not isinstance(message, SnapshotPage):
                     return False
                 if expected == 0:
                     first_pages += 1
                     if first_pages == JOINERS:
                         all_started.set()
-                seqs = [item["seq"] for item in message["items"]]
+                seqs = [item["seq"] for item in message.items]
                 # Every item once, in order, no gap.
                 assert seqs == list(range(expected, expected + len(seqs)))
                 expected += len(seqs)
-                if message["more"]:
+                if message.more:
                     return False
                 order.append(("replayed", index, expected, time.monotonic() - started))
                 return True
@@ -132,10 +132,10 @@ async def test_late_joiners_replaying_a_long_log_leave_the_live_tail_going(
 
         driver: TeammateSession | None = None
 
-        def live(message: dict[str, Any]) -> bool:
-            if message["op"] != "item":
+        def live(message: FollowerEvent) -> bool:
+            if not isinstance(message, Item):
                 return False
-            item = message["item"]
+            item = message.item
             order.append(("live", item["type"], item["seq"], time.monotonic() - started))
             if item["type"] == "permission_request" and driver is not None:
                 answer = PermissionAnswer(

@@ -49,6 +49,6 @@ async def test_host_and_teammate_use_the_window_and_frame_size_the_relay_adverti
                             await session.send(message)
 
                     senders.start_soon(send_all)
-                    echoed = [await session.receive() for _ in messages]
+                    echoed = [await session.receive_plaintext() for _ in messages]
                 assert echoed == messages
             tg.cancel_scope.cancel()

@@ -67,7 +67,7 @@ async def test_two_teammates_only_ever_see_their_own_channel(
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(sender)
                     for _ in range(200):
-                        received[name].append(await session.receive())
+                        received[name].append(await session.receive_plaintext())
 
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:

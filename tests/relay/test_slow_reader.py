@@ -36,7 +36,7 @@ async def echo_throughput(session: TeammateSession, seconds: float) -> float:
         tg.start_soon(sender)
         # Bounded: at most one window of messages is in flight when the sender stops.
         while not (done.is_set() and counts["echoed"] == counts["sent"]):
-            assert await session.receive() == payload
+            assert await session.receive_plaintext() == payload
             counts["echoed"] += 1
     return counts["echoed"] * len(payload) / (anyio.current_time() - start)
 
@@ -90,7 +90,7 @@ async def test_a_teammate_that_stops_reading_slows_only_itself(
                 # It wakes up: every message comes back, in order, none lost.
                 with anyio.fail_after(60):
                     for index in range(FLOOD_MESSAGES):
-                        assert await sleeper.receive() == flood_message(index)
+                        assert await sleeper.receive_plaintext() == flood_message(index)
 
     print(
         f"\nstreamer echo throughput: alone {baseline / 1e6:.1f} MB/s, "

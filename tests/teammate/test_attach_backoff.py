@@ -6,6 +6,7 @@ import io
 
 from rich.console import Console
 
+from tests.teammate.feeding import show
 from tunnel.app.host_messages import Ready, encode
 from tunnel.e2e.crypto import ShareLink, new_secret
 from tunnel.teammate.attach import Attachment, AttachSettings
@@ -24,10 +25,11 @@ def test_the_hosts_ready_resets_the_backoff_so_the_next_outage_starts_short() ->
     for _ in range(6):
         backoff.next_delay()  # six outages in a row: the next wait would be the cap
     assert backoff.next_delay() > backoff.initial
-    attachment._show(
+    show(
+        attachment,
         encode(
             Ready(conversation_id="c", role="view", name="me", agent_name="demo", agent_kind="chat")
-        )
+        ),
     )
     assert backoff.attempt == 0
     assert backoff.next_delay() <= backoff.initial

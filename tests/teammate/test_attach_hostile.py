@@ -24,6 +24,7 @@ from rich.console import Console
 
 from tests.host.teammate import attached
 from tests.support import RelayProcess, read_line
+from tests.teammate.feeding import show
 from tests.terminal.hostile import (
     NAMES,
     WIRE,
@@ -88,9 +89,10 @@ def _item(seq: int, kind: str, **data: Any) -> dict[str, Any]:
 
 def test_names_items_events_and_errors_are_printed_escaped() -> None:
     attachment, out = _attachment()
-    attachment._show(_ready())
-    attachment._show(encode(PresenceMessage(members=[Member(name=n, role="drive") for n in NAMES])))
-    attachment._show(
+    show(attachment, _ready())
+    show(attachment, encode(PresenceMessage(members=[Member(name=n, role="drive") for n in NAMES])))
+    show(
+        attachment,
         encode(
             Snapshot(
                 items=[
@@ -100,13 +102,13 @@ def test_names_items_events_and_errors_are_printed_escaped() -> None:
                 last_seq=2,
                 more=False,
             )
-        )
+        ),
     )
     request = {"request_id": "r1", "title": WIRE, "options": []}
     request["options"] = [{"option_id": WIRE, "name": WIRE, "kind": "allow_once"}]
-    attachment._show(encode(ItemMessage(item=_item(3, "permission_request", **request))))
-    attachment._show(encode(EventMessage(event={"kind": "status", "data": {"state": WIRE}})))
-    attachment._show(encode(Error(code="forbidden", message=WIRE)))
+    show(attachment, encode(ItemMessage(item=_item(3, "permission_request", **request))))
+    show(attachment, encode(EventMessage(event={"kind": "status", "data": {"state": WIRE}})))
+    show(attachment, encode(Error(code="forbidden", message=WIRE)))
     printed = out.getvalue()
     assert dangerous(printed) == []
     assert f"attached as {printable(WIRE)} (drive)" in printed
@@ -119,7 +121,7 @@ async def test_a_said_text_that_echoes_the_agents_option_names_is_escaped() -> N
     attachment, out = _attachment()
     request = {"request_id": "r1", "title": "t", "options": []}
     request["options"] = [{"option_id": WIRE, "name": WIRE, "kind": "reject_once"}]
-    attachment._show(encode(ItemMessage(item=_item(1, "permission_request", **request))))
+    show(attachment, encode(ItemMessage(item=_item(1, "permission_request", **request))))
     out.seek(0)
     out.truncate()
     for line in ("/allow nope", "/allow", "/help", "/mode"):
@@ -139,8 +141,8 @@ def test_why_attach_stops_is_escaped(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_a_terminal_agents_screen_is_escaped_without_raw() -> None:
     attachment, out = _attachment()
-    attachment._show(_ready("terminal", name="me"))
-    attachment._show(encode(ItemMessage(item=_item(1, "terminal", text="$ " + WIRE))))
+    show(attachment, _ready("terminal", name="me"))
+    show(attachment, encode(ItemMessage(item=_item(1, "terminal", text="$ " + WIRE))))
     printed = out.getvalue()
     assert dangerous(printed) == []
     assert "--raw shows it as it is" in printed
@@ -149,19 +151,19 @@ def test_a_terminal_agents_screen_is_escaped_without_raw() -> None:
 
 def test_raw_passes_only_the_terminal_agents_own_screen_through() -> None:
     attachment, out = _attachment(raw=True)
-    attachment._show(_ready("terminal", name="me"))
-    attachment._show(encode(ItemMessage(item=_item(1, "message", role="user", text=WIRE))))
-    attachment._show(encode(PresenceMessage(members=[Member(name=NAMES[0], role="drive")])))
+    show(attachment, _ready("terminal", name="me"))
+    show(attachment, encode(ItemMessage(item=_item(1, "message", role="user", text=WIRE))))
+    show(attachment, encode(PresenceMessage(members=[Member(name=NAMES[0], role="drive")])))
     assert dangerous(out.getvalue()) == []
     screen = "\x1b[2J\x1b[Hhello\r\n"
-    attachment._show(encode(ItemMessage(item=_item(2, "terminal", text=screen))))
+    show(attachment, encode(ItemMessage(item=_item(2, "terminal", text=screen))))
     assert out.getvalue().endswith(screen)
 
 
 def test_raw_does_not_pass_terminal_items_of_a_chat_session() -> None:
     attachment, out = _attachment(raw=True)
-    attachment._show(_ready("chat", name="me"))
-    attachment._show(encode(ItemMessage(item=_item(1, "terminal", text=WIRE))))
+    show(attachment, _ready("chat", name="me"))
+    show(attachment, encode(ItemMessage(item=_item(1, "terminal", text=WIRE))))
     assert dangerous(out.getvalue()) == []
 
 

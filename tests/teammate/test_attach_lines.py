@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 from rich.console import Console
 
+from tests.teammate.feeding import show
 from tunnel.app.host_messages import Ready, Snapshot, encode
 from tunnel.app.requests import Input, Prompt, decode_request
 from tunnel.e2e.crypto import ShareLink, new_secret
@@ -57,7 +58,7 @@ async def _typed(attachment: Attachment, *lines: str) -> list[Any]:
 
 async def test_a_viewer_typing_a_prompt_is_told_why_in_one_line_and_nothing_is_sent() -> None:
     attachment, out = _attachment("view")
-    attachment._show(_ready("view"))
+    show(attachment, _ready("view"))
     sent = await _typed(attachment, "please do it", "/allow", "/cancel", "/mode plan")
     assert sent == []
     lines = out.getvalue().splitlines()
@@ -68,7 +69,7 @@ async def test_a_viewer_typing_a_prompt_is_told_why_in_one_line_and_nothing_is_s
 
 async def test_only_the_host_revokes_and_a_driver_prompt_is_sent() -> None:
     attachment, out = _attachment("drive")
-    attachment._show(_ready("drive"))
+    show(attachment, _ready("drive"))
     sent = await _typed(attachment, "/revoke", "hello")
     assert sent == [Prompt(text="hello")]
     assert "only the host can revoke the links" in out.getvalue()
@@ -76,10 +77,10 @@ async def test_only_the_host_revokes_and_a_driver_prompt_is_sent() -> None:
 
 async def test_a_blank_line_is_enter_for_a_terminal_agent_and_nothing_for_a_chat() -> None:
     terminal, _ = _attachment("drive")
-    terminal._show(_ready("drive", "terminal"))
+    show(terminal, _ready("drive", "terminal"))
     assert await _typed(terminal, "\n", "ls\n") == [Input(data=b"\r"), Prompt(text="ls")]
     chat, _ = _attachment("drive")
-    chat._show(_ready("drive"))
+    show(chat, _ready("drive"))
     assert await _typed(chat, "\n") == []
 
 
@@ -89,7 +90,7 @@ def _user(text: str) -> dict[str, str]:
 
 def test_a_replay_prints_its_last_items_and_says_how_many_it_left_out() -> None:
     attachment, out = _attachment("view", history=2)
-    attachment._show(_ready("view"))
+    show(attachment, _ready("view"))
     items = [
         {
             "seq": n,
@@ -99,8 +100,8 @@ def test_a_replay_prints_its_last_items_and_says_how_many_it_left_out() -> None:
         }
         for n in range(5)
     ]
-    attachment._show(encode(Snapshot(items=items[:3], last_seq=4, more=True)))
-    attachment._show(encode(Snapshot(items=items[3:], last_seq=4, more=False)))
+    show(attachment, encode(Snapshot(items=items[:3], last_seq=4, more=True)))
+    show(attachment, encode(Snapshot(items=items[3:], last_seq=4, more=False)))
     printed = out.getvalue()
     assert "3 earlier items not shown" in printed
     assert "bob: p3\nbob: p4\n" in printed

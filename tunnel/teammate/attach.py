@@ -28,7 +28,16 @@ from rich.markup import escape
 from rich.text import Text
 
 from tunnel.app import host_messages as incoming
-from tunnel.app.errors import BadRequest
+from tunnel.app.follower import (
+    CatchingUp,
+    Event,
+    FollowerEvent,
+    Item,
+    Presence,
+    Skipped,
+    SnapshotPage,
+    SnapshotStarted,
+)
 from tunnel.app.requests import (
     DRIVING_REQUESTS,
     Input,
@@ -36,7 +45,7 @@ from tunnel.app.requests import (
     Resize,
     encode_request,
 )
-from tunnel.app.roster import Roster
+from tunnel.app.roster import Change, Roster
 from tunnel.e2e.crypto import ShareLink
 from tunnel.handshake import check_name
 from tunnel.process.backoff import TEAMMATE_MAX_BACKOFF, Backoff
@@ -282,6 +291,8 @@ class Attachment:
 
     async def _attach_once(self) -> None:
         async with connect_teammate(self._settings.link, name=self._settings.name) as channel:
+            # One roster for every attachment: the list after a reconnect says only what changed.
+            channel.follower.roster = self._roster
             if self._view.last_seq is None:
                 # A fresh join: the end of the conversation only (docs/application.md); with
                 # --raw, enough of a terminal's output to draw its screen.
@@ -345,50 +356,49 @@ class Attachment:
             return None
         return command
 
-    def _show(self, plaintext: bytes) -> None:
-        try:
-            message = incoming.parse(plaintext)
-        except BadRequest:
-            logger.warning("dropped a malformed message from the host")
-            return
+    def _show(self, event: FollowerEvent) -> None:
         raw = self._raw
-        match message:
+        match event:
             case incoming.Ready():
-                self._ready(message)
-            case incoming.Snapshot():
-                if message.reset:
+                self._ready(event)
+            case SnapshotStarted():
+                if event.reset:
                     # The host's log is not the one we saw (a new log under the same
                     # conversation).
                     self._view = ConversationView()
                     self._note("the host's conversation log starts over")
-                if message.earlier and message.first_seq is not None:
-                    self._earlier = message.first_seq
+                if event.earlier and event.first_seq is not None:
+                    self._earlier = event.first_seq
                 # The state a bounded join left behind (settings, commands, open requests):
                 # known, not shown.
-                for item in reversed(message.context):
+                for item in reversed(event.context):
                     self._view.absorb_earlier(item)
-                for item in message.items:
+            case SnapshotPage():
+                for item in event.items:
                     self._replayed(item)
-                if not message.more:
+                if not event.more:
                     self._end_replay()
-            case incoming.ItemMessage():
-                self._show_item(message.item)
-            case incoming.EventMessage():
+            case Item():
+                self._show_item(event.item)
+            case Event():
                 if raw is None:
-                    self._transcript.event(message.event)
-                elif message.event.get("kind") == "terminal_size":
-                    self._terminal_size(message.event.get("data"))
-            case incoming.PresenceMessage() | incoming.PresenceDelta():
-                change = self._roster.apply(message)
+                    self._transcript.event(event.event)
+                elif event.event.get("kind") == "terminal_size":
+                    self._terminal_size(event.event.get("data"))
+            case Presence():
                 if raw is None:
                     if not self._roster_told:
                         self._roster_told = True
-                        self._screen.note(whole_line(self._roster.members))
+                        self._screen.note(whole_line(event.members))
                     else:
-                        for line in change_lines(change):
+                        for line in change_lines(Change(list(event.joined), list(event.left))):
                             self._screen.note(line)
             case incoming.Error():
-                self._note(f"refused: {message.message}", "red")
+                self._note(f"refused: {event.message}", "red")
+            case Skipped():
+                logger.warning("dropped a message from the host: %s", event.reason)
+            case CatchingUp():
+                logger.info("catching up after seq %d: %s", event.after, event.reason)
 
     def _note(self, text: str, style: str = "dim") -> None:
         if self._raw is not None:

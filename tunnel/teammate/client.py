@@ -2,13 +2,12 @@
 
 `connect_teammate(link, name=...)` says hello to the relay with the link's token, opens one
 `session` channel with an ephemeral key and the link's role (`tunnel.e2e.opening`), and
-yields a `TeammateSession` that sends and receives end-to-end encrypted application messages
-(docs/security.md). Every way the session can end is a `TeammateError` carrying the close code
-(docs/protocol.md, "Close codes").
-The live tail may come as casts of the host's broadcast: `receive` opens them (checking the
-host's signature), hands on their messages as if they came on the channel, each item once, and
-catches up by cursor on its own when one does not open or the relay cuts the channel
-(docs/application.md, "The broadcast").
+yields a `TeammateSession` that sends end-to-end encrypted requests and returns the typed
+events of `tunnel.app.follower` (docs/security.md). Every way the session can end is a
+`TeammateError` carrying the close code (docs/protocol.md, "Close codes").
+The live tail may come as casts of the host's broadcast: the follower opens them (checking the
+host's signature), hands on each item once, and asks for a catch-up by cursor when one does not
+open, an item is missing, or the relay cuts the channel (docs/application.md, "The broadcast").
 
     async with connect_teammate(link, name="alice") as session:
         await session.subscribe(tail=50)        # the last 50 items, then the live tail
@@ -20,32 +19,16 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
-import msgpack
 
 from tunnel.app.errors import BadRequest
-from tunnel.app.host_messages import (
-    BroadcastStart,
-    Error,
-    HistoryPage,
-    ItemMessage,
-    Member,
-    PresenceDelta,
-    PresenceMessage,
-    Snapshot,
-    decode_host_message,
-    encode,
-    pack,
-    parse,
-    parse_map,
-)
-from tunnel.app.requests import MAX_HISTORY_ITEMS, MAX_SEQ, History, Subscribe, encode_request
-from tunnel.app.roster import Roster
-from tunnel.e2e.broadcast import CastError, CastOpener
+from tunnel.app.follower import CatchingUp, Follower, FollowerError, FollowerEvent, Skipped
+from tunnel.app.host_messages import Error, HistoryPage, Member, decode_host_message
+from tunnel.app.requests import MAX_HISTORY_ITEMS, MAX_SEQ, History, encode_request
 from tunnel.e2e.channel import SealedChannel
 from tunnel.e2e.crypto import ChannelCrypto, DecryptionError, ShareLink, e2e_root
 from tunnel.e2e.opening import OpeningError, TeammateOpening
@@ -161,13 +144,14 @@ class _HistoryWait:
         self.error: TeammateError | BadRequest | None = None
 
 
-class TeammateSession(SealedChannel):
-    """One attached session: plaintext messages in and out over an encrypted channel.
+class TeammateSession:
+    """One attached session: typed events in, requests out, over an end-to-end channel.
 
-    The channel keys need the host's signed answer, its first message on the channel
-    (docs/security.md, "Opening a channel"): the first send or receive waits for it. Every way
-    the session ends is a TeammateError.
-    `subscribe()` and `history()` send the two requests that read the log
+    A thin I/O layer over `tunnel.app.follower.Follower`, which keeps the cursor, follows the
+    host's broadcast, catches up after a cut or a gap and keeps the roster. The channel keys
+    need the host's signed answer, its first message on the channel (docs/security.md,
+    "Opening a channel"): the first send or receive waits for it. Every way the session ends
+    is a TeammateError. `subscribe()` and `history()` send the two requests that read the log
     (docs/application.md); every other request is `send(encode_request(...))`.
     """
 
@@ -183,23 +167,16 @@ class TeammateSession(SealedChannel):
                 channel.close_soon(exc.code, exc.reason)
                 raise error_for(exc.code, exc.reason, by_peer=False) from None
 
-        super().__init__(channel, receive_answer)
+        self._sealed = SealedChannel(channel, receive_answer)
         self.link = link
         """The share link this session was opened with."""
+        self.follower = Follower(host_id=link.host_id)
+        """The session protocol's state: cursor, broadcast, roster (`statistics()`)."""
         # One history request at a time: its answer is told apart by its `before` alone.
         self._history_lock = anyio.Lock()
         self._history_wait: _HistoryWait | None = None
-        # Who is attached: the host sends the whole list once, then what changed. As many as
-        # the host's presence holds, which the relay's teammate limit bounds.
-        self._roster = Roster()
-        # The host's broadcast (docs/application.md, "The broadcast"): the last item seq held,
-        # the opener of the epoch while the channel is in it, the messages of the last cast
-        # still to hand on (one cast's worth at most), and whether a resubscribe of ours is
-        # catching up, whose snapshot is handed on as items.
-        self._cursor: int | None = None
-        self._opener: CastOpener | None = None
-        self._queued: deque[bytes] = deque()
-        self._catching_up = False
+        # The events of the last message or cast still to hand on: one cast's worth at most.
+        self._events: deque[FollowerEvent] = deque()
 
     @property
     def role(self) -> str:
@@ -212,45 +189,86 @@ class TeammateSession(SealedChannel):
         return self.link.host_id
 
     @property
+    def max_message_size(self) -> int:
+        """Largest plaintext `send` accepts."""
+        return self._sealed.max_message_size
+
+    @property
+    def closed(self) -> ChannelClosedError | None:
+        """Why the channel closed, or None while open."""
+        return self._sealed.closed
+
+    @property
     def members(self) -> list[Member]:
-        """Who is attached, as of the last presence message `receive()` returned, in the order
+        """Who is attached, as of the last `Presence` event `receive()` returned, in the order
         they joined; `you` says which of them this session is."""
-        return self._roster.members
+        return self.follower.roster.members
 
     @property
     def you(self) -> int | None:
         """The member id of this session, once the host's first presence message said it."""
-        return self._roster.you
+        return self.follower.roster.you
+
+    def close_soon(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        """Close the channel without waiting."""
+        self._sealed.close_soon(code, reason)
+
+    async def aclose(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        """Close the channel."""
+        await self._sealed.aclose(code, reason)
 
     async def send(self, plaintext: bytes) -> None:
         """Encrypt and send one message, waiting for window. Raises TeammateError once closed."""
         try:
-            await super().send(plaintext)
+            await self._sealed.send(plaintext)
         except ChannelClosedError as exc:
             raise closed_error(exc) from None
 
-    async def receive(self) -> bytes:
-        """Return the next decrypted message. Raises TeammateError once the session ended.
+    async def receive_plaintext(self) -> bytes:
+        """Return the next decrypted message as it came, past the follower: for a channel
+        that is not a session (an echo, a probe). Raises TeammateError once it ended."""
+        try:
+            return await self._sealed.receive()
+        except ChannelClosedError as exc:
+            raise closed_error(exc) from None
+        except DecryptionError:
+            raise DecryptionFailedError(CloseCode.DECRYPTION_FAILED, "from the host") from None
 
-        While a `history()` call waits, its answer is handed to it and not returned here.
-        Presence arrives as the host sends it, the whole list once and then what changed
-        (docs/application.md); `members` holds the list they make, already updated when the
-        message is returned.
+    async def receive(self) -> FollowerEvent:
+        """Return the next event of the session (`tunnel.app.follower`). Raises TeammateError
+        once the session ended, also when the host broke the protocol (the channel is then
+        closed with the follower's code and reason).
+
+        Casts of the host's broadcast are opened here, each item is returned once, and a
+        catch-up is asked for on its own (`CatchingUp`). While a `history()` call waits, its
+        answer is handed to it and not returned here. `members` is already updated when a
+        `Presence` is returned.
         """
         while True:
-            if self._queued:
-                return self._queued.popleft()
+            if self._events:
+                return self._events.popleft()
             try:
-                message = await super().receive_any()
+                message = await self._sealed.receive_any()
                 if isinstance(message, Casted):
-                    await self._on_cast(message.data)
-                elif not self._hand_over(message):
-                    self._queued.extend(await self._on_message(message))
+                    events = self.follower.receive_cast(message.data)
+                else:
+                    events = self._on_message(message)
+                for event in events:
+                    if isinstance(event, CatchingUp):
+                        logger.info(
+                            "catching up on the channel after seq %d: %s", event.after, event.reason
+                        )
+                for request in self.follower.requests_to_send():
+                    await self.send(encode_request(request))
+                self._events.extend(event for event in events if not self._hand_over(event))
                 continue
             except ChannelClosedError as exc:
                 error = closed_error(exc)
             except DecryptionError:
                 error = DecryptionFailedError(CloseCode.DECRYPTION_FAILED, "from the host")
+            except FollowerError as exc:
+                self.close_soon(exc.code, exc.reason)
+                error = error_for(exc.code, exc.reason, by_peer=False)
             except TeammateError as exc:  # a catch-up's subscribe, on a channel that ended
                 error = exc
             wait = self._history_wait
@@ -259,23 +277,28 @@ class TeammateSession(SealedChannel):
                 wait.done.set()
             raise error from None
 
+    def _on_message(self, plaintext: bytes) -> list[FollowerEvent]:
+        try:
+            message = decode_host_message(plaintext)
+        except BadRequest as exc:
+            return [Skipped(op=None, reason=str(exc))]
+        return self.follower.receive_message(message)
+
     async def subscribe(self, after: int | None = None, *, tail: int | None = None) -> None:
         """Ask for a snapshot, then the live tail; they arrive through `receive()`.
 
         `after` None is a fresh join: the snapshot holds the last `tail` items, or with `tail`
-        None the host's default (`DEFAULT_HISTORY_ITEMS`, at most one page). Its pages say
-        where it starts (`Snapshot.first_seq`) and whether the log holds items before that
-        (`Snapshot.earlier`): fetch those with `history(before=first_seq)`. Its first page's
-        `Snapshot.context` holds the items from before it whose state still holds (the agent's
-        settings and commands, the plan, open permission requests): apply them, do not list them.
+        None the host's default (`DEFAULT_HISTORY_ITEMS`, at most one page). Its first page
+        comes as `SnapshotStarted`, which says where it starts (`first_seq`) and whether the
+        log holds items before that (`earlier`): fetch those with `history(before=first_seq)`;
+        its `context` holds the items from before it whose state still holds (the agent's
+        settings and commands, the plan, open permission requests): apply them, do not list
+        them. Then a `SnapshotPage` per page, then `Item`s.
         `after` set is a resume: every item after it, exactly once (-1: the whole log); `tail`
         must then be None. A new subscribe replaces the previous one. Raises ValueError for a
         `tail` with an `after`, which the host would refuse.
         """
-        if tail is not None and after is not None:
-            raise ValueError("tail goes only with after=None: a resume gets every item after it")
-        self._catching_up = False
-        await self.send(encode_request(Subscribe(after=after, tail=tail)))
+        await self.send(encode_request(self.follower.subscribe(after, tail=tail)))
 
     async def history(self, before: int, limit: int = MAX_HISTORY_ITEMS) -> HistoryPage:
         """Fetch the newest page of stored items with seq < `before`, at most `limit` (1 to
@@ -307,171 +330,24 @@ class TeammateSession(SealedChannel):
         assert wait.page is not None  # set with done, unless error was
         return wait.page
 
-    # -- the live tail, on the channel or through the broadcast -------------------------------
-
-    async def _on_message(self, plaintext: bytes) -> list[bytes]:
-        """What to hand on of a message that came on the channel, after keeping the cursor,
-        the broadcast and presence up to date."""
-        try:
-            wire = decode_host_message(plaintext)
-        except BadRequest:
-            return [plaintext]  # the reader sees it, and what it does with a malformed message
-        op = wire["op"]
-        if op == "item":
-            return [plaintext] if self._take_item(wire) else []
-        if op == "snapshot":
-            return self._on_snapshot(plaintext, wire)
-        if op == "broadcast":
-            return self._on_broadcast_start(plaintext)
-        if op == "presence":
-            self._track_presence(wire)
-        return [plaintext]
-
-    def _on_snapshot(self, plaintext: bytes, wire: Mapping[str, Any]) -> list[bytes]:
-        # The host took the channel out of the broadcast before it sent this.
-        self._opener = None
-        try:
-            snapshot = parse_map(wire)
-        except BadRequest:
-            return [plaintext]
-        assert isinstance(snapshot, Snapshot)
-        if not self._catching_up or snapshot.reset:
-            self._catching_up = False
-            self._cursor = snapshot.last_seq
-            return [plaintext]
-        # Ours, to catch up after the broadcast failed: hand on the items the reader lacks.
-        items = [
-            encode(ItemMessage(item=item)) for item in snapshot.items if self._take_item(item, True)
-        ]
-        if not snapshot.more:
-            self._catching_up = False
-        return items
-
-    def _on_broadcast_start(self, plaintext: bytes) -> list[bytes]:
-        try:
-            wire = decode_host_message(plaintext)
-            start = parse_map(wire)
-            assert isinstance(start, BroadcastStart)
-            self._opener = CastOpener(
-                host_id=self.host_id,
-                public_key=start.public_key,
-                epoch=start.epoch,
-                key=start.key,
-                counter=start.counter,
-            )
-        except (BadRequest, CastError):
-            # Not the host's key: whoever sent this is not the host of the link.
-            self.close_soon(CloseCode.DECRYPTION_FAILED, "not the host's broadcast")
-            raise DecryptionFailedError(
-                CloseCode.DECRYPTION_FAILED, "the broadcast is not the host's"
-            ) from None
-        self._roster.apply(PresenceMessage(members=start.members, you=start.you))
-        # Handed on as the whole list it is, from the members as they came (checked above).
-        return [pack({"op": "presence", "members": wire["members"], "you": start.you})]
-
-    async def _on_cast(self, cast: bytes | None) -> None:
-        """Open a cast and queue its messages; on a cut, a cast that does not open or a gap,
-        catch up on the channel."""
-        opener = self._opener
-        if opener is None:
-            return  # not in the broadcast (yet, or any more): this one is not for us
-        if cast is None:
-            await self._catch_up("the relay cut this channel from the broadcast")
-            return
-        try:
-            messages = _cast_messages(opener.open(cast))
-        except CastError as exc:
-            await self._catch_up(str(exc))
-            return
-        accepted: list[bytes] = []
-        for plaintext in messages:
-            try:
-                wire = decode_host_message(plaintext)
-            except BadRequest:
-                accepted.append(plaintext)
-                continue
-            if wire["op"] == "item":
-                taken = self._take_item(wire, from_cast=True)
-                if taken is None:
-                    self._queued.extend(accepted)
-                    await self._catch_up("an item missing from the broadcast")
-                    return
-                if not taken:
-                    continue
-            elif wire["op"] == "presence":
-                self._track_presence(wire)
-            accepted.append(plaintext)
-        self._queued.extend(accepted)
-
-    def _take_item(self, wire: Mapping[str, Any], from_cast: bool = False) -> bool | None:
-        """Whether to hand on this item message (or item map): not one held already. From a
-        cast, None for one past the next expected (a gap)."""
-        item = wire.get("item", wire) if wire.get("op") == "item" else wire
-        seq = item.get("seq") if isinstance(item, dict) else None
-        if type(seq) is not int:
-            return True  # the reader sees it, and what it does with a malformed item
-        if self._cursor is not None:
-            if seq <= self._cursor:
-                return False
-            if from_cast and seq > self._cursor + 1:
-                return None
-        self._cursor = seq
-        return True
-
-    async def _catch_up(self, why: str) -> None:
-        """Leave the broadcast and ask the host, on the channel, for every item after the last
-        one held; its snapshot is handed on as items, and a new `broadcast` message follows."""
-        logger.info("catching up on the channel: %s", why)
-        self._opener = None
-        self._catching_up = True
-        after = -1 if self._cursor is None else self._cursor
-        await self.send(encode_request(Subscribe(after=after, tail=None)))
-
-    def _track_presence(self, wire: Mapping[str, Any]) -> None:
-        """Update `members` from a decoded presence message (the whole list, or what changed)."""
-        try:
-            message = parse_map(wire)
-        except BadRequest:
-            return  # the reader sees it, and what it does with a malformed message
-        if isinstance(message, PresenceMessage | PresenceDelta):
-            self._roster.apply(message)
-
-    def _hand_over(self, plaintext: bytes) -> bool:
-        """Give `plaintext` to the waiting `history()` call if it is its answer."""
+    def _hand_over(self, event: FollowerEvent) -> bool:
+        """Give `event` to the waiting `history()` call if it is its answer."""
         wait = self._history_wait
         if wait is None:
             return False
-        try:
-            op = decode_host_message(plaintext)["op"]
-            if op not in ("history", "error"):
-                return False
-            message = parse(plaintext)
-        except BadRequest:
-            return False  # the reader sees it, and what it does with a malformed message
-        if isinstance(message, Error):
+        if isinstance(event, Error):
             # Errors name no request. The host answers a channel's requests in order and a
             # well-formed history request is refused only by a host from before it, so a
             # bad_request now is taken as the answer; the reader still shows it, as any error.
-            if message.code == "bad_request":
-                wait.error = BadRequest(message.message)
+            if event.code == "bad_request":
+                wait.error = BadRequest(event.message)
                 wait.done.set()
             return False
-        if not isinstance(message, HistoryPage) or message.before != wait.before:
+        if not isinstance(event, HistoryPage) or event.before != wait.before:
             return False
-        wait.page = message
+        wait.page = event
         wait.done.set()
         return True
-
-
-def _cast_messages(plaintext: bytes) -> list[bytes]:
-    """The host messages in an opened cast: a msgpack array of bin (docs/application.md)."""
-    try:
-        messages = msgpack.unpackb(plaintext, raw=False)
-    except Exception as exc:  # msgpack raises many types
-        raise CastError("a cast that is not a list of messages") from exc
-    if not isinstance(messages, list) or not all(isinstance(m, bytes) for m in messages):
-        raise CastError("a cast that is not a list of messages")
-    return messages
 
 
 @asynccontextmanager

@@ -27,8 +27,8 @@ from rich.console import Console
 from tests.relay.cluster.haproxy import Haproxy, free_port
 from tests.support import RelayProcess, host_settings, running_host, stop_process
 from tests.support import wait_online as net_wait_online
-from tunnel.app.host_messages import decode_host_message
-from tunnel.app.requests import Subscribe, encode_request
+from tunnel.app.follower import Event, FollowerEvent, Item, SnapshotPage, SnapshotStarted
+from tunnel.app.host_messages import Ready
 from tunnel.e2e.crypto import ShareLink
 from tunnel.host import Host
 from tunnel.host.share import Shared, ShareSettings, run_share
@@ -239,7 +239,7 @@ async def _share(settings: ShareSettings, *, task_status: TaskStatus[Shared]) ->
 
 
 async def _ready_probe(session: TeammateSession) -> None:
-    assert decode_host_message(await session.receive())["op"] == "ready"
+    assert isinstance(await session.receive(), Ready)
 
 
 async def host_items(shared: Shared) -> list[tuple[int, str, str]]:
@@ -283,9 +283,9 @@ class Follower:
                     self.session = session
                     self.attaches += 1
                     after = self.items[-1]["seq"] if self.items else None
-                    await session.send(encode_request(Subscribe(after=after)))
+                    await session.subscribe(after)
                     while True:
-                        self._take(decode_host_message(await session.receive()))
+                        self._take(await session.receive())
             except (TeammateError, OSError) as exc:
                 self.session = None
                 self.closes.append(getattr(exc, "code", 0))
@@ -293,21 +293,21 @@ class Follower:
                 await anyio.sleep(0.2)
         raise AssertionError(f"{self.name} gave up attaching")
 
-    def _take(self, message: dict[str, Any]) -> None:
-        op = message["op"]
-        if op == "snapshot":
-            if message.get("reset"):
+    def _take(self, event: FollowerEvent) -> None:
+        match event:
+            case SnapshotStarted(reset=True):
                 self.resets += 1
-            self.items.extend(message["items"])
-            if not message["more"]:
-                self.served += 1
-        elif op == "item":
-            self.items.append(message["item"])
-        elif op == "event":
-            self.events += 1
-            event = message["event"]
-            if event["kind"] == "status" and event["data"].get("state") == "idle":
-                self.idle += 1
+            case SnapshotPage():
+                self.items.extend(event.items)
+                if not event.more:
+                    self.served += 1
+            case Item():
+                self.items.append(dict(event.item))
+            case Event():
+                self.events += 1
+                data = event.event.get("data") or {}
+                if event.event.get("kind") == "status" and data.get("state") == "idle":
+                    self.idle += 1
         self._ring()
 
     def _ring(self) -> None:
