@@ -203,10 +203,11 @@ export class SessionLink {
 
   fail(error) {
     const code = Number.isInteger(error.code) ? error.code : CloseCode.PROTOCOL_ERROR;
-    // The host learns why its channel ended when the fault was in what it sent on it.
+    // The host learns why its channel ended when the fault was in what it sent on it: its
+    // answer, or a message that did not decrypt.
     const reason = error instanceof OpeningError
       ? error.message
-      : code === CloseCode.DECRYPTION_FAILED ? "decryption failed" : error.channelReason;
+      : code === CloseCode.DECRYPTION_FAILED ? "decryption failed" : undefined;
     if (this.state === "open" && !this.closeSent && reason) {
       this.rawSend({ c: CHANNEL, k: "close", p: { code, reason } });
       this.closeSent = true;
