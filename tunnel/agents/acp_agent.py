@@ -743,17 +743,32 @@ class AcpSession(ChatSession):
     ) -> Terminal:
         where = cwd if cwd is not None else self._workspace.root
         try:
-            real = self._workspace.resolve(where)
+            # The directory itself, not its name: the command starts in what was checked.
+            cwd_fd = await anyio.to_thread.run_sync(self._workspace.open_dir, where)
         except OutsideWorkspace as exc:
             await self._refused("terminal_refused", command=command, cwd=where)
             message = f"{exc}: a terminal runs in the workspace"
             raise RequestError(-32602, message, {"cwd": where}) from None
+        except OSError:
+            reason = f"{where} is not a directory"
+            raise RequestError(-32603, reason, {"command": command}) from None
         try:
+            shown = self._workspace.relative(where)
+            name = (
+                self._workspace.root if shown == "." else os.path.join(self._workspace.root, shown)
+            )
             terminal = await terminals.create(
-                command, args, cwd=real, env=env, output_byte_limit=output_byte_limit
+                command,
+                args,
+                cwd=name,
+                cwd_fd=cwd_fd,
+                env=env,
+                output_byte_limit=output_byte_limit,
             )
         except TerminalError as exc:
             raise RequestError(-32603, str(exc), {"command": command}) from None
+        finally:
+            os.close(cwd_fd)
         await self._recorder.publish(
             "tool_terminal",
             {"terminal_id": terminal.terminal_id, "command": terminal.argv, "text": ""},

@@ -2,7 +2,8 @@
 terminal/wait_for_exit, terminal/kill and terminal/release (docs/agents.md, "Terminals").
 
 A command runs as a program with its arguments (no shell), in its own process group, with the
-workspace (or a directory inside it) as its working directory. Its stdout and stderr go to one
+workspace (or a directory inside it) as its working directory: the directory the host resolved
+to an fd, not its name again (tunnel/agents/workspace.py). Its stdout and stderr go to one
 output buffer, bounded: past the limit the oldest output is dropped, at a character boundary,
 as the protocol asks. Every chunk of output is handed to `on_output` as it arrives (the session
 streams it to the teammates), and `on_exit` is called once the command has ended or was released.
@@ -103,24 +104,26 @@ class Terminals:
         args: Sequence[str],
         *,
         cwd: str,
+        cwd_fd: int,
         env: Mapping[str, str],
         output_byte_limit: int | None,
     ) -> Terminal:
-        """Start `command` in `cwd` (already checked to be inside the workspace)."""
+        """Start `command` in the directory `cwd_fd` (`Workspace.open_dir`; the caller closes
+        it), whose name in the workspace is `cwd`."""
         if len(self._terminals) >= MAX_TERMINALS:
             raise TerminalError(f"{MAX_TERMINALS} terminals are open already; release one first")
-        if not await anyio.Path(cwd).is_dir():
-            raise TerminalError(f"{cwd} is not a directory")
         limit = DEFAULT_OUTPUT_BYTES if output_byte_limit is None else output_byte_limit
         limit = max(0, min(limit, MAX_OUTPUT_BYTES))
         argv = [command, *args]
         spawn, spawn_env = argv, {**os.environ, **env}
         if self.sandbox is not None:
+            # bubblewrap enters `cwd` by name inside the sandbox, where whatever the name leads
+            # to is something the command could reach anyway.
             spawn, spawn_env = self.sandbox.wrap(argv, spawn_env, cwd=cwd)
         try:
             process = await asyncio.create_subprocess_exec(
                 *spawn,
-                cwd=cwd,
+                cwd=_fd_path(cwd_fd, cwd),
                 env=spawn_env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -189,6 +192,16 @@ class Terminals:
             terminal.exit_code = code
         terminal.exited.set()
         await self._on_exit(terminal)
+
+
+def _fd_path(fd: int, name: str) -> str:
+    """A name the child enters `fd` by: /proc/self/fd/N is the child's own copy of the fd
+    (inherited across fork, closed only at exec since it is O_CLOEXEC, after the chdir), so the
+    directory is the one resolved, whatever the agent renamed since; the command never holds
+    the fd. Without /proc the name is all there is: only Linux confines an agent (--sandbox),
+    and an unconfined one reaches any directory anyway."""
+    proc = f"/proc/self/fd/{fd}"
+    return proc if os.path.isdir(proc) else name
 
 
 def _kill(terminal: Terminal) -> None:

@@ -9,6 +9,7 @@ result; if the driver rejects it, the agent says so.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,7 @@ class DemoTool:
     kind: str
     input: dict[str, Any] = field(default_factory=dict)
     path: str | None = None
-    """The real path of the file whose lines are counted; None lists the workspace."""
+    """The file whose lines are counted, relative to the workspace; None lists the workspace."""
 
     @property
     def action(self) -> str:
@@ -57,18 +58,19 @@ def choose_tool(workspace: Workspace) -> DemoTool:
     """Pick the file to count lines of: the README, else the biggest .py file, else none."""
     for name in README_NAMES:
         try:
-            real = workspace.resolve(name)
-        except OutsideWorkspace:
+            os.close(workspace.open_file(name))
+        except (OutsideWorkspace, OSError, ValueError):
             continue
-        if os.path.isfile(real):
-            return DemoTool(
-                title=f"Count the lines of {name}", kind="read", input={"path": name}, path=real
-            )
+        return DemoTool(
+            title=f"Count the lines of {name}", kind="read", input={"path": name}, path=name
+        )
     biggest = _biggest_python_file(workspace)
     if biggest is not None:
-        shown = workspace.relative(biggest)
         return DemoTool(
-            title=f"Count the lines of {shown}", kind="read", input={"path": shown}, path=biggest
+            title=f"Count the lines of {biggest}",
+            kind="read",
+            input={"path": biggest},
+            path=biggest,
         )
     return DemoTool(title="List the files of the workspace", kind="read", input={"path": "."})
 
@@ -80,17 +82,20 @@ def run_tool(workspace: Workspace, tool: DemoTool) -> tuple[bool, str]:
             names = sorted(os.listdir(workspace.root))
             shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
             return True, f"{len(names)} entries: {shown}" if names else "the workspace is empty"
-        count = _count_lines(tool.path)
+        count = _count_lines(workspace, tool.path)
         noun = "line" if count == 1 else "lines"
-        return True, f"{workspace.relative(tool.path)} has {count} {noun}"
+        return True, f"{tool.path} has {count} {noun}"
+    except (OutsideWorkspace, ValueError) as exc:
+        return False, f"could not run: {exc}"
     except OSError as exc:
         return False, f"could not run: {exc.strerror or exc}"
 
 
-def _count_lines(path: str) -> int:
+def _count_lines(workspace: Workspace, path: str) -> int:
     lines = 0
     last = b"\n"
-    with open(path, "rb") as file:
+    # Opened through the workspace: the file may have been swapped for a symlink since chosen.
+    with os.fdopen(workspace.open_file(path), "rb") as file:
         while chunk := file.read(1 << 16):
             lines += chunk.count(b"\n")
             last = chunk[-1:]
@@ -98,6 +103,7 @@ def _count_lines(path: str) -> int:
 
 
 def _biggest_python_file(workspace: Workspace) -> str | None:
+    """The biggest .py file, relative to the workspace; symlinks are skipped."""
     best: tuple[int, str] | None = None
     seen = 0
     for top, dirs, files in os.walk(workspace.root):
@@ -110,12 +116,11 @@ def _biggest_python_file(workspace: Workspace) -> str | None:
                 continue
             path = os.path.join(top, name)
             try:
-                real = workspace.resolve(path)
-                size = os.path.getsize(real)
-            except (OutsideWorkspace, OSError):
+                info = os.lstat(path)
+            except OSError:
                 continue
-            if best is None or size > best[0]:
-                best = (size, real)
+            if stat.S_ISREG(info.st_mode) and (best is None or info.st_size > best[0]):
+                best = (info.st_size, workspace.relative(path))
     return best[1] if best else None
 
 

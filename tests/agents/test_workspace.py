@@ -1,0 +1,265 @@
+"""The workspace rule (tunnel/agents/workspace.py), for both resolvers: the kernel's openat2 where
+this machine has it, and the walk by directory fds that stands in for it elsewhere (forced with
+`use_openat2=False`). The race against a real ACP agent is in test_workspace_agent.py."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tunnel.agents.workspace import MAX_READ_BYTES, OutsideWorkspace, Workspace
+
+SECRET = "-----BEGIN OPENSSH PRIVATE KEY-----\nnot really\n"
+RACE_TRIES = 1000
+"""Reads and writes tried while another thread swaps a folder for a symlink."""
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def resolver(request: pytest.FixtureRequest) -> bool:
+    """Whether the Workspace may use openat2 (the walk alone when not)."""
+    return bool(request.param == "openat2")
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """ws/ with sub/a.txt and symlinks that stay inside or leave; outside/ with a secret."""
+    root = tmp_path / "ws"
+    (root / "sub" / "deep").mkdir(parents=True)
+    (root / "sub" / "a.txt").write_text("a\n")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret").write_text(SECRET)
+    (root / "in").symlink_to("sub")  # relative, inside
+    (root / "in-abs").symlink_to(root / "sub")  # absolute, inside
+    (root / "sub" / "deep" / "up").symlink_to("../a.txt")  # `..` that stays inside
+    (root / "out").symlink_to("../outside")  # relative, leaves
+    (root / "out-abs").symlink_to(tmp_path / "outside")  # absolute, leaves
+    (root / "sub" / "hop").symlink_to("../out")  # inside, to a symlink that leaves
+    (root / "loop").symlink_to("loop")
+    return root
+
+
+def test_the_kernel_resolves_where_the_machine_has_openat2(tree: Path) -> None:
+    """Not an assertion about this machine: `use_openat2=False` always walks."""
+    assert Workspace(tree, use_openat2=False)._openat2 is False
+    assert Workspace(tree)._openat2 in (True, False)
+
+
+def test_paths_and_symlinks_that_stay_inside_are_served(tree: Path, resolver: bool) -> None:
+    ws = Workspace(tree, use_openat2=resolver)
+    real = os.path.realpath(tree)
+    for path in (
+        "sub/a.txt",
+        "./sub//a.txt",
+        "in/a.txt",
+        "in-abs/a.txt",
+        "sub/deep/up",
+        "sub/deep/../a.txt",
+        f"{real}/sub/a.txt",
+        f"{tree}/in/../sub/a.txt",
+    ):
+        assert ws.read_text(path) == "a\n", path
+    ws.write_text("in/b.txt", "b\n")
+    ws.write_text("in-abs/c.txt", "c\n")
+    assert (tree / "sub" / "b.txt").read_text() == "b\n"
+    assert (tree / "sub" / "c.txt").read_text() == "c\n"
+    # A write through a symlink that stays inside changes its target and keeps the link.
+    ws.write_text("sub/deep/up", "changed\n")
+    assert (tree / "sub" / "a.txt").read_text() == "changed\n"
+    assert (tree / "sub" / "deep" / "up").is_symlink()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "..",
+        "../outside/secret",
+        "sub/../../outside/secret",
+        "out/secret",
+        "out-abs/secret",
+        "sub/hop/secret",
+        "in/../../outside/secret",
+        "/etc/passwd",
+        "OUTSIDE/secret",
+        "WS-sibling/x",
+        "a\0b",
+    ],
+)
+def test_paths_that_leave_are_refused_for_reads_writes_and_terminals(
+    tree: Path, resolver: bool, path: str
+) -> None:
+    path = path.replace("OUTSIDE", str(tree.parent / "outside")).replace("WS", str(tree))
+    ws = Workspace(tree, use_openat2=resolver)
+    with pytest.raises(OutsideWorkspace):
+        ws.read_text(path)
+    with pytest.raises(OutsideWorkspace):
+        ws.write_text(path, "pwned\n")
+    with pytest.raises(OutsideWorkspace):
+        os.close(ws.open_dir(os.path.dirname(path) or path))
+    assert os.listdir(tree.parent / "outside") == ["secret"]
+    assert (tree.parent / "outside" / "secret").read_text() == SECRET
+
+
+def test_a_symlink_that_leaves_at_the_last_component_is_refused(tree: Path, resolver: bool) -> None:
+    (tree / "key").symlink_to(tree.parent / "outside" / "secret")
+    (tree / "rel-key").symlink_to("../outside/secret")
+    ws = Workspace(tree, use_openat2=resolver)
+    for name in ("key", "rel-key"):
+        with pytest.raises(OutsideWorkspace):
+            ws.read_text(name)
+        with pytest.raises(OutsideWorkspace):
+            ws.write_text(name, "pwned\n")
+    assert (tree.parent / "outside" / "secret").read_text() == SECRET
+
+
+def test_a_symlink_loop_is_an_error_not_a_hang(tree: Path, resolver: bool) -> None:
+    ws = Workspace(tree, use_openat2=resolver)
+    for path in ("loop", "loop/x"):
+        with pytest.raises(OSError, match="symbolic links") as caught:
+            ws.read_text(path)
+        assert caught.value.errno == errno.ELOOP
+
+
+def test_directories_missing_files_and_files_as_folders(tree: Path, resolver: bool) -> None:
+    ws = Workspace(tree, use_openat2=resolver)
+    with pytest.raises(IsADirectoryError):
+        ws.read_text("sub")
+    with pytest.raises(IsADirectoryError):
+        ws.write_text("sub", "x")
+    with pytest.raises(IsADirectoryError):
+        ws.write_text(".", "x")
+    with pytest.raises(FileNotFoundError):
+        ws.read_text("missing/x.txt")
+    with pytest.raises(NotADirectoryError):
+        ws.read_text("sub/a.txt/x")
+    with pytest.raises(NotADirectoryError):
+        os.close(ws.open_dir("sub/a.txt"))
+    assert ws.relative(str(tree / "sub")) == "sub"
+    assert ws.relative(str(tree)) == "."
+
+
+def test_reads_honour_line_ranges_and_writes_make_parents(tmp_path: Path, resolver: bool) -> None:
+    ws = Workspace(tmp_path, use_openat2=resolver)
+    (tmp_path / "f.txt").write_text("1\n2\n3\n4\n")
+    assert ws.read_text("f.txt") == "1\n2\n3\n4\n"
+    assert ws.read_text("f.txt", line=2, limit=2) == "2\n3\n"
+    assert ws.read_text("f.txt", line=4) == "4\n"
+    assert ws.read_text("f.txt", limit=1) == "1\n"
+    ws.write_text("deep/er/new.txt", "caf\u00e9\r\n")
+    assert (tmp_path / "deep" / "er" / "new.txt").read_bytes() == "caf\u00e9\r\n".encode()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["deep", "er", "f.txt", "new.txt"]
+
+
+def test_a_replaced_file_keeps_its_mode_and_a_hard_link_elsewhere_is_not_written_through(
+    tree: Path, resolver: bool
+) -> None:
+    ws = Workspace(tree, use_openat2=resolver)
+    script = tree / "run.sh"
+    script.write_text("old\n")
+    script.chmod(0o750)
+    ws.write_text("run.sh", "new\n")
+    assert stat.S_IMODE(script.stat().st_mode) == 0o750
+    outside = tree.parent / "outside" / "secret"
+    os.link(outside, tree / "linked")
+    ws.write_text("linked", "pwned\n")
+    assert outside.read_text() == SECRET
+    assert (tree / "linked").read_text() == "pwned\n"
+
+
+def test_only_regular_files_are_read_and_a_fifo_does_not_block(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(ValueError, match="not a regular file"):
+        ws.read_text("pipe")
+    with (tmp_path / "big").open("wb") as file:
+        file.truncate(MAX_READ_BYTES + 1)
+    with pytest.raises(ValueError, match="larger than"):
+        ws.read_text("big")
+
+
+def test_the_workspace_moved_away_is_still_the_one_served(tmp_path: Path, resolver: bool) -> None:
+    """The root is a directory fd held open, not a name resolved again."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "f.txt").write_text("mine\n")
+    ws = Workspace(root, use_openat2=resolver)
+    root.rename(tmp_path / "moved")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "f.txt").write_text(SECRET)
+    root.symlink_to(tmp_path / "outside")
+    assert ws.read_text("f.txt") == "mine\n"
+    ws.write_text("g.txt", "x\n")
+    assert (tmp_path / "moved" / "g.txt").exists()
+    assert not (tmp_path / "outside" / "g.txt").exists()
+
+
+def test_the_root_fd_is_not_inherited_by_programs(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path)
+    assert not os.get_inheritable(ws._fd)
+    fd = ws.open_dir(".")
+    try:
+        assert not os.get_inheritable(fd)
+    finally:
+        os.close(fd)
+
+
+# ---- the race, in process ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def swapping(tree: Path) -> Iterator[threading.Event]:
+    """A thread exchanging tree/d (a directory holding `secret`) with a symlink to the outside
+    directory, atomically (renameat2 RENAME_EXCHANGE), until the test ends."""
+    (tree / "d").mkdir()
+    (tree / "d" / "secret").write_text("inside\n")
+    (tree / "d.other").symlink_to(tree.parent / "outside")
+    libc = ctypes.CDLL(None, use_errno=True)
+    names = os.fsencode(tree / "d.other"), os.fsencode(tree / "d")
+    stop, swapped = threading.Event(), threading.Event()
+
+    def swap() -> None:
+        for _ in range(10_000_000):  # bounded; stopped long before
+            if stop.is_set() or libc.renameat2(-100, names[0], -100, names[1], 2) != 0:
+                return
+            swapped.set()
+
+    thread = threading.Thread(target=swap)
+    thread.start()
+    try:
+        yield swapped
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_folder_swapped_for_a_symlink_never_leads_outside(
+    tree: Path, resolver: bool, swapping: threading.Event
+) -> None:
+    ws = Workspace(tree, use_openat2=resolver)
+    outside = tree.parent / "outside"
+    before = (outside / "secret").stat()
+    outcomes = set()
+    for n in range(RACE_TRIES):
+        try:
+            text = ws.read_text("d/secret")
+        except OutsideWorkspace:
+            outcomes.add("refused")
+        else:
+            assert text == "inside\n" or text.startswith("write "), text
+            outcomes.add("read")
+        try:
+            ws.write_text("d/secret", f"write {n}\n")
+        except OutsideWorkspace:
+            outcomes.add("refused")
+    assert swapping.is_set()
+    assert os.listdir(outside) == ["secret"]
+    after = (outside / "secret").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert (outside / "secret").read_text() == SECRET
+    assert outcomes == {"read", "refused"}  # the folder flipped while the paths were resolved
