@@ -4,14 +4,16 @@ The node that admits a host records `host id -> node` in Redis with a TTL it kee
 and announces the change on a pub/sub channel, so the node that served the host before drops its
 stale link and the teammates it served (they reconnect). A teammate that reaches a node without
 its host is forwarded to the owner node (`tunnel.relay.node_forward`); while Redis cannot be
-reached, a node keeps serving what it holds and refuses cross-node attaches with 4010.
+reached, a node keeps serving what it holds and refuses cross-node attaches with 4010. Every
+record and announcement is sealed with the cluster secret (`tunnel.relay.cluster_auth`): what
+Redis alone says is believed by no node.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -34,7 +36,18 @@ from tunnel.handshake import (
 from tunnel.process.backoff import Backoff
 from tunnel.proto import Event, HelloReceived, RemoteProtocolError
 from tunnel.proto.codes import CloseCode
-from tunnel.relay.admission import match_role
+from tunnel.relay.cluster_auth import (
+    Announcement,
+    Owner,
+    Seen,
+    SeenSignatures,
+    ThrottledWarnings,
+    UnverifiedError,
+    open_announcement,
+    open_record,
+    seal_announcement,
+    seal_record,
+)
 from tunnel.relay.metrics import ClusterMetrics, RelayMetrics
 from tunnel.relay.node_forward import close_websocket, forward
 from tunnel.relay.settings import ClusterSettings, RelaySettings
@@ -57,22 +70,21 @@ _RECONNECT_MAX = 5.0
 """Cap of the wait between attempts to reach Redis again, in seconds: Redis is this relay's own
 infrastructure, and while it is away no teammate can be forwarded."""
 
-# Keep each record only while it is still this node's; an absent record is this node's again
-# (Redis restarted empty, or the record expired while Redis was out of reach). Returns, per key,
-# 1 when the record is ours now and 0 when another node owns the host.
+# Store each newly signed record where the record this node wrote last (ARGV[2i], '' for none) is
+# still there, or none is (Redis restarted empty, or the record expired while Redis was out of
+# reach: an absent record is the holder's). Otherwise return what is there, for the node to
+# judge: only a record that verifies, of another node, takes a host from it. ARGV[1] is the TTL
+# in milliseconds, ARGV[2i + 1] the new record of KEYS[i]. Returns, per key, 1 when stored, else
+# the value found.
 _REFRESH = """
 local result = {}
 for i, key in ipairs(KEYS) do
-  local mine = ARGV[i + 1]
   local current = redis.call('GET', key)
-  if current == false then
-    redis.call('SET', key, mine, 'PX', ARGV[1])
-    result[i] = 1
-  elseif current == mine then
-    redis.call('PEXPIRE', key, ARGV[1])
+  if current == false or current == ARGV[2 * i] then
+    redis.call('SET', key, ARGV[2 * i + 1], 'PX', ARGV[1])
     result[i] = 1
   else
-    result[i] = 0
+    result[i] = current
   end
 end
 return result
@@ -86,51 +98,21 @@ end
 return 0
 """
 
-_DROP_REASONS = {
-    CloseCode.GOING_AWAY: "replaced by a newer connection",
-    CloseCode.HOST_ID_IN_USE: "another host took over this key",
-}
-
 
 class ClusterUnavailableError(Exception):
     """Redis cannot be reached now, so the node serving a host cannot be found."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Owner:
-    """A host's ownership record in Redis: which node serves it, and which host process."""
-
-    node_url: str
-    """The owner node's URL for other nodes (its `--node-url`, normal form)."""
-
-    run: str
-    """Random per node process: a record a node wrote before it restarted is not its own."""
+@dataclass(slots=True)
+class _Claim:
+    """A host this node serves, as recorded in Redis."""
 
     instance: bytes | None
-    """The host process's instance (from its hello): a reconnect of the same process."""
+    """The host process's instance, from its hello."""
 
-    def encode(self) -> str:
-        """The record as stored: compact JSON with sorted keys, so equal records are equal bytes."""
-        instance = None if self.instance is None else self.instance.hex()
-        return json.dumps(
-            {"instance": instance, "node": self.node_url, "run": self.run},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def decode(cls, raw: bytes | str) -> Owner | None:
-        """Read a stored record; None for anything that is not one."""
-        try:
-            value = json.loads(raw)
-            instance = value["instance"]
-            return cls(
-                node_url=str(value["node"]),
-                run=str(value["run"]),
-                instance=None if instance is None else bytes.fromhex(instance),
-            )
-        except (ValueError, KeyError, TypeError):
-            return None
+    written: str | None = None
+    """The record as this node last stored it (None: not stored yet): what a refresh or a
+    release expects to find."""
 
 
 def _key(host_id: str) -> str:
@@ -159,12 +141,17 @@ class Cluster:
         self._relay_metrics = relay_metrics
         self.metrics = ClusterMetrics(relay_metrics.registry)
         self.node_url = settings.node_url
-        self.run_id = secrets.token_hex(8)
-        """Distinguishes this process from an earlier run of the node at the same URL."""
+        self.run_id = secrets.token_hex(16)
+        """Distinguishes this process from an earlier run of the node at the same URL: in its
+        records, and in the node-to-node signatures made for it."""
         self.member = False
         """Whether Redis is reachable and this node's records are current."""
         # Bounded by the hosts this node serves (max_hosts): one record per local host.
-        self._owned: dict[str, str] = {}
+        self._owned: dict[str, _Claim] = {}
+        # Announcements acted on, by nonce, while they could pass the time check: a replay of one
+        # is refused. Bounded like the node signatures (SeenSignatures).
+        self._announcements = SeenSignatures()
+        self._warnings = ThrottledWarnings(logger)
         self._redis = Redis.from_url(
             settings.redis_url,
             socket_timeout=settings.redis_timeout,
@@ -226,14 +213,18 @@ class Cluster:
             await self._refresh()
             self._set_member(True)
             backoff.reset()
-            logger.info("in the cluster through Redis at %s", self.settings.redis_address)
+            logger.info(
+                "in the cluster through Redis at %s, as run %s",
+                self.settings.redis_address,
+                self.run_id,
+            )
             interval = self.settings.refresh_interval
             next_refresh = anyio.current_time() + interval
             while True:
                 wait = max(0.0, next_refresh - anyio.current_time())
                 message = await pubsub.get_message(timeout=wait)
                 if message is not None and message.get("type") == "message":
-                    self._on_announcement(message.get("data"))
+                    self._on_announcement(message.get("channel"), message.get("data"))
                 if anyio.current_time() >= next_refresh:
                     await self._refresh()
                     next_refresh = anyio.current_time() + interval
@@ -247,62 +238,137 @@ class Cluster:
         self.metrics.member.set(1 if member else 0)
 
     async def _refresh(self) -> None:
-        """Extend every record of ours; drop a local host whose record another node took."""
+        """Extend every record of ours; drop a local host whose record another node took.
+
+        Each record is signed afresh (its expiry moves on). Where Redis holds something else
+        than what this node stored last, that is judged here: a record that verifies, of another
+        node, means the host moved on; anything else (a forgery, an expired record, one of this
+        node's earlier run) is overwritten.
+        """
         owned = list(self._owned.items())
-        ttl_ms = str(int(self.settings.ownership_ttl * 1000))
         for start in range(0, len(owned), REFRESH_BATCH):
             batch = owned[start : start + REFRESH_BATCH]
-            with anyio.fail_after(self.settings.redis_timeout):
-                kept = await self._refresh_script(
-                    keys=[_key(host_id) for host_id, _ in batch],
-                    args=[ttl_ms, *(record for _, record in batch)],
-                )
-            for (host_id, record), ours in zip(batch, kept, strict=True):
-                if not ours and self._owned.get(host_id) == record:
-                    del self._owned[host_id]
-                    peer = self._switch.hosts.get(host_id)
-                    if peer is not None:
-                        logger.info("%s is served by another node now", peer.describe())
-                        self._drop(peer, CloseCode.GOING_AWAY, None)
+            found = await self._store([(host_id, claim, claim.written) for host_id, claim in batch])
+            again: list[tuple[str, _Claim, bytes | str | None]] = []
+            for (host_id, claim), current in zip(batch, found, strict=True):
+                if current is None or self._owned.get(host_id) is not claim:
+                    continue  # stored; or the host left or came again meanwhile
+                owner = self._verified(host_id, current)
+                if owner is None or self._is_us(owner):
+                    again.append((host_id, claim, current))
+                    continue
+                del self._owned[host_id]
+                peer = self._switch.hosts.get(host_id)
+                if peer is not None:
+                    logger.info("%s is served by another node now", peer.describe())
+                    self._drop(peer)
+            if again:
+                # Replace what was judged not to be another node's; what changed once more in
+                # between is judged at the next refresh.
+                await self._store(again)
         self.metrics.owned_hosts.set(len(self._owned))
 
-    def _on_announcement(self, data: object) -> None:
-        """Another node took a host over: drop our link to it, if we still have one."""
-        if not isinstance(data, bytes | str):
-            return
+    async def _store(
+        self, claims: list[tuple[str, _Claim, bytes | str | None]]
+    ) -> list[bytes | None]:
+        """Store a freshly signed record for each (host id, claim, value expected in Redis);
+        return, per claim, None where it was stored, else the value Redis holds instead."""
+        ttl = self.settings.ownership_ttl
+        expires = int(time.time() + ttl)
+        args: list[bytes | str] = [str(int(ttl * 1000))]
+        records = []
+        for host_id, claim, expected in claims:
+            record = self._seal_record(host_id, claim, expires)
+            records.append(record)
+            args += [expected or "", record]
+        with anyio.fail_after(self.settings.redis_timeout):
+            results = await self._refresh_script(
+                keys=[_key(host_id) for host_id, _, _ in claims], args=args
+            )
+        found: list[bytes | None] = []
+        for (host_id, claim, _), record, result in zip(claims, records, results, strict=True):
+            if isinstance(result, bytes):
+                found.append(result)
+                continue
+            if self._owned.get(host_id) is claim:
+                claim.written = record
+            found.append(None)
+        return found
+
+    def _seal_record(self, host_id: str, claim: _Claim, expires: int) -> str:
+        owner = Owner(node_url=self.node_url, run=self.run_id, instance=claim.instance)
+        return seal_record(self.settings.secret, _key(host_id), owner, expires=expires)
+
+    def _verified(self, host_id: str, raw: bytes | str) -> Owner | None:
+        """The record read for `host_id`, if a node of this cluster wrote it for that host and it
+        is still valid; else None, counted and logged (throttled) as a refusal."""
         try:
-            value = json.loads(data)
-            host_id = str(value["host"])
-            node_url, run = str(value["node"]), str(value["run"])
-            code = CloseCode(int(value["code"]))
-            verifiers = {str(role): bytes.fromhex(v) for role, v in value["verifiers"].items()}
-        except (ValueError, KeyError, TypeError, AttributeError):
-            logger.warning("ignored a malformed ownership announcement")
+            return open_record(
+                self.settings.secret,
+                _key(host_id),
+                raw,
+                now=time.time(),
+                max_skew=self.settings.max_clock_skew,
+            )
+        except UnverifiedError as exc:
+            self._relay_metrics.frames_rejected.labels(reason="cluster_record").inc()
+            self._warnings.warning(
+                "refused an ownership record in Redis (%s): not written by a node of this"
+                " cluster for this host, or out of date. Can someone else write to Redis?",
+                exc,
+            )
+            return None
+
+    def _on_announcement(self, channel: object, data: object) -> None:
+        """Another node took a host over: drop our link to it, if we still have one."""
+        if isinstance(channel, bytes):
+            channel = channel.decode(errors="replace")
+        if not isinstance(data, bytes | str) or channel != OWNERS_CHANNEL:
             return
-        if (node_url, run) == (self.node_url, self.run_id) or code not in _DROP_REASONS:
+        now = time.time()
+        skew = self.settings.max_clock_skew
+        try:
+            announcement = open_announcement(
+                self.settings.secret, OWNERS_CHANNEL, data, now=now, max_skew=skew
+            )
+        except UnverifiedError as exc:
+            self._relay_metrics.frames_rejected.labels(reason="cluster_announcement").inc()
+            self._warnings.warning(
+                "refused an ownership announcement (%s): not sent by a node of this cluster,"
+                " or out of date. Can someone else publish on Redis?",
+                exc,
+            )
             return
+        if announcement.node_url == self.node_url:
+            # Ours, or our earlier run's (a replay: that process is gone).
+            return
+        seen = self._announcements.remember(
+            announcement.nonce, until=announcement.issued + skew, now=now
+        )
+        if seen is not Seen.NEW:
+            self._relay_metrics.frames_rejected.labels(reason="cluster_announcement").inc()
+            self._warnings.warning("refused an ownership announcement: %s", seen.value)
+            return
+        host_id = announcement.host_id
         if self._owned.pop(host_id, None) is not None:
             self.metrics.owned_hosts.set(len(self._owned))
         peer = self._switch.hosts.get(host_id)
         if peer is None:
             return
-        logger.info("%s moved to node %s", peer.describe(), node_url)
-        self._drop(peer, code, verifiers)
+        logger.info("%s moved to node %s", peer.describe(), announcement.node_url)
+        self._drop(peer)
 
-    def _drop(self, peer: Peer, code: CloseCode, verifiers: Mapping[str, bytes] | None) -> None:
-        """Close a host link another node now serves, and its teammates (they reconnect there).
+    def _drop(self, peer: Peer) -> None:
+        """Close a host link another node now serves; its teammates get 4005 from the switch
+        once the link is gone, and find the host on its new node when they retry.
 
-        With the new verifiers known, a teammate whose token matches none of them is told 4008,
-        as on one node when a host re-registers after a revoke; the others get 4005 from the
-        switch once the host link is gone, and find the host on its new node when they retry.
+        With a code every end retries, whatever the other node said: what a Redis announcement
+        or record says makes nobody stop for good. Where the host really was taken over (by
+        another process with `--replace`), or really revoked its links, the node that now holds
+        it says so with the final code when they come back (4009, or the token's refusal), as
+        one relay would.
         """
-        assert peer.host_id is not None
-        if verifiers is not None:
-            for teammate in list(self._switch.teammates.get(peer.host_id, ())):
-                if match_role(teammate.token_hash, verifiers) is None:
-                    teammate.link.close_soon(CloseCode.REVOKED, "share link revoked")
-        reason = _DROP_REASONS.get(code, "another relay node serves this host now")
-        peer.link.close_soon(code, reason)
+        peer.link.close_soon(CloseCode.GOING_AWAY, "another relay node serves this host now")
 
     # -- ownership ----------------------------------------------------------------------------
 
@@ -317,61 +383,68 @@ class Cluster:
         except (RedisError, OSError, TimeoutError):
             self.metrics.redis_errors.inc()
             raise ClusterUnavailableError from None
-        return None if raw is None else Owner.decode(raw)
+        # A record that does not verify names no node: as if the host were offline, until its
+        # owner's next refresh writes its record again.
+        return None if raw is None else self._verified(host_id, raw)
 
     def _is_us(self, owner: Owner) -> bool:
         # A record with our URL but another run was written before this node restarted: the
         # connections it stood for are gone.
         return owner.node_url == self.node_url
 
-    async def _takeover_code(self, hello: HostHello) -> CloseCode:
-        """How an admitted host's previous node closes its old link: 1001 for the same host
-        process, 4009 for a takeover (`--replace`). Raises HelloError (4009) for another process
-        while one is online on another node, as on one node."""
+    async def _check_takeover(self, hello: HostHello) -> None:
+        """Raise HelloError (4009) for a host process while another one is online with the same
+        key on another node, as one relay does; let the same process (a reconnect) and one that
+        asked to `--replace` through.
+
+        The record read is verified: only a record a node of this cluster wrote for this host,
+        and still valid, can have a host refused."""
         if not self.member:
-            return CloseCode.GOING_AWAY  # the local switch still applies its own rules
+            return  # the local switch still applies its own rules
         try:
             owner = await self.owner_of(hello.host_id)
         except ClusterUnavailableError:
-            return CloseCode.GOING_AWAY
-        if owner is None or self._is_us(owner):
-            return CloseCode.GOING_AWAY
+            return
+        if owner is None or self._is_us(owner) or hello.replace:
+            return
         if owner.instance is not None and owner.instance == hello.instance:
-            return CloseCode.GOING_AWAY
-        if hello.replace:
-            return CloseCode.HOST_ID_IN_USE
+            return
         raise HelloError(
             CloseCode.HOST_ID_IN_USE,
             "another host is online with this key",
             metric="host_id_in_use",
         )
 
-    async def _claim(self, hello: HostHello, code: CloseCode) -> None:
+    async def _claim(self, hello: HostHello) -> None:
         """Record this node as the host's owner and announce it (both at once, in MULTI)."""
-        record = Owner(node_url=self.node_url, run=self.run_id, instance=hello.instance).encode()
-        self._owned[hello.host_id] = record
+        claim = _Claim(instance=hello.instance)
+        self._owned[hello.host_id] = claim
         self.metrics.owned_hosts.set(len(self._owned))
         if not self.member:
             return  # written when Redis is back (`_refresh` re-creates absent records)
-        announcement = json.dumps(
-            {
-                "host": hello.host_id,
-                "node": self.node_url,
-                "run": self.run_id,
-                "code": int(code),
-                "verifiers": {role: v.hex() for role, v in hello.verifiers.items()},
-            }
+        now = time.time()
+        record = self._seal_record(hello.host_id, claim, int(now + self.settings.ownership_ttl))
+        announcement = Announcement(
+            host_id=hello.host_id,
+            node_url=self.node_url,
+            run=self.run_id,
+            issued=int(now),
+            nonce=secrets.token_urlsafe(16),
         )
+        sealed = seal_announcement(self.settings.secret, OWNERS_CHANNEL, announcement)
         ttl_ms = int(self.settings.ownership_ttl * 1000)
         try:
             with anyio.fail_after(self.settings.redis_timeout):
                 async with self._redis.pipeline(transaction=True) as pipe:
                     pipe.set(_key(hello.host_id), record, px=ttl_ms)
-                    pipe.publish(OWNERS_CHANNEL, announcement)
+                    pipe.publish(OWNERS_CHANNEL, sealed)
                     await pipe.execute()
         except (RedisError, OSError, TimeoutError):
             # Kept in _owned: the next refresh after Redis is back writes it.
             self.metrics.redis_errors.inc()
+            return
+        if self._owned.get(hello.host_id) is claim:
+            claim.written = record
 
     async def host_left(self, peer: Peer) -> None:
         """A host link closed: release its record unless the host is still served here."""
@@ -379,13 +452,13 @@ class Cluster:
             return
         if self._switch.hosts.get(peer.host_id) is not None:
             return  # replaced by a newer link on this node, which holds the record now
-        record = self._owned.pop(peer.host_id, None)
+        claim = self._owned.pop(peer.host_id, None)
         self.metrics.owned_hosts.set(len(self._owned))
-        if record is None or not self.member:
+        if claim is None or claim.written is None or not self.member:
             return  # not ours any more, or it expires by itself
         try:
             with anyio.move_on_after(self.settings.redis_timeout, shield=True):
-                await self._release_script(keys=[_key(peer.host_id)], args=[record])
+                await self._release_script(keys=[_key(peer.host_id)], args=[claim.written])
         except (RedisError, OSError):
             self.metrics.redis_errors.inc()
 
@@ -453,7 +526,7 @@ class Cluster:
             return False
         peer.host_id = hello.host_id
         try:
-            code = await self._takeover_code(hello)
+            await self._check_takeover(hello)
         except HelloError as refusal:
             self._relay_metrics.frames_rejected.labels(reason=refusal.metric).inc()
             logger.info(
@@ -465,7 +538,7 @@ class Cluster:
         if peer.admitted and self._switch.hosts.get(hello.host_id) is peer:
             # Before the link runs, so the host's admission is confirmed only once every node
             # can find it (or Redis is known to be away).
-            await self._claim(hello, code)
+            await self._claim(hello)
         return False
 
     async def _route_teammate(
@@ -502,6 +575,7 @@ class Cluster:
                 peer.link.websocket,
                 first,
                 owner_url=owner.node_url,
+                owner_run=owner.run,
                 client=peer.ip,
                 secret=self.settings.secret,
                 relay_limits=advertised(self._relay.limits),

@@ -182,6 +182,7 @@ class HttpRouter:
             request.headers,
             settings.secret,
             node_url=settings.node_url,
+            run=self._cluster.run_id,
             max_skew=settings.max_clock_skew,
         )
         return client is not None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import heapq
 import hmac
 import ipaddress
 import logging
@@ -34,6 +33,7 @@ from tunnel.link.socket_write import write_messages
 from tunnel.link.urls import websocket_url
 from tunnel.proto import Hello, ProtocolError, decode_frame
 from tunnel.proto.codes import CloseCode
+from tunnel.relay.cluster_auth import Seen, SeenSignatures, ThrottledWarnings
 
 __all__ = [
     "CLIENT_HEADER",
@@ -66,23 +66,33 @@ _MAX_NONCE = 64
 _SENDABLE = frozenset({1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011})
 
 
-def _mac(secret: bytes, *, timestamp: str, nonce: str, client: str, target: str) -> str:
+def _mac(secret: bytes, *, timestamp: str, nonce: str, client: str, target: str, run: str) -> str:
     # The target node's URL is signed too, so a signature made for one node opens nothing on
-    # another; the client address is signed, so the owner can trust it for its per-IP limits; the
-    # nonce makes every signature unique, so that the owner can refuse one it has seen before.
+    # another; so is its run, so a signature made for one process of that node opens nothing on
+    # the next one, which has not seen it (docs/cluster.md, "Node to node"). The client address
+    # is signed, so the owner can trust it for its per-IP limits; the nonce makes every signature
+    # unique, so that the owner can refuse one it has seen before. None of the fields holds a
+    # newline (the URL and the run are this cluster's own, the rest is checked on receipt).
     message = b"\n".join(
-        (_LABEL, timestamp.encode(), nonce.encode(), client.encode(), target.encode())
+        (
+            _LABEL,
+            timestamp.encode(),
+            nonce.encode(),
+            client.encode(),
+            target.encode(),
+            run.encode(),
+        )
     )
     digest = hmac.new(secret, message, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def sign_headers(
-    secret: bytes, *, target: str, client: str, now: float | None = None
+    secret: bytes, *, target: str, run: str, client: str, now: float | None = None
 ) -> dict[str, str]:
-    """The headers of a forwarded connection to the node at `target` (its base URL) on behalf
-    of a teammate connected from `client` (an IP address). Each call signs a fresh nonce: the
-    headers open one connection."""
+    """The headers of a forwarded connection to the node at `target` (its base URL), while that
+    node runs as `run` (from its ownership record), on behalf of a teammate connected from
+    `client` (an IP address). Each call signs a fresh nonce: the headers open one connection."""
     timestamp = str(int(time.time() if now is None else now))
     nonce = secrets.token_urlsafe(16)
     return {
@@ -90,62 +100,17 @@ def sign_headers(
         NONCE_HEADER: nonce,
         CLIENT_HEADER: client,
         SIGNATURE_HEADER: _mac(
-            secret, timestamp=timestamp, nonce=nonce, client=client, target=target
+            secret, timestamp=timestamp, nonce=nonce, client=client, target=target, run=run
         ),
     }
 
 
-class SeenSignatures:
-    """The node signatures a node accepted that are still recent enough to be accepted again:
-    a captured signature replayed within its validity window finds itself here and is refused.
-
-    Bounded: entries are dropped once their signature is too old to pass the time check anyway,
-    and when `max_entries` are held, further signatures are refused until some expire, rather
-    than let the record grow. Only signatures that verified are recorded, so only a holder of the
-    cluster secret can fill it.
-    """
-
-    def __init__(self, max_entries: int = 65_536) -> None:
-        self.max_entries = max_entries
-        """Signatures held at most. 65,536 within one window (about 30 s; up to 60 s for a
-        signature stamped ahead by a fast clock) is over 1,000 forwarded attaches a second, and
-        under 16 MiB."""
-        self._until: dict[str, float] = {}
-        # A heap, not a queue: signatures arrive stamped by different nodes' clocks, so they do
-        # not expire in the order they arrive.
-        self._expiries: list[tuple[float, str]] = []
-
-    def __len__(self) -> int:
-        return len(self._until)
-
-    def remember(self, signature: str, *, until: float, now: float) -> bool:
-        """Record `signature` as used until `until` (unix seconds). False if it was already
-        recorded (a replay), or if the record is full; either way the connection is refused."""
-        self.prune(now)
-        if signature in self._until:
-            logger.warning("refused a replayed node-to-node signature")
-            return False
-        if len(self._until) >= self.max_entries:
-            logger.warning(
-                "refused a node-to-node connection: %d signatures already seen within their"
-                " validity window",
-                len(self._until),
-            )
-            return False
-        self._until[signature] = until
-        heapq.heappush(self._expiries, (until, signature))
-        return True
-
-    def prune(self, now: float) -> None:
-        """Forget the signatures that are too old to be accepted at `now`."""
-        while self._expiries and self._expiries[0][0] < now:
-            _, signature = heapq.heappop(self._expiries)
-            del self._until[signature]
-
-
-# One record per process is enough: a process is one node, and a signature names the node it was
-# made for, so relays sharing a process (as in the tests) cannot take each other's entries.
+# One record per process is enough: a process is one node, and a signature names the node and
+# run it was made for, so relays sharing a process (as in the tests) cannot take each other's
+# entries. A restart empties it, and changes the run: what it held cannot pass any more.
 _SEEN = SeenSignatures()
+
+_WARNINGS = ThrottledWarnings(logger)
 
 
 def verified_client(
@@ -153,13 +118,15 @@ def verified_client(
     secret: bytes,
     *,
     node_url: str,
+    run: str,
     max_skew: float,
     now: float | None = None,
     seen: SeenSignatures | None = None,
 ) -> str | None:
     """The client address a forwarded connection speaks for, or None if its signature is
-    missing, wrong, made for another node, too old (or too far in the future), or was accepted
-    before (recorded in `seen`; None: this process's record).
+    missing, wrong, made for another node or another run of this one (`run`: this process's),
+    too old (or too far in the future), or was accepted before (recorded in `seen`; None: this
+    process's record).
 
     A signature that verifies is recorded in `seen` for as long as it could be accepted: it opens
     one connection."""
@@ -179,7 +146,9 @@ def verified_client(
     current = time.time() if now is None else now
     if abs(current - int(timestamp)) > max_skew:
         return None
-    expected = _mac(secret, timestamp=timestamp, nonce=nonce, client=client, target=node_url)
+    expected = _mac(
+        secret, timestamp=timestamp, nonce=nonce, client=client, target=node_url, run=run
+    )
     # Constant time: the answer's timing must not tell how much of a guess was right.
     if not hmac.compare_digest(signature.encode(), expected.encode()):
         return None
@@ -189,7 +158,16 @@ def verified_client(
         return None
     record = _SEEN if seen is None else seen
     # Past int(timestamp) + max_skew the time check above refuses the signature by itself.
-    if not record.remember(expected, until=int(timestamp) + max_skew, now=current):
+    seen_before = record.remember(expected, until=int(timestamp) + max_skew, now=current)
+    if seen_before is Seen.REPLAYED:
+        _WARNINGS.warning("refused a replayed node-to-node signature")
+        return None
+    if seen_before is Seen.FULL:
+        _WARNINGS.warning(
+            "refused a node-to-node connection: %d signatures already seen within their"
+            " validity window",
+            len(record),
+        )
         return None
     return client
 
@@ -275,6 +253,7 @@ async def forward(
     hello: bytes,
     *,
     owner_url: str,
+    owner_run: str,
     client: str,
     secret: bytes,
     relay_limits: Mapping[str, Any],
@@ -285,14 +264,15 @@ async def forward(
     ping_timeout: float | None,
 ) -> ForwardResult:
     """Carry `teammate` (which already got this node's hello and sent `hello`, its raw first
-    message) to the owner node at `owner_url`, until either side closes.
+    message) to the owner node at `owner_url`, running as `owner_run`, until either side
+    closes.
 
     The teammate sees the owner's close code and reason as they are. If the owner node cannot be
     reached, or its own link ends without a close (it died), the teammate gets 4005: its host
     will be back on some node, and a retry finds it there.
     """
     url = websocket_url(owner_url, NODE_ATTACH_PATH)
-    headers = sign_headers(secret, target=owner_url, client=client)
+    headers = sign_headers(secret, target=owner_url, run=owner_run, client=client)
     upstream: ClientConnection | None = None
     try:
         with anyio.fail_after(open_timeout):

@@ -1,6 +1,6 @@
 """Node-to-node connections: only a node holding the cluster secret gets through, each signature
-opens one connection, and the owner counts a forwarded teammate under the address the entry node
-saw."""
+opens one connection (also once the node restarted), and the owner counts a forwarded teammate
+under the address the entry node saw."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from websockets.asyncio.client import connect
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidStatus
 
-from tests.relay.cluster.support import SECRET, RedisServer, relay_cluster
+from tests.relay.cluster.support import SECRET, RedisServer, node_run, relay_cluster
 from tests.support import RawPeer
 from tunnel.proto.codes import CloseCode
 from tunnel.relay.node_forward import SeenSignatures, sign_headers, verified_client
 
 KEY = b"k" * 32
 NODE = "http://10.0.0.2:8765"
+RUN = "0f" * 16
 
 
 def _verify(
@@ -26,17 +27,24 @@ def _verify(
     *,
     key: bytes = KEY,
     node: str = NODE,
+    run: str = RUN,
     seen: SeenSignatures | None = None,
     now: float | None = None,
 ) -> str | None:
     # A record of its own per test unless given: the process-wide one would carry state across.
     record = SeenSignatures() if seen is None else seen
-    return verified_client(Headers(headers), key, node_url=node, max_skew=30, now=now, seen=record)
+    return verified_client(
+        Headers(headers), key, node_url=node, run=run, max_skew=30, now=now, seen=record
+    )
+
+
+def _sign(client: str = "203.0.113.7", now: float | None = None) -> dict[str, str]:
+    return sign_headers(KEY, target=NODE, run=RUN, client=client, now=now)
 
 
 def test_a_signature_names_the_client_for_the_node_it_was_made_for() -> None:
-    assert _verify(sign_headers(KEY, target=NODE, client="203.0.113.7")) == "203.0.113.7"
-    assert _verify(sign_headers(KEY, target=NODE, client="2001:db8::1")) == "2001:db8::1"
+    assert _verify(_sign("203.0.113.7")) == "203.0.113.7"
+    assert _verify(_sign("2001:db8::1")) == "2001:db8::1"
 
 
 @pytest.mark.parametrize(
@@ -44,6 +52,7 @@ def test_a_signature_names_the_client_for_the_node_it_was_made_for() -> None:
     [
         "other secret",
         "other node",
+        "the node's earlier run",
         "client changed",
         "too old",
         "from the future",
@@ -55,18 +64,20 @@ def test_a_signature_names_the_client_for_the_node_it_was_made_for() -> None:
 )
 def test_a_signature_that_does_not_hold_lets_nothing_through(change: str) -> None:
     now = time.time()
-    headers = sign_headers(KEY, target=NODE, client="203.0.113.7", now=now)
-    key, node = KEY, NODE
+    headers = _sign(now=now)
+    key, node, run = KEY, NODE, RUN
     if change == "other secret":
         key = b"x" * 32
     elif change == "other node":
         node = "http://10.0.0.3:8765"
+    elif change == "the node's earlier run":
+        run = "a1" * 16
     elif change == "client changed":
         headers["Tunnel-Node-Client"] = "203.0.113.8"
     elif change == "too old":
-        headers = sign_headers(KEY, target=NODE, client="203.0.113.7", now=now - 31)
+        headers = _sign(now=now - 31)
     elif change == "from the future":
-        headers = sign_headers(KEY, target=NODE, client="203.0.113.7", now=now + 31)
+        headers = _sign(now=now + 31)
     elif change == "no signature":
         del headers["Tunnel-Node-Signature"]
     elif change == "no nonce":
@@ -74,28 +85,28 @@ def test_a_signature_that_does_not_hold_lets_nothing_through(change: str) -> Non
     elif change == "nonce changed":
         headers["Tunnel-Node-Nonce"] = "another nonce"
     else:
-        headers = sign_headers(KEY, target=NODE, client="not-an-ip")
-    assert _verify(headers, key=key, node=node) is None
+        headers = _sign("not-an-ip")
+    assert _verify(headers, key=key, node=node, run=run) is None
 
 
 def test_a_signed_request_replayed_to_the_same_node_is_refused() -> None:
     seen = SeenSignatures()
-    headers = sign_headers(KEY, target=NODE, client="203.0.113.7")
+    headers = _sign()
     assert _verify(headers, seen=seen) == "203.0.113.7"
     assert _verify(headers, seen=seen) is None
     # Every signing makes a new nonce: the same client again, freshly signed, gets through.
-    assert _verify(sign_headers(KEY, target=NODE, client="203.0.113.7"), seen=seen) is not None
+    assert _verify(_sign(), seen=seen) is not None
 
 
 def test_signatures_are_forgotten_once_too_old_to_be_accepted() -> None:
     seen = SeenSignatures()
     now = time.time()
-    old = sign_headers(KEY, target=NODE, client="203.0.113.7", now=now)
+    old = _sign(now=now)
     assert _verify(old, seen=seen, now=now) is not None
     assert len(seen) == 1
     # 31 s on, the old signature is past its window: dropped from the record, and still refused.
     later = now + 31
-    fresh = sign_headers(KEY, target=NODE, client="203.0.113.8", now=later)
+    fresh = _sign("203.0.113.8", now=later)
     assert _verify(fresh, seen=seen, now=later) == "203.0.113.8"
     assert len(seen) == 1
     assert _verify(old, seen=seen, now=later) is None
@@ -107,7 +118,7 @@ def test_a_full_record_refuses_new_signatures_rather_than_growing() -> None:
     now = time.time()
 
     def fresh(at: float) -> dict[str, str]:
-        return sign_headers(KEY, target=NODE, client="203.0.113.7", now=at)
+        return _sign(now=at)
 
     assert _verify(fresh(now), seen=seen, now=now) is not None
     assert _verify(fresh(now), seen=seen, now=now) is not None
@@ -134,14 +145,17 @@ async def test_the_owner_counts_forwarded_teammates_under_their_own_address(
             async with connect(url):
                 pass
         assert unsigned.value.response.status_code == 403
-        forged = sign_headers(b"not the cluster secret!", target=node.url, client="203.0.113.7")
+        run = await node_run(node)
+        forged = sign_headers(
+            b"not the cluster secret!", target=node.url, run=run, client="203.0.113.7"
+        )
         with pytest.raises(InvalidStatus) as bad:
             async with connect(url, additional_headers=forged):
                 pass
         assert bad.value.response.status_code == 403
 
         def signed(client: str) -> dict[str, str]:
-            return sign_headers(SECRET.encode(), target=node.url, client=client)
+            return sign_headers(SECRET.encode(), target=node.url, run=run, client=client)
 
         captured = signed("203.0.113.7")
         async with connect(url, additional_headers=captured) as first:
