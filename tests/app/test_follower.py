@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -231,6 +232,8 @@ def _apply(follower: Follower, caster: vectors.Caster, what: Input) -> None:
         follower.receive_cast(caster.cast(vectors.cast_item(cursor + 1)))
     elif what is Input.BROKEN_CAST:
         follower.receive_cast(b"not a cast")
+    elif what is Input.MALFORMED_CAST:
+        follower.receive_cast(caster.sealer.seal(msgpack.packb([b"\x01"])))
     elif what is Input.GAP:
         follower.receive_cast(caster.cast(vectors.cast_item(cursor + 2)))
     else:

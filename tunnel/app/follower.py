@@ -269,6 +269,9 @@ class Input(enum.Enum):
     """A cast that opened but holds an item past the next one expected."""
     CUT = "cut"
     """The relay cut the channel from the broadcast."""
+    MALFORMED_CAST = "malformed cast"
+    """A cast that opened but holds a message that is not a host message (not a msgpack map
+    with an op): signed by the host, which broke the protocol."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +284,7 @@ class Refuse:
 
 ITEM_WHILE_FOLLOWING: Final = "an item on the channel while following the broadcast"
 SNAPSHOT_WHILE_FOLLOWING: Final = "a snapshot on the channel while following the broadcast"
+NOT_A_HOST_MESSAGE: Final = "a cast holds a message that is not a host message"
 NOT_THE_HOSTS_BROADCAST: Final = "the broadcast is not the host's"
 
 
@@ -300,7 +304,7 @@ def _table() -> dict[tuple[State, Input], State | Refuse]:
         )
     for state in listening:
         # Not following: casts and cuts are not for this channel.
-        for cast in (Input.CAST, Input.BROKEN_CAST, Input.GAP, Input.CUT):
+        for cast in (Input.CAST, Input.BROKEN_CAST, Input.GAP, Input.CUT, Input.MALFORMED_CAST):
             table[state, cast] = state
         table[state, Input.ITEM] = state
         table[state, Input.SNAPSHOT_PAGE] = State.SNAPSHOT
@@ -316,6 +320,7 @@ def _table() -> dict[tuple[State, Input], State | Refuse]:
     table[follow, Input.CAST] = follow
     for broken in (Input.BROKEN_CAST, Input.GAP, Input.CUT):
         table[follow, broken] = State.CATCHING_UP
+    table[follow, Input.MALFORMED_CAST] = Refuse(CloseCode.PROTOCOL_ERROR, NOT_A_HOST_MESSAGE)
     # Defence in depth: while following, items come only as signed casts.
     table[follow, Input.ITEM] = Refuse(CloseCode.PROTOCOL_ERROR, ITEM_WHILE_FOLLOWING)
     for snapshot in (
@@ -453,10 +458,14 @@ class Follower:
         for plaintext in messages:
             try:
                 message = decode_host_message(plaintext)
-                op = message["op"]
+            except BadRequest:
+                self._move(Input.MALFORMED_CAST)
+                raise AssertionError("unreachable: MALFORMED_CAST refuses") from None
+            op = message["op"]
+            try:
                 parsed = None if op not in _CAST_OPS else parse_map(message)
             except BadRequest as exc:
-                events.append(Skipped(op=None, reason=str(exc)))
+                events.append(Skipped(op=op, reason=str(exc)))
                 continue
             if parsed is None:
                 # Signed by the host, so not an attack: a newer host's op, or one that only

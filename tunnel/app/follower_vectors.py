@@ -309,6 +309,14 @@ def scenarios() -> dict[str, tuple[str, list[Step]]]:
     )
 
     caster = Caster()
+    not_a_message = caster.sealer.seal(msgpack.packb([b"\x01"], use_bin_type=True))
+    out["malformed_cast_message"] = (
+        "A well-signed cast holding bytes that are not a host message: the host broke the"
+        " protocol, the channel closes with 4000.",
+        [*_joined(), ("cast", not_a_message)],
+    )
+
+    caster = Caster()
     out["presence_deltas"] = (
         "The list in the broadcast message, then deltas in casts, merged into one roster.",
         [

@@ -3,16 +3,16 @@
 // turns the host's application messages (docs/application.md) into calls on the view. A fresh
 // page gets the host's default history (the end of the conversation), with the state items from
 // before it (the snapshot's `context`), and loads earlier items a page at a time when asked.
-// Presence comes as the whole list once, then as what changed: the view always gets the list.
-// Through a relay that carries casts the live tail comes as the host's broadcast: the session
-// opens each cast and takes its messages as if they came on the channel; when the broadcast
-// breaks (a cast that does not open, a gap, the relay's `cut`) it resubscribes after the last
-// seq it holds and waits for the next `broadcast` message (docs/application.md, "The broadcast").
+// The session protocol itself (the cursor, each item once, the broadcast's casts, the catch-up
+// after a cut or a gap, the roster) is follower.js's, one Follower per attachment: this turns
+// its events into calls on the view and sends the requests it asks for (docs/application.md,
+// "The broadcast"). Presence comes as the whole list once, then as what changed: the view
+// always gets the list.
 // Which endings are final and how long to wait before the next try are Python's
 // (tunnel.proto.codes.FINAL_CODES, tunnel.process.backoff), through wire.js.
 
-import { CastError, CastOpener, DecryptionError } from "./crypto.js";
-import { SessionLink, attachUrl, decodeCast, decodeHostMessage } from "./link.js";
+import { Follower } from "./follower.js";
+import { SessionLink, attachUrl } from "./link.js";
 import {
   BACKOFF_FACTOR,
   BACKOFF_INITIAL_MS,
@@ -88,11 +88,10 @@ export class Session {
     this.link = null;
     this.conversationId = null;
     // The cursor: the last seq held. Every item up to it is shown (from the first one shown), so a
-    // resume asks for what comes after it, and a cast's item after lastSeq + 1 is a gap.
+    // resume asks for what comes after it. The follower of the attachment keeps it meanwhile.
     this.lastSeq = null;
-    // The broadcast's opener while this channel takes the live tail from casts; null before the
-    // `broadcast` message, and from a break until the next one: casts are then ignored.
-    this.opener = null;
+    // The session protocol of the current attachment (follower.js); a new one per attachment.
+    this.follower = null;
     // Every item shown, in seq order: a page of earlier ones rebuilds the view from them. As
     // large as the conversation shown, which the page's DOM holds anyway.
     this.items = [];
@@ -105,20 +104,15 @@ export class Session {
     // The first snapshot page's `context`: items before firstSeq whose state still holds, in
     // seq order; those a history page brings are shown as items and leave this list.
     this.context = [];
-    // Who is attached, by member id (the host sends the list, then what changed), and which
-    // of them is this page; for this attachment only.
-    this.members = new Map();
-    this.you = null;
-    // Whether the snapshot coming is a fresh one (subscribed with no `after`): its first page
-    // says where the view starts.
-    this.freshSnapshot = false;
     this.attempt = 0;
     this.retryTimer = null;
     this.stopped = false;
     this.subscribed = false;
     this.info = null;
-    // `breaks`: how often the broadcast broke and the session resumed by cursor.
+    // `breaks`: how often the broadcast broke and the session resumed by cursor; `duplicates`:
+    // items dropped as held already (both summed over the attachments' followers).
     this.stats = { connects: 0, items: 0, duplicates: 0, breaks: 0 };
+    this.counted = { duplicates: 0, breaks: 0 };
   }
 
   start() {
@@ -138,7 +132,8 @@ export class Session {
     this.retryTimer = null;
     if (this.link && !this.link.ended) return;
     this.subscribed = false;
-    this.opener = null;
+    this.follower = new Follower({ hostId: this.hostId });
+    this.counted = { duplicates: 0, breaks: 0 };
     // An answer to a history request is lost with the attachment that carried it.
     this.historyBefore = null;
     this.showEarlier();
@@ -152,9 +147,7 @@ export class Session {
       // The link waits for what these return: casts open asynchronously, in arrival order.
       onMessage: (message) => (this.link === link ? this.onMessage(message) : undefined),
       onCast: (cast) => (this.link === link ? this.onCast(cast) : undefined),
-      onCut: () => {
-        if (this.link === link) this.breakBroadcast("the relay cut this channel");
-      },
+      onCut: () => (this.link === link ? this.onCast(null) : undefined),
       onEnd: (ending) => {
         if (this.link === link) this.onEnd(ending);
       },
@@ -170,59 +163,89 @@ export class Session {
   }
 
   /**
-   * One host message, as it came on the channel or in a cast. What it returns (a promise for a
-   * `broadcast` message) the link waits for before the next frame.
+   * One host message on the channel. What it returns (a promise) the link waits for before the
+   * next frame; a FollowerError thrown ends the attachment with its close code.
    */
   onMessage(message) {
-    switch (message.op) {
+    const follower = this.follower;
+    const events = follower.receiveMessage(message);
+    if (events instanceof Promise) return events.then((got) => this.take(follower, got));
+    this.take(follower, events);
+    return undefined;
+  }
+
+  /** One cast of the host's broadcast, or null for the relay's `cut`. */
+  async onCast(cast) {
+    const follower = this.follower;
+    const events = await follower.receiveCast(cast);
+    this.take(follower, events);
+  }
+
+  /** What the follower asked for and told, for the attachment it belongs to. */
+  take(follower, events) {
+    if (follower !== this.follower) return;
+    for (const request of follower.requestsToSend()) {
+      if (!this.link || this.link.ended || !this.subscribed) break;
+      if (!this.link.send(request)) {
+        // The outbox is full: a new attachment subscribes again, instead of a live tail that
+        // silently stops.
+        this.link.close(CloseCode.INTERNAL_ERROR, "could not resubscribe");
+      }
+    }
+    for (const event of events) this.onEvent(event);
+    const stats = follower.statistics();
+    this.stats.duplicates += stats.duplicates - this.counted.duplicates;
+    this.stats.breaks += stats.breaks - this.counted.breaks;
+    this.counted = { duplicates: stats.duplicates, breaks: stats.breaks };
+    this.lastSeq = follower.cursor;
+  }
+
+  onEvent(event) {
+    switch (event.type) {
       case "ready":
-        this.onReady(message);
+        this.onReady(event.message);
         return;
-      case "snapshot":
-        // The host took the channel out of its broadcast before it sent this.
-        this.opener = null;
-        if (message.reset === true) {
+      case "snapshot_started":
+        if (event.reset) {
           // The host's log does not hold what this page saw (a new log under the same
           // conversation id): start the view over from the snapshot that follows.
           this.forgetConversation();
-          this.freshSnapshot = true;
         }
-        if (this.freshSnapshot) {
-          this.freshSnapshot = false;
+        if (event.fresh) {
           // A host too old to say sends everything: nothing earlier to offer.
-          this.firstSeq = Number.isInteger(message.first_seq) ? message.first_seq : null;
-          this.earlierAvailable = this.firstSeq !== null && message.earlier === true;
-          this.context = contextItems(message.context, this.firstSeq);
+          this.firstSeq = event.first_seq;
+          this.earlierAvailable = this.firstSeq !== null && event.earlier;
+          this.context = contextItems(event.context, this.firstSeq);
           if (this.context.length > 0) this.view.context(this.context);
           this.showEarlier();
         }
-        for (const item of Array.isArray(message.items) ? message.items : []) this.acceptItem(item);
-        // The page holds every item up to last_seq now, even when this page brought none.
-        if (Number.isInteger(message.last_seq) &&
-          (this.lastSeq === null || message.last_seq > this.lastSeq)) {
-          this.lastSeq = message.last_seq;
-        }
-        if (!message.more) this.view.snapshotDone();
         return;
-      case "history":
-        this.onHistory(message);
+      case "snapshot_page":
+        for (const item of event.items) this.acceptItem(item);
+        if (!event.more) this.view.snapshotDone();
         return;
       case "item":
-        this.acceptItem(message.item);
+        this.acceptItem(event.item);
         return;
       case "event":
-        if (message.event && typeof message.event === "object") this.view.event(message.event);
+        this.view.event(event.event);
         return;
       case "presence":
-        this.onPresence(message);
+        this.view.presence(event.members.map((member) =>
+          ({ name: member.name, role: member.role, you: event.you !== null &&
+            member.id === event.you })));
         return;
-      case "broadcast":
-        return this.onBroadcast(message);
+      case "history":
+        this.onHistory(event.message);
+        return;
       case "error":
-        this.view.opError(String(message.code ?? "error"), String(message.message ?? ""));
+        this.view.opError(String(event.message.code), String(event.message.message));
+        return;
+      case "catching_up":
+        console.warn(`broadcast: ${event.reason}; catching up after seq ${event.after}`);
         return;
       default:
-        // Newer hosts may speak ops this page does not know: ignoring them is safe.
+        // "following"; "skipped": a message this page does not know, from a newer host.
         return;
     }
   }
@@ -240,8 +263,6 @@ export class Session {
     this.view.ready(message);
     this.view.connection("connected");
     this.subscribed = true;
-    // A new subscription: the broadcast, if any, starts again with its `broadcast` message.
-    this.opener = null;
     this.subscribe();
     this.onSubscribed();
   }
@@ -251,94 +272,7 @@ export class Session {
    * the end of the conversation; with one, everything after it.
    */
   subscribe() {
-    this.freshSnapshot = this.lastSeq === null;
-    return this.link.send({ op: "subscribe", after: this.lastSeq });
-  }
-
-  /**
-   * A `broadcast` message: from the next cast on, the live tail comes as casts of this epoch,
-   * signed by the host's key; `members` and `you` are the presence list as of that cast. A
-   * public key that is not the host id's means the channel is not the host's: the attachment
-   * ends as for a message that did not decrypt.
-   */
-  async onBroadcast(message) {
-    const link = this.link;
-    this.opener = null;
-    let opener;
-    try {
-      opener = await CastOpener.create({
-        hostId: this.hostId,
-        publicKey: message.public_key,
-        epoch: message.epoch,
-        key: message.key,
-        counter: message.counter,
-      });
-    } catch {
-      throw new DecryptionError("the broadcast is not the host's");
-    }
-    // The attachment may have ended while the keys were imported.
-    if (this.link !== link) return;
-    this.opener = opener;
-    if (Array.isArray(message.members)) {
-      this.onPresence({ members: message.members, you: message.you });
-    }
-  }
-
-  /**
-   * One cast on the channel: ignored without an opener; else opened and its messages taken as
-   * if they came on the channel (a malformed one ends the attachment, as there), except items
-   * held already (skipped) and items past the next one (a gap). A cast that does not open, or
-   * is not a list of messages, or a gap breaks the broadcast.
-   */
-  async onCast(cast) {
-    const opener = this.opener;
-    if (opener === null) return;
-    let encoded;
-    try {
-      encoded = decodeCast(await opener.open(cast));
-    } catch (error) {
-      if (!(error instanceof CastError)) throw error;
-      if (this.opener === opener) this.breakBroadcast(error.message);
-      return;
-    }
-    for (const bytes of encoded) {
-      const message = decodeHostMessage(bytes);
-      // An earlier message of this cast replaced the opener (a `broadcast` or a `snapshot`):
-      // the rest of the cast belongs to the broadcast it ended.
-      if (this.opener !== opener) return;
-      if (message.op === "item" && this.isGap(message.item)) {
-        this.breakBroadcast("a gap in the items");
-        return;
-      }
-      await this.onMessage(message);
-    }
-  }
-
-  /** Whether a cast's `item` comes after one the page never got. */
-  isGap(item) {
-    // An item with no seq is dropped by acceptItem; with no cursor there is nothing to be
-    // behind (a broadcast comes only after the snapshot, which sets one).
-    if (!item || typeof item !== "object" || !Number.isInteger(item.seq)) return false;
-    return this.lastSeq !== null && item.seq > this.lastSeq + 1;
-  }
-
-  /**
-   * The broadcast broke for this channel (docs/application.md, "The broadcast"): ignore casts
-   * until the next `broadcast` message and resubscribe after the cursor; the host sends what
-   * came since on the channel. Once per break: a second cause while the opener is gone is
-   * already covered by the resume in flight.
-   */
-  breakBroadcast(why) {
-    if (this.opener === null) return;
-    this.opener = null;
-    this.stats.breaks += 1;
-    console.warn(`broadcast: ${why}; catching up after seq ${this.lastSeq}`);
-    if (!this.link || this.link.ended || !this.subscribed) return;
-    if (!this.subscribe()) {
-      // The outbox is full: a new attachment subscribes again, instead of a live tail that
-      // silently stops.
-      this.link.close(CloseCode.INTERNAL_ERROR, "could not resubscribe");
-    }
+    return this.link.send(this.follower.subscribe(this.lastSeq));
   }
 
   forgetConversation() {
@@ -391,40 +325,8 @@ export class Session {
     this.showEarlier();
   }
 
-  /**
-   * A presence message: the whole list (`members`, and `you`, this page's member id) or what
-   * changed since the previous one (`joined`, `left`). The view gets the whole list either way.
-   */
-  onPresence(message) {
-    if (Array.isArray(message.members)) {
-      this.members = new Map();
-      this.you = Number.isInteger(message.you) ? message.you : null;
-      message.members.forEach((member, index) => {
-        // A host from before member ids sends only lists: its members are keyed by place.
-        const id = Number.isInteger(member?.id) ? member.id : `place ${index}`;
-        if (member && typeof member === "object") this.members.set(id, member);
-      });
-    } else {
-      for (const id of Array.isArray(message.left) ? message.left : []) this.members.delete(id);
-      for (const member of Array.isArray(message.joined) ? message.joined : []) {
-        if (member && typeof member === "object" && Number.isInteger(member.id)) {
-          this.members.set(member.id, member);
-        }
-      }
-    }
-    this.view.presence([...this.members].map(([id, member]) =>
-      ({ name: member.name, role: member.role, you: this.you !== null && id === this.you })));
-  }
-
+  /** An item to show: the follower hands on each seq once, in order. */
   acceptItem(item) {
-    if (!item || typeof item !== "object" || !Number.isInteger(item.seq)) return;
-    // Snapshot plus live tail deliver each seq once per subscription; a resubscription after a
-    // reconnect starts after lastSeq. Anything at or below it is a duplicate and is dropped.
-    if (this.lastSeq !== null && item.seq <= this.lastSeq) {
-      this.stats.duplicates += 1;
-      return;
-    }
-    this.lastSeq = item.seq;
     this.stats.items += 1;
     this.items.push(item);
     this.view.item(item);
@@ -433,13 +335,11 @@ export class Session {
   onEnd({ code, reason }) {
     this.link = null;
     this.subscribed = false;
-    this.opener = null;
+    this.follower = null;
     this.historyBefore = null;
     this.showEarlier();
     // Who was attached is unknown while we are not: show nobody rather than a stale list. The
     // host sends the current list again as soon as we are back.
-    this.members = new Map();
-    this.you = null;
     this.view.presence([]);
     if (this.stopped) return;
     if (FINAL_CODES.includes(code)) {
