@@ -3,14 +3,15 @@ on an agent's behalf (`fs/read_text_file`, `fs/write_text_file`, a terminal's cw
 here, race-free, from a directory fd of the workspace held open while the `Workspace` lives.
 
 A name is never checked and then opened again: an agent that swaps a folder for a symlink in
-between wins that race (docs/security.md, "The workspace"). Resolution is the kernel's where it
-can be: openat2 with RESOLVE_BENEATH (Linux 5.6) refuses `..` and symlinks that leave the
-workspace atomically. Where openat2 is missing or a seccomp filter refuses it, and for a symlink
-naming a place inside the workspace by its absolute path (which RESOLVE_BENEATH refuses), a walk
-does the same one component at a time: each directory opened with O_NOFOLLOW from the fd of the
-one before, each symlink read with readlinkat and its target walked in its place, `..` going
-back to a directory fd already held. Files are then opened with O_NOFOLLOW from their
-directory's fd, and a write goes to a new file in that directory, renamed over the name.
+between wins that race (docs/agents.md, "Files: the workspace rule"). Resolution is the kernel's
+where it can be: openat2 with RESOLVE_BENEATH (Linux 5.6) refuses `..` and symlinks that leave
+the workspace atomically. Where openat2 is missing or a seccomp filter refuses it, and for a
+symlink naming a place inside the workspace by its absolute path (which RESOLVE_BENEATH
+refuses), a walk does the same one component at a time: each directory opened with O_NOFOLLOW
+from the fd of the one before, each symlink read with readlinkat and its target walked in its
+place, `..` going back to a directory fd already held. Files are then opened with O_NOFOLLOW
+from their directory's fd, and a write goes to a new file in that directory, renamed over the
+name.
 
 These functions block on disk: call them in a worker thread.
 """
