@@ -604,7 +604,7 @@ def hello_seeds() -> dict[str, bytes]:
         "near-host-unknown-field": {**host, "extra": 1},
         "near-host-replace-int": {**host, "replace": 1},
         "near-host-capability-int": {**host, "capabilities": [1]},
-        "near-host-version-2": {**host, "version": PROTOCOL_VERSION + 1},
+        "near-host-version-next": {**host, "version": PROTOCOL_VERSION + 1},
         "near-teammate-bad-host-id": {**teammate, "host_id": "A" * 26},
         "near-teammate-long-name": {**teammate, "name": "n" * 65},
         "near-teammate-token-str": {**teammate, "token": "token"},
