@@ -22,6 +22,7 @@ What they buy, in libFuzzer's `cov:` edges after the suite's campaign (100,000 r
     link                 6      67    61
     cast                30      34    34
     cast_messages       19      19    12
+    opening              -      92    75   (unseeded not measured)
 
 `cast` and `cast_messages` are small parsers in front of uninstrumented code (the cryptography
 and msgpack extensions): their seeds are there so that a campaign starts from a cast that opens
@@ -71,6 +72,7 @@ from tunnel.e2e.broadcast import BroadcastKey, CastSealer
 from tunnel.e2e.broadcast import reference_vectors as cast_vectors
 from tunnel.e2e.crypto import ROLES, SECRET_SIZE, ShareLink
 from tunnel.e2e.identity import HostIdentity
+from tunnel.e2e.vectors import reference_vectors
 from tunnel.handshake import INSTANCE_SIZE, PROTOCOL_VERSION, teammate_hello
 from tunnel.log.item import CORRUPT_TYPE, Event, Item
 from tunnel.proto.frames import (
@@ -646,6 +648,34 @@ def link_seeds() -> dict[str, bytes]:
     return seeds
 
 
+def opening_seeds() -> dict[str, bytes]:
+    """The host's answer to the vectors' opening and near misses; `open` metas and near misses."""
+    vectors = reference_vectors()
+    answer = bytes.fromhex(vectors["kx_answer_hex"])
+    meta = {
+        "role": "drive",
+        "name": "alice",
+        "salt": bytes.fromhex(vectors["salt_hex"]),
+        "kx": bytes.fromhex(vectors["kx_teammate_key_hex"]),
+        "proof": bytes.fromhex(vectors["kx_proof_hex"]),
+    }
+    return {
+        "ok-answer": answer,
+        "ok-meta": pack(meta),
+        "near-answer-host-nonce": answer[:16],
+        "near-answer-short": answer[:-1],
+        "near-answer-long": answer + b"\x00",
+        "near-answer-flipped-key": _flip(answer, 0),
+        "near-answer-flipped-kx": _flip(answer, 40),
+        "near-answer-flipped-signature": _flip(answer, len(answer) - 1),
+        "near-answer-zero-kx": answer[:32] + bytes(32) + answer[64:],
+        "near-meta-no-kx": pack({k: v for k, v in meta.items() if k not in ("kx", "proof")}),
+        "near-meta-short-kx": pack({**meta, "kx": meta["kx"][:-1]}),
+        "near-meta-proof-str": pack({**meta, "proof": "text"}),
+        "near-meta-salt-nil": pack({**meta, "salt": None}),
+    }
+
+
 SEED_MAKERS: dict[str, Callable[[], dict[str, bytes]]] = {
     "frame": frame_seeds,
     "connection": connection_seeds,
@@ -656,6 +686,7 @@ SEED_MAKERS: dict[str, Callable[[], dict[str, bytes]]] = {
     "link": link_seeds,
     "cast": cast_seeds,
     "cast_messages": cast_messages_seeds,
+    "opening": opening_seeds,
 }
 
 
@@ -817,6 +848,7 @@ DICT_MAKERS: dict[str, Callable[[], list[bytes]]] = {
     "link": lambda: [token.encode() for token in _LINK_TOKENS],
     "cast": lambda: _CAST_TOKENS,
     "cast_messages": lambda: _packed(["op", "item", "event", "presence"]),
+    "opening": lambda: _packed(["role", "name", "salt", "kx", "proof", "drive", "view"]),
 }
 
 

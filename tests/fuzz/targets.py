@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import atheris
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 with atheris.instrument_imports():
     import msgpack
@@ -26,12 +27,26 @@ with atheris.instrument_imports():
     from tunnel.app.host_messages import parse as parse_host_message
     from tunnel.app.requests import decode_request
     from tunnel.e2e.broadcast import CastError, CastOpener
-    from tunnel.e2e.crypto import ShareLink
+    from tunnel.e2e.crypto import ShareLink, e2e_root
     from tunnel.e2e.identity import HostIdentity
+    from tunnel.e2e.opening import OpeningError, TeammateOpening, check_offer_fields
     from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
     from tunnel.log import Item
     from tunnel.proto import DEFAULT_LIMITS, Connection, ProtocolError, Side, decode_frame
     from tunnel.proto.frames import _decode_fast, _decode_general
+
+
+def vector_opening() -> TeammateOpening:
+    """The teammate's opening of tests/vectors/crypto.json, whose answer is a seed."""
+    return TeammateOpening(
+        root=e2e_root(bytes(range(0x20)), _CAST_HOST.host_id),
+        host_id=_CAST_HOST.host_id,
+        relay_url="https://relay.example",
+        role="drive",
+        name="alice",
+        private_key=X25519PrivateKey.from_private_bytes(bytes(range(0xB0, 0xD0))),
+        salt=bytes(range(0x60, 0x70)),
+    )
 
 
 def _msgpack_value(data: bytes) -> Any:
@@ -122,6 +137,18 @@ def cast_messages(data: bytes) -> None:
         assert all(type(m) is bytes for m in messages)
 
 
+def opening(data: bytes) -> None:
+    # The two untrusted inputs of a channel opening: an `open` meta at the host, and the host's
+    # answer at the teammate (a fresh opening per input: finishing one forgets its key).
+    value = _msgpack_value(data)
+    if isinstance(value, dict):
+        with contextlib.suppress(OpeningError):
+            check_offer_fields(value)
+    with contextlib.suppress(OpeningError):
+        crypto = vector_opening().finish(data)
+        assert crypto.send.counter == 0
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "frame": frame,
     "connection": connection,
@@ -132,6 +159,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "link": link,
     "cast": cast,
     "cast_messages": cast_messages,
+    "opening": opening,
 }
 
 

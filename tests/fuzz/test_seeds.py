@@ -18,6 +18,7 @@ from tunnel.app.requests import decode_request
 from tunnel.e2e.broadcast import CastError, CastOpener
 from tunnel.e2e.broadcast import reference_vectors as cast_vectors
 from tunnel.e2e.crypto import ShareLink
+from tunnel.e2e.opening import OpeningError, check_offer_fields
 from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
 from tunnel.log import Item
 from tunnel.proto import Connection, ProtocolError, Side, decode_frame
@@ -54,6 +55,19 @@ def _hello(data: bytes) -> object:
     )
 
 
+def _opening(data: bytes) -> object:
+    # A meta (a msgpack map) at the host, or else an answer at the teammate of the vectors.
+    try:
+        value = msgpack.unpackb(data, raw=False)
+    except Exception:  # not msgpack: an answer
+        value = None
+    if isinstance(value, dict):
+        return check_offer_fields(value)
+    from .targets import vector_opening
+
+    return vector_opening().finish(data)
+
+
 def _cast(data: bytes) -> bytes:
     opener = CastOpener(
         host_id=make_seeds.CAST_IDENTITY.host_id,
@@ -76,6 +90,7 @@ PARSERS: dict[str, tuple[Parse, type[Exception]]] = {
     "link": (lambda data: ShareLink.parse(data.decode()), ValueError),
     "cast": (_cast, CastError),
     "cast_messages": (cast_messages, CastError),
+    "opening": (lambda data: _opening(data), OpeningError),
 }
 
 
