@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from websockets.datastructures import Headers, MultipleValuesError
 from websockets.http11 import Request, Response
 
+from tunnel.relay.cluster_auth import ThrottledWarnings
 from tunnel.relay.metrics import CONTENT_TYPE_LATEST, RelayMetrics
 from tunnel.relay.node_forward import NODE_ATTACH_PATH, verified_client
 from tunnel.relay.settings import url_origin
@@ -111,6 +112,8 @@ class HttpRouter:
     ) -> None:
         self._origins = origins
         self._cluster = cluster
+        # Anyone who reaches a node can knock on its node path: said once in a while, not per try.
+        self._node_warnings = ThrottledWarnings(logger)
         self._metrics = metrics
         self._metrics_token = None if metrics_token is None else metrics_token.encode()
         self._static: StaticHandler | None
@@ -140,7 +143,9 @@ class HttpRouter:
             if self._node_signed(request):
                 return None
             self._metrics.frames_rejected.labels(reason="node_auth").inc()
-            logger.warning("refused a node-to-node connection with a bad or stale signature")
+            self._node_warnings.warning(
+                "refused a node-to-node connection with a bad or stale signature"
+            )
             return text_response(403, "Forbidden.\n")
         if path == "/healthz":
             return text_response(200, self._health())
