@@ -27,7 +27,7 @@ from tunnel.app.requests import PermissionAnswer, Prompt
 from tunnel.e2e.broadcast import COUNTER_SIZE, EPOCH_SIZE, SIGN_LABEL, SIGNATURE_SIZE
 from tunnel.e2e.crypto import ShareLink
 from tunnel.host.share import Shared
-from tunnel.proto import Cast, decode_frame
+from tunnel.proto import Cast, Cut, decode_frame, encode_frame
 from tunnel.proto.frames import encode_cast
 from tunnel.teammate.client import RevokedError, TeammateSession, connect_teammate
 
@@ -211,6 +211,14 @@ def mischief(kind: str) -> Callable[[bytes], bytes | list[bytes]]:
         if not isinstance(frame, Cast):
             return message
         casts += 1
+        if kind == "cut storm":
+            # Every third cast dropped for a cut, and cuts around every other: a cut is not
+            # authenticated, so it may only ever lead to a catch-up on the channel.
+            assert frame.channel is not None
+            cut = encode_frame(Cut(channel=frame.channel))
+            if casts % 3 == 0:
+                return [cut]
+            return [cut, message, cut, cut] if casts % 3 == 1 else message
         if held:  # reorder: the held one after this one
             return [message, held.pop()]
         if casts != 2:
@@ -242,7 +250,7 @@ async def through(
         yield teammate
 
 
-@pytest.mark.parametrize("kind", ["tamper", "replay", "reorder", "drop"])
+@pytest.mark.parametrize("kind", ["tamper", "replay", "reorder", "drop", "cut storm"])
 async def test_a_cast_broken_by_the_relay_is_refused_and_the_teammate_catches_up(
     relay: RelayProcess,
     tmp_path: Path,
