@@ -46,7 +46,6 @@ def new_opening(identity: HostIdentity) -> None:
     teammate = TeammateOpening(
         root=e2e_root(SECRET, identity.host_id),
         host_id=identity.host_id,
-        relay_url=RELAY_URL,
         role="drive",
         name="alice",
     )

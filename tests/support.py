@@ -312,7 +312,6 @@ def open_meta(link: ShareLink, name: str) -> dict[str, Any]:
     return TeammateOpening(
         root=e2e_root(link.secret, link.host_id),
         host_id=link.host_id,
-        relay_url=link.relay_url,
         role=link.role,
         name=name,
     ).meta()
@@ -320,4 +319,4 @@ def open_meta(link: ShareLink, name: str) -> dict[str, Any]:
 
 def via(link: ShareLink, proxy_url: str) -> ShareLink:
     """The same link, reached through `proxy_url` instead of the relay."""
-    return dataclasses.replace(link, dial_url=proxy_url)
+    return dataclasses.replace(link, relay_url=proxy_url)

@@ -126,7 +126,13 @@ def test_a_host_cannot_build_a_hello_with_an_instance_of_another_size(size: int)
 def test_teammate_hellos_keep_only_a_hash_of_the_token_and_match_one_role() -> None:
     host_id = HostIdentity.generate().host_id
     hello = parse_teammate_hello(
-        {"role": "teammate", "version": PROTOCOL_VERSION, "host_id": host_id, "token": b"t" * 32, "name": "ann"}
+        {
+            "role": "teammate",
+            "version": PROTOCOL_VERSION,
+            "host_id": host_id,
+            "token": b"t" * 32,
+            "name": "ann",
+        }
     )
     assert hello.token_hash == hashlib.sha256(b"t" * 32).digest()
     assert "t" * 32 not in repr(hello)
@@ -136,7 +142,13 @@ def test_teammate_hellos_keep_only_a_hash_of_the_token_and_match_one_role() -> N
     for bad in ({"host_id": "NOT-AN-ID"}, {"name": "n" * 65}, {"token": "text"}, {"x": 1}):
         with pytest.raises(HelloError):
             parse_teammate_hello(
-                {"role": "teammate", "version": PROTOCOL_VERSION, "host_id": host_id, "token": b"t", **bad}
+                {
+                    "role": "teammate",
+                    "version": PROTOCOL_VERSION,
+                    "host_id": host_id,
+                    "token": b"t",
+                    **bad,
+                }
             )
 
 

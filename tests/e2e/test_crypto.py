@@ -47,15 +47,12 @@ OTHER_HOST_ID = HostIdentity.from_seed(bytes(range(1, 33))).host_id
 SECRET = bytes(range(32))
 SALT = bytes(range(16))
 NAME = "alice"
-RELAY_URL = "https://relay.example"
 
 
 def pair(secret: bytes = SECRET, salt: bytes = SALT) -> tuple[ChannelCrypto, ChannelCrypto]:
     """Return (teammate, host) ends of one channel, opened as tunnel.e2e.opening opens it."""
     root = e2e_root(secret, HOST_ID)
-    opening = TeammateOpening(
-        root=root, host_id=HOST_ID, relay_url=RELAY_URL, role="drive", name=NAME, salt=salt
-    )
+    opening = TeammateOpening(root=root, host_id=HOST_ID, role="drive", name=NAME, salt=salt)
     answered = answer_offer(IDENTITY, root=root, offer=opening.offer, proof=opening.proof)
     return opening.finish(answered.answer), answered.crypto
 
@@ -281,7 +278,6 @@ def test_a_viewer_cannot_drive_with_its_view_secret() -> None:
     opening = TeammateOpening(
         root=e2e_root(secrets.view, HOST_ID),
         host_id=HOST_ID,
-        relay_url=RELAY_URL,
         role="drive",
         name=NAME,
     )

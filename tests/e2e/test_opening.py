@@ -29,14 +29,12 @@ from tunnel.proto.codes import CloseCode
 VECTORS = json.loads((Path(__file__).resolve().parents[1] / "vectors" / "crypto.json").read_text())
 IDENTITY = HostIdentity.from_seed(bytes.fromhex(VECTORS["host_seed_hex"]))
 ROOT = e2e_root(bytes.fromhex(VECTORS["secret_hex"]), IDENTITY.host_id)
-RELAY_URL = VECTORS["relay_url"]
 
 
 def opening(**overrides: object) -> TeammateOpening:
     values: dict[str, object] = {
         "root": ROOT,
         "host_id": IDENTITY.host_id,
-        "relay_url": RELAY_URL,
         "role": "drive",
         "name": "alice",
     }
@@ -93,7 +91,6 @@ def test_both_ends_agree_and_each_channel_has_keys_of_its_own() -> None:
     "change",
     [
         {"host_id": HostIdentity.from_seed(bytes(32)).host_id},
-        {"relay_url": "https://other.example"},
         {"role": "view"},
         {"name": "mallory"},
         {"salt": bytes(16)},

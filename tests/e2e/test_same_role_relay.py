@@ -51,7 +51,6 @@ def attacker_opening(link: ShareLink, name: str) -> TeammateOpening:
     return TeammateOpening(
         root=e2e_root(link.secret, link.host_id),
         host_id=link.host_id,
-        relay_url=link.relay_url,
         role=link.role,
         name=name,
     )
@@ -148,7 +147,6 @@ async def test_an_answer_signed_by_the_attackers_own_key_is_refused(
             # A well-formed answer to the victim's very offer, signed by a key the attacker has.
             offer = Offer(
                 host_id=impostor.host_id,
-                relay_url=link.relay_url,
                 role=link.role,
                 name=offers[-1].meta["name"],
                 salt=offers[-1].meta["salt"],
@@ -199,7 +197,6 @@ async def test_a_passive_same_role_recorder_reads_nothing_and_cannot_inject(
         # secret of its own key with either ephemeral key on the wire.
         offer = Offer(
             host_id=link.host_id,
-            relay_url=link.relay_url,
             role=link.role,
             name=offers[0]["name"],
             salt=offers[0]["salt"],

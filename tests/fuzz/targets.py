@@ -41,7 +41,6 @@ def vector_opening() -> TeammateOpening:
     return TeammateOpening(
         root=e2e_root(bytes(range(0x20)), _CAST_HOST.host_id),
         host_id=_CAST_HOST.host_id,
-        relay_url="https://relay.example",
         role="drive",
         name="alice",
         private_key=X25519PrivateKey.from_private_bytes(bytes(range(0xB0, 0xD0))),

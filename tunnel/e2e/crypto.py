@@ -188,10 +188,6 @@ class ShareLink:
     secret: bytes = field(repr=False)
     """The 32-byte role secret. Kept out of repr so a logged link does not leak it."""
 
-    dial_url: str | None = None
-    """Where to reach the relay when not at `relay_url` (a tunnel or proxy in front of it); not
-    part of the link's text. The channel opening still binds `relay_url`, the link's own."""
-
     def __post_init__(self) -> None:
         if normalize_relay_url(self.relay_url) != self.relay_url:
             raise ValueError(

@@ -96,8 +96,6 @@ class Offer:
 
     host_id: str
     """The host of the link, 26 characters of base32."""
-    relay_url: str
-    """The relay's origin in normal form (`tunnel.link.urls.normalize_relay_url`)."""
     role: str
     """The role the teammate claims, one of ROLES."""
     name: str
@@ -112,7 +110,6 @@ class Offer:
         digest = hashlib.sha256(_field(TRANSCRIPT_LABEL))
         for value in (
             self.host_id.encode("ascii"),
-            self.relay_url.encode("utf-8"),
             self.role.encode("ascii"),
             self.name.encode("utf-8"),
             self.salt,
@@ -188,7 +185,6 @@ class TeammateOpening:
         *,
         root: bytes,
         host_id: str,
-        relay_url: str,
         role: str,
         name: str,
         private_key: X25519PrivateKey | None = None,
@@ -200,7 +196,6 @@ class TeammateOpening:
         self._private: X25519PrivateKey | None = private_key or X25519PrivateKey.generate()
         self.offer = Offer(
             host_id=host_id,
-            relay_url=relay_url,
             role=role,
             name=name,
             salt=new_salt() if salt is None else salt,
@@ -324,7 +319,7 @@ def _x25519_from_seed(seed: bytes) -> X25519PrivateKey:
 
 
 def reference_vectors(
-    *, identity: HostIdentity, root: bytes, relay_url: str, role: str, name: str, salt: bytes
+    *, identity: HostIdentity, root: bytes, role: str, name: str, salt: bytes
 ) -> dict[str, str]:
     """The opening's entries of tests/vectors/crypto.json (docs/security.md lists the inputs)."""
     teammate_private = _x25519_from_seed(bytes(range(0xB0, 0xD0)))
@@ -332,7 +327,6 @@ def reference_vectors(
     opening = TeammateOpening(
         root=root,
         host_id=identity.host_id,
-        relay_url=relay_url,
         role=role,
         name=name,
         private_key=teammate_private,

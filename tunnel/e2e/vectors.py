@@ -41,7 +41,7 @@ def reference_vectors() -> dict[str, str]:
     token = relay_token(secret, host_id)
     root = e2e_root(secret, host_id)
     opened = opening.reference_vectors(
-        identity=identity, root=root, relay_url=relay_url, role=role, name=name, salt=salt
+        identity=identity, root=root, role=role, name=name, salt=salt
     )
     up = ChannelCipher(bytes.fromhex(opened["k_up_hex"]), host_id)
     down = ChannelCipher(bytes.fromhex(opened["k_down_hex"]), host_id)

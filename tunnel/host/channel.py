@@ -157,7 +157,6 @@ def open_host_channel(
     link_channel: LinkChannel,
     *,
     identity: HostIdentity,
-    relay_url: str,
     root_of: Callable[[str], bytes],
     paths: frozenset[str],
     on_close: Callable[[HostChannel], None] | None = None,
@@ -168,7 +167,6 @@ def open_host_channel(
     request = parse_open(link_channel.path, link_channel.meta, paths=paths)
     offer = Offer(
         host_id=identity.host_id,
-        relay_url=relay_url,
         role=request.role,
         name=request.name,
         salt=request.salt,

@@ -297,7 +297,6 @@ class Host:
             channel = open_host_channel(
                 link_channel,
                 identity=self.identity,
-                relay_url=self.settings.relay_url,
                 root_of=self._root_of,
                 paths=self.settings.paths,
                 on_close=self._channels.discard,

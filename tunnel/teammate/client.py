@@ -383,12 +383,10 @@ async def connect_teammate(
         return teammate_hello(host_id=share.host_id, token=share.token, name=name)
 
     try:
-        where = share.dial_url or share.relay_url
-        async with dial(where, "/v1/attach", hello, settings, backlog=1) as mux:
+        async with dial(share.relay_url, "/v1/attach", hello, settings, backlog=1) as mux:
             opening = TeammateOpening(
                 root=e2e_root(share.secret, share.host_id),
                 host_id=share.host_id,
-                relay_url=share.relay_url,
                 role=share.role,
                 name=name,
             )

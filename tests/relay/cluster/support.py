@@ -184,7 +184,7 @@ async def wait_says(read: Callable[[], str], text: str, attempts: int = 200) -> 
 
 def via(link: ShareLink, node: Node) -> ShareLink:
     """The same share link, dialed at one node's own address instead of the balancer."""
-    return dataclasses.replace(link, dial_url=node.url)
+    return dataclasses.replace(link, relay_url=node.url)
 
 
 @contextlib.asynccontextmanager

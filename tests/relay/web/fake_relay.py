@@ -36,7 +36,6 @@ from tunnel.e2e.crypto import (
 from tunnel.e2e.identity import HostIdentity
 from tunnel.e2e.opening import Offer, OpeningError, answer_offer, check_offer_fields
 from tunnel.handshake import PROTOCOL_VERSION
-from tunnel.link.urls import normalize_relay_url
 from tunnel.proto import (
     ChannelClosed,
     ChannelOpened,
@@ -293,7 +292,6 @@ class FakeRelay:
                 salt, teammate_key, proof = check_offer_fields(event.meta)
                 offer = Offer(
                     host_id=HOST_ID,
-                    relay_url=normalize_relay_url(self.base_url),
                     role=role,
                     name=name,
                     salt=salt,

@@ -165,7 +165,7 @@ async ([limits, frames]) => {
       challenge: new Uint8Array(32), limits } });
     const { meta } = socket.sent.find((frame) => frame.k === "open").p;
     const ephemeral = await c.x25519KeyPair();
-    const offerHash = await c.hashOffer({ hostId, relayUrl: "http://relay.test", role: meta.role,
+    const offerHash = await c.hashOffer({ hostId, role: meta.role,
       name: meta.name, salt: meta.salt, teammateKey: meta.kx });
     const transcript = await c.hashTranscript(offerHash, meta.proof, hostPublicKey,
       ephemeral.publicKey);

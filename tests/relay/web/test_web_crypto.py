@@ -24,7 +24,6 @@ from tunnel.e2e.opening import (
     answer_signed_message,
     full_transcript_hash,
 )
-from tunnel.link.urls import http_base_url
 
 from .conftest import BLANK_PATH, PageLog
 
@@ -43,7 +42,7 @@ async (v) => {
   const teammate = await c.x25519KeyPair(c.fromHex(v.kx_teammate_private_hex));
   const host = await c.x25519KeyPair(c.fromHex(v.kx_host_private_hex));
   const opening = await c.TeammateOpening.create({ root, hostId: v.host_id,
-    relayUrl: v.relay_url, role: v.role, name: v.name, salt: c.fromHex(v.salt_hex),
+    role: v.role, name: v.name, salt: c.fromHex(v.salt_hex),
     keyPair: teammate });
   const meta = opening.meta();
   const answer = c.fromHex(v.kx_answer_hex);
@@ -237,11 +236,11 @@ async ([v, cases]) => {
   const c = await import("/static/crypto.js");
   const out = [];
   for (const change of cases) {
-    const inputs = { host_id: v.host_id, relay_url: v.relay_url, role: v.role, name: v.name,
+    const inputs = { host_id: v.host_id, role: v.role, name: v.name,
       salt: v.salt_hex, teammate_private: v.kx_teammate_private_hex, root: v.root_hex,
       answer: v.kx_answer_hex, ...change };
     const opening = await c.TeammateOpening.create({
-      root: c.fromHex(inputs.root), hostId: inputs.host_id, relayUrl: inputs.relay_url,
+      root: c.fromHex(inputs.root), hostId: inputs.host_id,
       role: inputs.role, name: inputs.name, salt: c.fromHex(inputs.salt),
       keyPair: await c.x25519KeyPair(c.fromHex(inputs.teammate_private)),
     });
@@ -268,7 +267,6 @@ def _python_outcome(vectors: dict[str, Any], change: dict[str, str]) -> str:
     """What tunnel.e2e.opening.TeammateOpening makes of the same case, spelled as the page's."""
     inputs = {
         "host_id": vectors["host_id"],
-        "relay_url": vectors["relay_url"],
         "role": vectors["role"],
         "name": vectors["name"],
         "salt": vectors["salt_hex"],
@@ -280,7 +278,6 @@ def _python_outcome(vectors: dict[str, Any], change: dict[str, str]) -> str:
     opening = TeammateOpening(
         root=bytes.fromhex(inputs["root"]),
         host_id=inputs["host_id"],
-        relay_url=inputs["relay_url"],
         role=inputs["role"],
         name=inputs["name"],
         salt=bytes.fromhex(inputs["salt"]),
@@ -302,7 +299,6 @@ def _opening_cases(vectors: dict[str, Any]) -> dict[str, dict[str, str]]:
     host_key_at = PUBLIC_KEY_SIZE
     offer = Offer(
         host_id=vectors["host_id"],
-        relay_url=vectors["relay_url"],
         role=vectors["role"],
         name=vectors["name"],
         salt=bytes.fromhex(vectors["salt_hex"]),
@@ -317,7 +313,6 @@ def _opening_cases(vectors: dict[str, Any]) -> dict[str, dict[str, str]]:
     # The host's genuine answer to another offer (another salt): replayed into this channel.
     other_offer = Offer(
         host_id=offer.host_id,
-        relay_url=offer.relay_url,
         role=offer.role,
         name=offer.name,
         salt=bytes(16),
@@ -326,7 +321,6 @@ def _opening_cases(vectors: dict[str, Any]) -> dict[str, dict[str, str]]:
     other_proof = TeammateOpening(
         root=root,
         host_id=offer.host_id,
-        relay_url=offer.relay_url,
         role=offer.role,
         name=offer.name,
         salt=other_offer.salt,
@@ -342,7 +336,6 @@ def _opening_cases(vectors: dict[str, Any]) -> dict[str, dict[str, str]]:
     return {
         "genuine": {},
         "host id": {"host_id": derive_host_id(forger.public_key)},
-        "relay URL": {"relay_url": "https://relay.example:8443"},
         "role": {"role": "view"},
         "name": {"name": "Alice"},
         "salt": {"salt": _flip(offer.salt, 0).hex()},
@@ -376,7 +369,6 @@ def test_an_answer_to_any_other_transcript_is_refused_as_python_refuses_it(
     assert got == {
         "genuine": "accepted",
         "host id": not_host,
-        "relay URL": not_signed,
         "role": not_signed,
         "name": not_signed,
         "salt": not_signed,
@@ -427,7 +419,7 @@ async ([v, names]) => {
   const out = [];
   for (const name of names) {
     const opening = await c.TeammateOpening.create({ root, hostId: v.host_id,
-      relayUrl: v.relay_url, role: v.role, name, salt: c.fromHex(v.salt_hex),
+      role: v.role, name, salt: c.fromHex(v.salt_hex),
       keyPair: await c.x25519KeyPair(c.fromHex(v.kx_teammate_private_hex)) });
     out.push([c.toHex(opening.offerHash), c.toHex(opening.proof)]);
   }
@@ -456,7 +448,6 @@ def test_names_are_bound_into_the_transcript_as_utf8(page: Page, static_server: 
         opening = TeammateOpening(
             root=bytes.fromhex(vectors["root_hex"]),
             host_id=vectors["host_id"],
-            relay_url=vectors["relay_url"],
             role=vectors["role"],
             name=name,
             salt=bytes.fromhex(vectors["salt_hex"]),
@@ -466,36 +457,6 @@ def test_names_are_bound_into_the_transcript_as_utf8(page: Page, static_server: 
     assert got == expected
     assert got[0] == [vectors["kx_offer_hash_hex"], vectors["kx_proof_hex"]]
     assert len({value for pair in got for value in pair}) == 2 * len(names)
-
-
-# Runs in the page: the relay URL a link binds, for each attach URL, and for the link the page
-# makes from its own location.
-RELAY_URLS = """
-async (urls) => {
-  const l = await import("/static/link.js");
-  const own = new l.SessionLink({ url: l.attachUrl(location), hostId: "a".repeat(26),
-    role: "view", secret: new Uint8Array(32), name: "t", onMessage() {}, onEnd() {} });
-  return { urls: urls.map(l.relayUrlOf), own: own.relayUrl, origin: location.origin };
-}
-"""
-
-
-def test_the_relay_url_in_the_transcript_is_the_pages_origin_in_python_normal_form(
-    page: Page, static_server: str
-) -> None:
-    open_blank(page, static_server)
-    urls = [
-        "ws://127.0.0.1:8080/v1/attach",
-        "ws://LOCALHOST:80/v1/attach",
-        "wss://Relay.Example:443/v1/attach",
-        "wss://relay.example:8443/v1/attach",
-        "ws://[::1]:9000/v1/attach",
-        "wss://[2001:DB8::1]/v1/attach",
-    ]
-    got = page.evaluate(RELAY_URLS, urls)
-    assert got["urls"] == [http_base_url(url.removesuffix("/v1/attach")) for url in urls]
-    # The tests serve the page at http://127.0.0.1:PORT: that is the relay URL it binds.
-    assert got["own"] == got["origin"] == http_base_url(static_server)
 
 
 def test_channel_names_are_what_the_host_accepts(page: Page, static_server: str) -> None:

@@ -114,7 +114,6 @@ def test_a_swapped_ephemeral_key_leaves_the_page_on_the_decryption_screen(
         mine = TeammateOpening(
             root=root,
             host_id=link.host_id,
-            relay_url=link.relay_url,
             role=link.role,
             name=frame.meta["name"],
         ).meta()

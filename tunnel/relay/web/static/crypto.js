@@ -251,11 +251,10 @@ async function sha256(...parts) {
 
 /**
  * TH1, the hash of the teammate's offer: SHA-256 of the label and every field of the `open`,
- * each length-prefixed, in this order: host id, relay URL (in normal form), role, name, salt,
- * the teammate's ephemeral key.
+ * each length-prefixed, in this order: host id, role, name, salt, the teammate's ephemeral key.
  */
-export function hashOffer({ hostId, relayUrl, role, name, salt, teammateKey }) {
-  const fields = [TRANSCRIPT_LABEL, hostId, relayUrl, role, name, salt, teammateKey];
+export function hashOffer({ hostId, role, name, salt, teammateKey }) {
+  const fields = [TRANSCRIPT_LABEL, hostId, role, name, salt, teammateKey];
   return sha256(...fields.map(field));
 }
 
@@ -354,16 +353,13 @@ export async function sharedSecret(privateKey, publicKey) {
  */
 export class TeammateOpening {
   /**
-   * `root` is the role's e2e root; `relayUrl` the link's relay URL in normal form (the page's
-   * own `location.origin`); `name` exactly the string the hello and the open carry. `salt` and
-   * `keyPair` (x25519KeyPair) are fresh unless given, which only the test vectors do.
+   * `root` is the role's e2e root; `name` exactly the string the hello and the open carry.
+   * `salt` and `keyPair` (x25519KeyPair) are fresh unless given, which only the test vectors do.
    */
-  static async create({ root, hostId, relayUrl, role, name, salt = randomSalt(), keyPair = null }) {
+  static async create({ root, hostId, role, name, salt = randomSalt(), keyPair = null }) {
     if (!ROLES.includes(role)) throw new TypeError("the role is neither view nor drive");
     if (typeof hostId !== "string" || !HOST_ID.test(hostId)) throw new TypeError("not a host id");
-    if (typeof relayUrl !== "string" || typeof name !== "string") {
-      throw new TypeError("a relay URL and a name are strings");
-    }
+    if (typeof name !== "string") throw new TypeError("a name is a string");
     if (!(root instanceof Uint8Array) || root.length !== KEY_SIZE) {
       throw new TypeError(`a root is ${KEY_SIZE} bytes`);
     }
@@ -371,7 +367,7 @@ export class TeammateOpening {
       throw new TypeError(`a channel salt is ${SALT_SIZE} bytes`);
     }
     const pair = keyPair ?? await x25519KeyPair();
-    const offer = { hostId, relayUrl, role, name, salt: salt.slice(), teammateKey: pair.publicKey };
+    const offer = { hostId, role, name, salt: salt.slice(), teammateKey: pair.publicKey };
     const offerHash = await hashOffer(offer);
     const proof = await makeProof(root, offerHash);
     return new TeammateOpening({ root, offer, offerHash, proof, privateKey: pair.privateKey });

@@ -64,18 +64,6 @@ export function attachUrl(location) {
 }
 
 /**
- * The relay URL an opening binds, from the attach URL: "http(s)://host[:port]", the normal form
- * of tunnel.link.urls.normalize_relay_url. The page attaches to its own origin, so this is its
- * `location.origin`, the relay URL its link starts with. (The URL parser lowercases the host and
- * drops the default port, 80 for ws and 443 for wss, as Python does for http and https.)
- */
-export function relayUrlOf(url) {
-  const parsed = new URL(url);
-  const scheme = parsed.protocol === "wss:" || parsed.protocol === "https:" ? "https:" : "http:";
-  return `${scheme}//${parsed.host}`;
-}
-
-/**
  * One host message (docs/application.md) from its msgpack bytes: a map with a string `op`.
  * Anything else is a ProtocolError: the host, whose key sealed it, broke the protocol.
  */
@@ -126,7 +114,6 @@ export class SessionLink {
     Object.assign(this, { url, hostId, role, secret, onMessage, onEnd, onOpen, onCast, onCut });
     // Exactly this string goes in the hello, the open and the opening's transcript.
     this.name = channelName(name);
-    this.relayUrl = relayUrlOf(url);
     this.ws = null;
     this.ended = false;
     this.state = "connecting"; // -> hello-received -> open -> closing
@@ -155,7 +142,6 @@ export class SessionLink {
     this.opening = await TeammateOpening.create({
       root: await e2eRoot(this.secret, this.hostId),
       hostId: this.hostId,
-      relayUrl: this.relayUrl,
       role: this.role,
       name: this.name,
     });
