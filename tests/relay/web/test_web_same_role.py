@@ -12,8 +12,7 @@ attacker stands in the page's WebSocket (a Playwright route) and holds the same 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -26,27 +25,13 @@ from tunnel.proto import Cast, Cut, Data, Open, decode_frame, encode_frame
 from tunnel.proto.frames import encode_cast
 
 from .conftest import PageLog
-from .stack import Host, Relay, running_host, running_relay
+from .stack import Host
+from .test_web_broadcast import SHOWN_SEQS
+from .test_web_broadcast import host as host
+from .test_web_broadcast import relay as relay
 from .test_web_layout import DESKTOP, WAIT, allow, open_page, pending_request, send
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
-
-SHOWN_SEQS = (
-    """() => [...document.querySelectorAll("[data-seq]")].map((e) => Number(e.dataset.seq))"""
-)
-
-
-@pytest.fixture
-def relay(tmp_path: Path) -> Iterator[Relay]:
-    with running_relay(tmp_path / "relay") as relay:
-        yield relay
-
-
-@pytest.fixture
-def host(tmp_path: Path, relay: Relay) -> Iterator[Host]:
-    with running_host(tmp_path / "host", relay.url) as host:
-        yield host
-
 
 Hostile = Callable[[WebSocketRoute], None]
 
