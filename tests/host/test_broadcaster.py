@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from tunnel.app.follower import cast_messages
 from tunnel.app.host_messages import BroadcastStart, PresenceDelta, parse
 from tunnel.e2e.broadcast import CastOpener
 from tunnel.e2e.crypto import TAG_SIZE
@@ -14,7 +15,6 @@ from tunnel.host.broadcast import MAX_LISTED_MEMBERS, Broadcaster
 from tunnel.host.presence import Member, Presence
 from tunnel.log import Log, MemoryStore
 from tunnel.proto import DEFAULT_LIMITS
-from tunnel.teammate.client import _cast_messages
 
 
 def broadcaster(presence: Presence, identity: HostIdentity | None = None) -> Broadcaster:
@@ -110,7 +110,7 @@ async def test_a_large_presence_change_goes_in_deltas_that_each_fit_a_message() 
     )
     told: list[int] = []
     for each in link.casts:
-        for message in _cast_messages(opener.open(each)):
+        for message in cast_messages(opener.open(each)):
             delta = parse(message)
             assert isinstance(delta, PresenceDelta)
             assert len(delta.joined) <= MAX_LISTED_MEMBERS
