@@ -57,7 +57,7 @@ from tunnel.app.requests import (
     decode_request,
 )
 from tunnel.host.presence import Member, Presence
-from tunnel.host.replay_limit import ReplayLimit
+from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE, ReplayLimit
 from tunnel.log import Event, Item, Log, StoreError
 from tunnel.process.groups import unwrap_group
 
@@ -168,9 +168,12 @@ class SessionChannelHandler:
         presence: Presence,
         replay: ReplayBudget | None = None,
         broadcast: Broadcaster | None = None,
+        replay_burst: int = REPLAY_BURST,
+        replay_rate: float = REPLAY_RATE,
     ) -> None:
         """`replay` is the host's budget shared by every channel; None gives this channel one
-        of its own. With `broadcast`, the live tail and presence go to this channel as casts
+        of its own. `replay_burst` and `replay_rate` bound this channel's catch-up
+        (`ReplayLimit`). With `broadcast`, the live tail and presence go to this channel as casts
         once its snapshot is sent (docs/application.md, "The broadcast"); without, on the
         channel itself."""
         self._channel = channel
@@ -182,7 +185,9 @@ class SessionChannelHandler:
         self._you = -1
         self._stream_scope: anyio.CancelScope | None = None
         # This channel's own catch-up rate, however often it subscribes (docs/application.md).
-        self._replay_limit = ReplayLimit(now=anyio.current_time())
+        self._replay_limit = ReplayLimit(
+            now=anyio.current_time(), burst=replay_burst, rate=replay_rate
+        )
 
     async def run(self) -> None:
         member = Member(name=self._channel.name, role=self._channel.role)

@@ -29,6 +29,7 @@ from tunnel.host.broadcast import Broadcaster
 from tunnel.host.channel import HostChannel
 from tunnel.host.console import HostConsole
 from tunnel.host.presence import Member, Presence
+from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE
 from tunnel.host.runner import Host
 from tunnel.host.session import ReplayBudget, SessionChannelHandler
 from tunnel.host.settings import HostSettings
@@ -68,6 +69,12 @@ class ShareSettings:
     sandbox: SandboxSettings | None = None
     """Run the agent in a Linux sandbox (`--sandbox`, tunnel/agents/sandbox.py); None: it runs
     with the host user's rights."""
+
+    replay_burst: int = REPLAY_BURST
+    """Bytes of catch-up one channel may take at once (tunnel/host/replay_limit.py)."""
+
+    replay_rate: float = REPLAY_RATE
+    """Bytes a second one channel's catch-up budget refills by, however often it subscribes."""
 
     @property
     def resolved_log_db(self) -> Path:
@@ -155,6 +162,8 @@ async def run_share(
                 presence=presence,
                 replay=replay,
                 broadcast=broadcast,
+                replay_burst=settings.replay_burst,
+                replay_rate=settings.replay_rate,
             ).run()
 
         async def approve(channel: HostChannel) -> bool:

@@ -218,7 +218,10 @@ class TeammateSession:
         await self._sealed.aclose(code, reason)
 
     async def send(self, plaintext: bytes) -> None:
-        """Encrypt and send one message, waiting for window. Raises TeammateError once closed."""
+        """Encrypt and send one message, waiting for window. Raises TeammateError once closed.
+
+        A `subscribe` request goes through `subscribe()`, never here: the follower must know
+        it asked, or it refuses the snapshot that answers it (4000)."""
         try:
             await self._sealed.send(plaintext)
         except ChannelClosedError as exc:
