@@ -135,6 +135,52 @@ MISTAKES = {
     "host-unknown-agent-kind": Mistake(
         ("host", "--relay", "http://127.0.0.1:9", "--agent", "gpt:x"), EXIT_CONFIG, "gpt:x"
     ),
+    "host-invite-without-role": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--invite", "alice"),
+        EXIT_CONFIG,
+        "--invite 'alice': expected NAME:ROLE",
+    ),
+    "host-invite-unknown-role": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--invite", "alice:admin"),
+        EXIT_CONFIG,
+        "the role is one of view, drive",
+    ),
+    "host-invite-bad-name": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--invite", "al ice:drive"),
+        EXIT_CONFIG,
+        "'al ice' is not a name to invite",
+    ),
+    "host-policy-bad-kind": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--policy", "{tmp}/policy.toml"),
+        EXIT_CONFIG,
+        "{tmp}/policy.toml:3: rule 1: kind names 'exec', not a kind",
+    ),
+    "host-policy-not-toml": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--policy", "{tmp}/broken.toml"),
+        EXIT_CONFIG,
+        "{tmp}/broken.toml:2: not valid TOML",
+    ),
+    "host-policy-missing": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--policy", "{tmp}/none.toml"),
+        EXIT_CONFIG,
+        "{tmp}/none.toml: cannot read the policy file",
+    ),
+    "host-policy-and-preset": Mistake(
+        (
+            *("host", "--relay", "http://127.0.0.1:9", "--policy", "{tmp}/policy.toml"),
+            *("--approvals", "read-only"),
+        ),
+        EXIT_CONFIG,
+        "--policy and --approvals",
+    ),
+    "host-approvals-unknown": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--approvals", "yolo"), EXIT_CONFIG, "yolo"
+    ),
+    "host-policy-pty-agent": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--agent", "pty:sh", "--approvals", "ask"),
+        EXIT_CONFIG,
+        "an approval policy needs a demo or acp: agent",
+    ),
     "log-show-no-database": Mistake(
         ("log", "show", "main", "--db", "{tmp}/none.db"), EXIT_CONFIG, "{tmp}/none.db"
     ),
@@ -160,6 +206,8 @@ def test_a_mistake_is_one_line_on_stderr_and_a_shared_exit_code(name: str, tmp_p
     mistake = MISTAKES[name]
     (tmp_path / "bad.pem").write_text("not a certificate\n")
     (tmp_path / "empty.ndjson").write_text("")
+    (tmp_path / "policy.toml").write_text('[[rule]]\nverdict = "allow"\nkind = "exec"\n')
+    (tmp_path / "broken.toml").write_text("[[rule]]\nverdict = allow\n")
     link = ShareLink(
         relay_url=f"http://127.0.0.1:{_free_port()}",
         host_id=HostIdentity.generate().host_id,

@@ -24,8 +24,11 @@ from .errors import ErrorCode, SessionError
 from .pty_agent import PtySession
 from .recorder import Recorder
 from .sandbox import Sandbox, SandboxError, SandboxSettings, prepare_sandbox
+from .workspace import Workspace
 
 if TYPE_CHECKING:
+    from tunnel.policy import Policy
+
     from .acp_agent import AcpSession
 else:
     from tunnel.process.lazy import lazy_exports
@@ -48,6 +51,7 @@ __all__ = [
     "SandboxSettings",
     "SessionError",
     "check_agent",
+    "check_policy_agent",
     "create_session",
     "parse_spec",
     "prepare_sandbox",
@@ -100,6 +104,14 @@ def check_agent(spec: str, *, workspace: Path) -> None:
         raise ValueError(f"cannot start the agent: {path} is not executable")
 
 
+def check_policy_agent(spec: str) -> None:
+    """Raise ValueError, in one line, when `--agent SPEC` cannot be held to an approval policy."""
+    if parse_spec(spec)[0] == "pty":
+        raise ValueError(
+            "an approval policy needs a demo or acp: agent; a pty: agent asks in its terminal"
+        )
+
+
 def create_session(
     spec: str,
     log: Log,
@@ -109,6 +121,7 @@ def create_session(
     demo_delay: float = DEFAULT_DELAY,
     sandbox: Sandbox | None = None,
     agent_auth: str | None = None,
+    policy: Policy | None = None,
 ) -> AgentSession:
     """The session for `--agent SPEC`, working in `workspace` and writing to `log`.
 
@@ -116,20 +129,25 @@ def create_session(
     spawns run in it. Nothing starts until the session's `run()` does. Raises ValueError for an
     unknown spec, a workspace that is not a directory, or a sandbox for the demo agent (it runs
     in the host's process: nothing to sandbox). `agent_auth` is the login method an ACP agent
-    is asked to use first (`tunnel host --agent-auth`; docs/agents.md, "Logging in").
+    is asked to use first (`tunnel host --agent-auth`; docs/agents.md, "Logging in"). `policy`
+    decides every permission request the agent makes before a human sees it (docs/policy.md).
     """
     kind, argv = parse_spec(spec)
     if not workspace.is_dir():
         raise ValueError(f"the workspace {workspace} is not a directory")
+    if policy is not None:
+        check_policy_agent(spec)
     session: AgentSession
     if kind == "demo":
         if sandbox is not None:
             raise ValueError(
                 "--sandbox needs an acp: or pty: agent; the demo agent runs no program"
             )
-        return DemoSession(
+        demo = DemoSession(
             log=log, workspace=workspace, conversation_id=conversation_id, delay=demo_delay
         )
+        demo.set_policy(policy, workspace=Workspace(workspace) if policy else None)
+        return demo
     if kind == "acp":
         from .acp_agent import AcpSession
 
@@ -145,4 +163,6 @@ def create_session(
             argv=argv, log=log, workspace=workspace, conversation_id=conversation_id
         )
     session.sandbox = sandbox
+    if policy is not None:
+        session.set_policy(policy, workspace=Workspace(workspace))
     return session

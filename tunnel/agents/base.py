@@ -21,7 +21,11 @@ from .permissions import PermissionBroker
 from .recorder import Recorder
 
 if TYPE_CHECKING:
+    from tunnel.policy import Policy
+    from tunnel.policy.tally import Role
+
     from .sandbox import Sandbox
+    from .workspace import Workspace
 
 AgentKind = Literal["chat", "terminal"]
 
@@ -77,16 +81,28 @@ class AgentSession(abc.ABC):
     async def cancel(self, *, by: str) -> None:
         """Stop what the agent is doing now (a no-op when it is idle)."""
 
-    async def answer_permission(self, request_id: str, option_id: str, *, by: str) -> None:
-        """Answer an open permission request; the first answer wins.
+    async def answer_permission(
+        self, request_id: str, option_id: str, *, by: str, role: Role = "drive"
+    ) -> None:
+        """Answer an open permission request; the first answer wins, or under the host's
+        approval policy the answers its rule asks for (`role`: `host` from the host console).
 
-        Raises `SessionError("already_answered")` for a request someone already answered and
-        `SessionError("unknown_request")` for an unknown request or option.
+        Raises `SessionError("already_answered")` for a request someone already answered (or
+        this person already approved), `SessionError("forbidden")` for someone the policy's rule
+        does not let answer, and `SessionError("unknown_request")` for an unknown request or
+        option.
         """
         check_by(by)
         # The answer would run the tool with no decision in the log: wait until it can be written.
         self._recorder.writer.check_writable()
-        await self._permissions.answer(request_id, option_id, by=by)
+        await self._permissions.answer(request_id, option_id, by=by, role=role)
+
+    def set_policy(self, policy: Policy | None, *, workspace: Workspace | None) -> None:
+        """Decide this session's permission requests by `policy` (docs/policy.md), its paths
+        resolved in `workspace`; before `run()`."""
+        self._permissions.policy = policy
+        self._permissions.workspace = workspace
+        self._permissions.agent_name = lambda: self.info.name
 
     async def set_mode(self, mode_id: str, *, by: str) -> None:
         """Switch the agent's session mode; recorded with who asked (ACP agents)."""

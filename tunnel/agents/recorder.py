@@ -293,8 +293,11 @@ class Recorder:
         option_kind: str,
         outcome: str,
         by: str,
+        extra: Mapping[str, Any] | None = None,
     ) -> Item | None:
-        """Held, never waited for, while the log cannot be written: the agent goes on."""
+        """Held, never waited for, while the log cannot be written: the agent goes on.
+
+        `extra`: why, under the approval policy (`policy`, `approved_by`, `remembered`, ...)."""
         return await self.append_or_hold(
             "permission_decision",
             {
@@ -303,6 +306,34 @@ class Recorder:
                 "option_name": option_name,
                 "option_kind": option_kind,
                 "outcome": outcome,
+                **(extra or {}),
+            },
+            by=by,
+            status="completed",
+        )
+
+    async def permission_approval(
+        self,
+        *,
+        request_id: str,
+        option_id: str,
+        option_name: str,
+        option_kind: str,
+        approved_by: list[str],
+        needed: int,
+        by: str,
+    ) -> Item | None:
+        """One approval of a request that needs more (the approval policy's `approvals`); the
+        request stays open. Held like a decision while the log cannot be written."""
+        return await self.append_or_hold(
+            "permission_approval",
+            {
+                "request_id": request_id,
+                "option_id": option_id,
+                "option_name": option_name,
+                "option_kind": option_kind,
+                "approved_by": approved_by,
+                "needed": needed,
             },
             by=by,
             status="completed",

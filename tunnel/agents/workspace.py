@@ -76,6 +76,20 @@ class Workspace:
         to the workspace, `.` for the workspace itself. Says nothing of symlinks in it."""
         return "/".join(self._parts(path)) or "."
 
+    def resolve(self, path: str) -> str:
+        """Where `path` really is, relative to the workspace (`.` for the workspace itself):
+        its symlinks followed as opening it would, a missing last component kept as named.
+        Raises OutsideWorkspace, or OSError (a missing parent directory is FileNotFoundError)."""
+        dir_fd, name = self._locate(path, create=False)
+        try:
+            folder = os.readlink(f"/proc/self/fd/{dir_fd}")
+        finally:
+            os.close(dir_fd)
+        relative = os.path.relpath(os.path.join(folder, name), self.root)
+        if relative == ".." or relative.startswith("../"):
+            raise OutsideWorkspace(f"{path} is outside the workspace")
+        return relative
+
     def open_dir(self, path: str) -> int:
         """A directory fd (close it) for `path`, absolute or relative to the workspace, following
         only symlinks that stay inside. Raises OutsideWorkspace, or OSError (NotADirectoryError,

@@ -15,6 +15,15 @@ from tunnel.process.logs import LogLevel, configure_logging
 
 if TYPE_CHECKING:
     from tunnel.agents.sandbox import SandboxSettings
+    from tunnel.policy import Policy
+
+
+class Approvals(enum.StrEnum):
+    """A built-in approval policy (--approvals; docs/policy.md)."""
+
+    ask = "ask"
+    read_only = "read-only"
+    trust_reads = "trust-reads"
 
 
 class SandboxNet(enum.StrEnum):
@@ -61,6 +70,27 @@ def host_command(
             " stay inside it (its own tools are gated by approvals only).",
         ),
     ] = Path(),
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy",
+            envvar="TUNNEL_HOST_POLICY",
+            metavar="FILE",
+            show_default=False,
+            help="An approval policy (TOML, docs/policy.md): which permission requests the host"
+            " allows or refuses itself, and who must approve the rest.",
+        ),
+    ] = None,
+    approvals: Annotated[
+        Approvals | None,
+        typer.Option(
+            "--approvals",
+            envvar="TUNNEL_HOST_APPROVALS",
+            show_default=False,
+            help="A built-in approval policy: ask (every request is asked), read-only (reads"
+            " allowed, all else refused) or trust-reads (reads allowed, the rest asked).",
+        ),
+    ] = None,
     sandbox: Annotated[
         bool,
         typer.Option(
@@ -190,6 +220,7 @@ def host_command(
         raise typer.Exit(EXIT_CONFIG) from None
     try:
         sandbox_settings = _sandbox_settings(sandbox, sandbox_allow or [], sandbox_net)
+        approval_policy = _approval_policy(policy, approvals)
     except ValueError as exc:
         typer.echo(f"tunnel host: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
@@ -205,6 +236,7 @@ def host_command(
         interactive=interactive,
         sandbox=sandbox_settings,
         agent_auth=agent_auth,
+        policy=approval_policy,
     )
     confined = ""
     if sandbox_settings is not None:
@@ -233,3 +265,15 @@ def _sandbox_settings(sandbox: bool, allow: list[str], net: SandboxNet) -> Sandb
         except ValueError as exc:
             raise ValueError(f"--sandbox-allow: {exc}") from None
     return SandboxSettings(allow=tuple(allowances), network=net != SandboxNet.none)
+
+
+def _approval_policy(path: Path | None, approvals: Approvals | None) -> Policy | None:
+    """--policy or --approvals as a policy; PolicyError (a ValueError, one line naming the file
+    and line) for a policy file with a mistake."""
+    from tunnel.policy import PolicyError, load_policy, preset
+
+    if path is not None and approvals is not None:
+        raise PolicyError("--policy and --approvals: give one or the other")
+    if path is not None:
+        return load_policy(path)
+    return preset(approvals.value) if approvals is not None else None

@@ -190,7 +190,9 @@ class HostConsole:
                 case Prompt(text=text):
                     await self._session.prompt(text, by=self._host_name)
                 case PermissionAnswer(request_id=request_id, option_id=option_id):
-                    await self._session.answer_permission(request_id, option_id, by=self._host_name)
+                    await self._session.answer_permission(
+                        request_id, option_id, by=self._host_name, role="host"
+                    )
                 case Cancel():
                     await self._session.cancel(by=self._host_name)
                 case SetMode(mode_id=mode_id):

@@ -17,7 +17,13 @@ import anyio
 from anyio.abc import TaskStatus
 from rich.console import Console
 
-from tunnel.agents import AgentSession, check_agent, create_session, parse_spec
+from tunnel.agents import (
+    AgentSession,
+    check_agent,
+    check_policy_agent,
+    create_session,
+    parse_spec,
+)
 from tunnel.agents.demo_agent import DEFAULT_DELAY
 from tunnel.agents.sandbox import (
     Sandbox,
@@ -34,6 +40,7 @@ from tunnel.host.runner import Host
 from tunnel.host.session import ReplayBudget, SessionChannelHandler
 from tunnel.host.settings import HostSettings
 from tunnel.log import Log, SQLiteStore, StoreError, default_db_path
+from tunnel.policy import Policy
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +83,10 @@ class ShareSettings:
     replay_rate: float = REPLAY_RATE
     """Bytes a second one channel's catch-up budget refills by, however often it subscribes."""
 
+    policy: Policy | None = None
+    """The approval policy every permission request of the agent is decided by first
+    (`--policy FILE`, `--approvals PRESET`; docs/policy.md); None: the first answer wins."""
+
     @property
     def resolved_log_db(self) -> Path:
         return self.log_db if self.log_db is not None else default_db_path()
@@ -114,6 +125,8 @@ async def run_share(
     """
     workspace = settings.workspace.resolve()
     check_agent(settings.agent, workspace=workspace)
+    if settings.policy is not None:
+        check_policy_agent(settings.agent)
     sandbox = None
     if settings.sandbox is not None:
         sandbox = await _prepare_sandbox(settings, workspace)
@@ -140,6 +153,7 @@ async def run_share(
             demo_delay=settings.demo_delay,
             sandbox=sandbox,
             agent_auth=settings.agent_auth,
+            policy=settings.policy,
         )
         presence = Presence()
         host_console = HostConsole(
