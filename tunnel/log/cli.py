@@ -1,6 +1,8 @@
-"""`tunnel log ...`: list, show, check, export and import the conversations in a log database.
+"""`tunnel log ...`: list, show, check, export and import the conversations in a log database,
+verify an export's audit chain and print its audit.
 
-Every command but `import` opens the database read-only and changes nothing in it.
+Every command but `import` opens the database read-only and changes nothing in it; `verify`
+reads only the file it is given.
 """
 
 from __future__ import annotations
@@ -257,6 +259,65 @@ def import_command(
         f"into {path}",
         err=True,
     )
+
+
+@log_app.command("verify")
+def verify_command(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FILE",
+            help="An NDJSON file made by `tunnel log export`.",
+            dir_okay=False,
+        ),
+    ],
+    host_id: Annotated[
+        str | None,
+        typer.Option(
+            "--host-id",
+            metavar="ID",
+            help="The host that must have signed (its id, as in its links); default: report "
+            "whichever host signed.",
+            show_default=False,
+        ),
+    ] = None,
+    all_signed: Annotated[
+        bool,
+        typer.Option(
+            "--all-signed", help="Exit with 5 also when a signature does not cover every item."
+        ),
+    ] = False,
+) -> None:
+    """Check an export's audit chain and the host's signatures, offline.
+
+    Names the first item that breaks the chain, and every signature that fails. Exit status 0
+    when nothing is broken (items no signature covers are reported, not refused), 5 when
+    something is, 2 when the file cannot be read.
+    """
+    import re
+
+    from tunnel.log.verify import verify_lines
+
+    if host_id is not None and re.fullmatch(r"[a-z2-7]{26}", host_id) is None:
+        _fail(f"--host-id {host_id!r} is not a host id (26 characters of lowercase base32)")
+    try:
+        with file.open("rb") as lines:
+            report = verify_lines(lines, host_id=host_id)
+    except OSError as exc:
+        _fail(f"cannot read {file}: {exc.strerror or exc}")
+    for problem in report.problems:
+        typer.echo(printable(problem))
+    if report.problem_count > len(report.problems):
+        typer.echo(f"... and {report.problem_count - len(report.problems)} more", err=True)
+    for conversation in report.conversations.values():
+        typer.echo(printable(conversation.summary()))
+    if not report.ok:
+        typer.echo(f"{file}: {report.problem_count} problem(s)", err=True)
+        raise typer.Exit(EXIT_CORRUPT)
+    if all_signed and not report.all_signed:
+        typer.echo(f"{file}: not every item is signed", err=True)
+        raise typer.Exit(EXIT_CORRUPT)
+    typer.echo(f"{file}: verified", err=True)
 
 
 def render_item(item: Item) -> str:

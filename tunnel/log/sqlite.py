@@ -11,9 +11,11 @@ at a time, driven by whichever appending task is the current "leader" (the other
 event and are answered by it). Reads run in worker threads on a small pool of read-only
 connections, concurrently with the writer (WAL lets readers see the last commit).
 
-Schema (version 1, `PRAGMA user_version`): `items` keyed by (conversation_id, seq), so a page
+Schema (version 2, `PRAGMA user_version`): `items` keyed by (conversation_id, seq), so a page
 is one index range scan whatever the log's size; `items_by_type` on (conversation_id, type,
-seq) does the same for a type filter; `conversations` holds each conversation's head.
+seq) does the same for a type filter; `conversations` holds each conversation's head;
+`signatures` the host's signed chain heads (`tunnel.log.chain`), added by version 2. A version 1
+file gains that table when a writer opens it; read-only, it has no signatures.
 
 Faults (docs/log.md, "Faults"): a row that cannot be read is returned as a `CorruptItem` at its
 seq (`tunnel.log.rows`), never as an error for the whole page. `readonly=True` opens the file
@@ -43,6 +45,7 @@ from typing import Any, Final, Literal, NamedTuple, TypeVar
 import anyio
 import anyio.lowlevel
 
+from tunnel.log.chain import SignedHead
 from tunnel.log.check import CheckReport, check_rows
 from tunnel.log.errors import LogClosedError, SchemaError, SeqConflictError, StoreError
 from tunnel.log.item import (
@@ -71,7 +74,7 @@ logger = logging.getLogger("tunnel.log.sqlite")
 
 T = TypeVar("T")
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 APPLICATION_ID: Final = 0x61746C67  # "atlg": marks the file as an agent-tunnel log.
 
 _SCHEMA: Final = (
@@ -97,6 +100,30 @@ _SCHEMA: Final = (
     ) WITHOUT ROWID
     """,
     "CREATE INDEX conversations_by_time ON conversations (updated_at)",
+)
+
+# Version 2: the host's signed chain heads (docs/log.md, "The audit chain").
+_SCHEMA_2: Final = (
+    """
+    CREATE TABLE signatures (
+        conversation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        hash BLOB NOT NULL,           -- the chain head at seq, 32 bytes
+        host_id TEXT NOT NULL,
+        public_key BLOB NOT NULL,     -- raw Ed25519, 32 bytes
+        signature BLOB NOT NULL,      -- 64 bytes
+        signed_at INTEGER NOT NULL,   -- microseconds since the Unix epoch, UTC
+        PRIMARY KEY (conversation_id, seq, host_id)
+    ) WITHOUT ROWID
+    """,
+)
+_INSERT_SIGNATURE: Final = (
+    "INSERT OR REPLACE INTO signatures (conversation_id, seq, hash, host_id, public_key, "
+    "signature, signed_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_SIGNATURES: Final = (
+    "SELECT conversation_id, seq, hash, host_id, public_key, signature, signed_at "
+    "FROM signatures WHERE conversation_id = ? ORDER BY seq"
 )
 
 # Every SQL string is built from the constants here: values always go in `?` parameters.
@@ -147,6 +174,7 @@ class _Write:
     prepared: list[PreparedItem]
     on_commit: OnCommit | None
     imported: Iterable[Item] | None = None
+    signatures: Sequence[SignedHead] | None = None
     wake: anyio.Event = field(default_factory=anyio.Event)
     state: _State = _State.WAITING
     result: list[Item] | int | None = None
@@ -245,6 +273,24 @@ class SQLiteStore:
         assert isinstance(result, int)
         return result
 
+    async def add_signatures(self, signatures: Sequence[SignedHead]) -> None:
+        """Store signed chain heads (one transaction); one already stored for the same
+        conversation, seq and host is replaced. Nothing is checked: `tunnel log verify` does."""
+        self._check_writable()
+        for signed in signatures:
+            if not isinstance(signed, SignedHead):
+                raise ValueError(f"add_signatures takes SignedHead values, not {signed!r:.60}")
+        if not signatures:
+            await anyio.lowlevel.checkpoint()
+            return
+        await self._submit(_Write("", [], None, signatures=list(signatures)))
+
+    async def signatures(self, conversation_id: str) -> list[SignedHead]:
+        """The conversation's signed chain heads, oldest seq first; unreadable rows are left out
+        (`tunnel log verify` then reports the head as unsigned)."""
+        check_conversation_id(conversation_id)
+        return await self._read(partial(_select_signatures, conversation_id))
+
     async def _submit(self, write: _Write) -> list[Item] | int:
         self._queue.append(write)
         if self._leading:
@@ -290,6 +336,10 @@ class SQLiteStore:
                 outcome: list[list[Item]] | int = await anyio.to_thread.run_sync(
                     self._write_import, batch[0].imported
                 )
+            elif batch[0].signatures is not None:
+                outcome = await anyio.to_thread.run_sync(
+                    self._write_signatures, batch[0].signatures
+                )
             else:
                 outcome = await anyio.to_thread.run_sync(self._write_appends, batch)
         except BaseException as exc:
@@ -314,12 +364,13 @@ class SQLiteStore:
     def _take_batch(self) -> list[_Write]:
         first = self._queue.popleft()
         batch = [first]
-        if first.imported is not None:
+        if first.imported is not None or first.signatures is not None:
             return batch
         size = len(first.prepared)
         while self._queue:
             nxt = self._queue[0]
-            if nxt.imported is not None or size + len(nxt.prepared) > self._max_batch_items:
+            alone = nxt.imported is not None or nxt.signatures is not None
+            if alone or size + len(nxt.prepared) > self._max_batch_items:
                 break
             batch.append(self._queue.popleft())
             size += len(nxt.prepared)
@@ -381,6 +432,18 @@ class SQLiteStore:
         self._transactions += 1
         self._items_written += count
         return count
+
+    def _write_signatures(self, signatures: Sequence[SignedHead]) -> int:
+        """Worker thread: the signatures in one transaction."""
+        rows = [
+            (s.conversation_id, s.seq, s.hash, s.host_id, s.public_key, s.signature,
+             time_to_micros(s.signed_at))
+            for s in signatures
+        ]  # fmt: skip
+        with self._transaction() as conn:
+            conn.executemany(_INSERT_SIGNATURE, rows)
+        self._transactions += 1
+        return len(rows)
 
     def _transaction(self) -> _Transaction:
         if self._writer_closed or self._writer is None:
@@ -684,12 +747,18 @@ class SQLiteStore:
         # schema since `_check_schema` looked.
         with _Transaction(conn):
             self._check_schema(conn, allow_new=True)
-            if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
-                for statement in _SCHEMA:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                for statement in (*_SCHEMA, *_SCHEMA_2):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            # Future schema versions migrate here, one step at a time, in this transaction.
+                return
+            # Older schemas migrate here, one step at a time, in this transaction.
+            if version == 1:
+                for statement in _SCHEMA_2:
+                    conn.execute(statement)
+                conn.execute("PRAGMA user_version = 2")
 
     def _open_error(self, exc: sqlite3.Error, *, writing: bool) -> StoreError:
         """The error that says what is wrong with the file, for a SQLite error while opening."""
@@ -791,6 +860,34 @@ def _select(q: Query, conn: sqlite3.Connection) -> list[Item]:
         return runs[0]
     merged = heapq.merge(*runs, key=_seq, reverse=q.order == "desc")
     return list(islice(merged, q.limit))
+
+
+def _select_signatures(conversation_id: str, conn: sqlite3.Connection) -> list[SignedHead]:
+    """Worker thread: the conversation's signatures; none in a version 1 file (no table)."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'signatures'"
+    ).fetchone()
+    if exists is None:
+        return []
+    found: list[SignedHead] = []
+    for cid, seq, digest, host_id, public_key, signature, signed_at in fetch_rows(
+        conn, _SIGNATURES, (conversation_id,)
+    ):
+        try:
+            found.append(
+                SignedHead(
+                    conversation_id=cid,
+                    seq=seq,
+                    hash=bytes(digest),
+                    host_id=host_id,
+                    public_key=bytes(public_key),
+                    signature=bytes(signature),
+                    signed_at=micros_to_time(signed_at),
+                )
+            )
+        except (TypeError, ValueError, OverflowError):
+            continue  # an unreadable row: its head counts as unsigned
+    return found
 
 
 def _seq(item: Item) -> int:

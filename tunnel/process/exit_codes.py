@@ -15,7 +15,8 @@ EXIT_UNREACHABLE = 4
 """Gave up: the relay or the host stayed unreachable (`tunnel attach --give-up-after`)."""
 
 EXIT_CORRUPT = 5
-"""Damaged data: `tunnel log check` (or `export --strict`) found items it cannot read."""
+"""Damaged data: `tunnel log check` (or `export --strict`) found items it cannot read, or
+`tunnel log verify` found the audit chain or a signature broken."""
 
 EXIT_INTERRUPTED = 130
 """Stopped by SIGINT (Ctrl-C): 128 + SIGINT, as a shell reports a program the signal killed."""
