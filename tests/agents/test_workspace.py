@@ -313,3 +313,22 @@ def test_a_folder_swapped_for_a_symlink_never_leads_outside(
     # depends on how the kernel interleaves; the agent's race in test_workspace_agent.py counts
     # them.)
     assert "refused" in outcomes
+
+
+def test_resolve_follows_symlinks_inside_and_refuses_leaving(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    (root / "secrets").mkdir()
+    (root / "secrets" / "key").write_text("k")
+    (root / "src" / "innocent").symlink_to("../secrets/key")
+    (root / "out").symlink_to(tmp_path)
+    workspace = Workspace(root)
+    assert workspace.resolve(".") == "."
+    assert workspace.resolve("src/..") == "."
+    assert workspace.resolve(str(root / "src")) == "src"
+    assert workspace.resolve("src/innocent") == "secrets/key"
+    assert workspace.resolve("src/new.py") == "src/new.py"
+    with pytest.raises(OutsideWorkspace):
+        workspace.resolve("out/anything")
+    with pytest.raises(OutsideWorkspace):
+        workspace.resolve("/etc/passwd")

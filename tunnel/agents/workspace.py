@@ -80,12 +80,15 @@ class Workspace:
         """Where `path` really is, relative to the workspace (`.` for the workspace itself):
         its symlinks followed as opening it would, a missing last component kept as named.
         Raises OutsideWorkspace, or OSError (a missing parent directory is FileNotFoundError)."""
-        dir_fd, name = self._locate(path, create=False)
+        try:
+            dir_fd, name = self._locate(path, create=False)
+        except IsADirectoryError:  # the workspace itself, or a path ending in `..`
+            dir_fd, name = self.open_dir(path), ""
         try:
             folder = os.readlink(f"/proc/self/fd/{dir_fd}")
         finally:
             os.close(dir_fd)
-        relative = os.path.relpath(os.path.join(folder, name), self.root)
+        relative = os.path.normpath(os.path.relpath(os.path.join(folder, name), self.root))
         if relative == ".." or relative.startswith("../"):
             raise OutsideWorkspace(f"{path} is outside the workspace")
         return relative
