@@ -12,7 +12,7 @@ reason (never a token or a key).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,11 +34,14 @@ __all__ = [
     "ADVERTISED_LIMITS",
     "INSTANCE_SIZE",
     "MAX_CAPABILITIES",
+    "MAX_INVITATIONS",
     "MAX_NAME_LENGTH",
     "PROTOCOL_VERSION",
+    "REGISTER_PATH",
     "VERIFIER_SIZE",
     "HelloError",
     "HostHello",
+    "Invited",
     "RelayHello",
     "TeammateHello",
     "advertised",
@@ -46,8 +49,10 @@ __all__ = [
     "check_name",
     "host_hello",
     "parse_host_hello",
+    "parse_registration",
     "parse_relay_hello",
     "parse_teammate_hello",
+    "registration",
     "relay_hello",
     "teammate_hello",
 ]
@@ -64,6 +69,11 @@ MAX_CAPABILITIES = 32
 VERIFIER_SIZE = 32
 """A verifier is sha256(token)."""
 
+MAX_INVITATIONS = 32
+"""Personal links (invitations) one host may register besides its two role links: the relay
+keeps one more verifier for each (docs/relay.md, "Limits"). The one place this limit is set:
+the relay refuses a registration over it, and the host refuses to invite beyond it."""
+
 INSTANCE_SIZE = 16
 """Bytes of a host's instance: random, made once per host process and sent in each of its hellos."""
 
@@ -71,6 +81,13 @@ ADMISSION_PATH = "admission"
 """The one channel a host opens: right after its hello, to learn that the relay admitted it. The
 relay handles a link's frames in order, so it answers this open (a close with 1000) only after it
 accepted the hello; a refused hello closes the whole link instead (docs/relay.md)."""
+
+REGISTER_PATH = "register"
+"""A channel a registered host opens to replace its verifiers (a person invited or revoked)
+without a new connection, so the channels of everyone else stay open. Its meta holds
+`verifiers` and `invited` as in the host's hello; the relay answers with a close: 1000 once the
+new verifiers are in force (teammates whose token no longer matches are closed with 4008), 4000
+if the meta is malformed (docs/relay.md, "Hello and admission")."""
 
 ADVERTISED_LIMITS = (
     "max_message_size",
@@ -104,6 +121,18 @@ class RelayHello:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Invited:
+    """One personal link's verifier as a host registers it: the relay learns its role and its
+    verifier, never the person's name."""
+
+    role: str
+    """"view" or "drive": what a token matching this verifier may do."""
+
+    verifier: bytes = field(repr=False)
+    """sha256 of the personal link's relay token."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HostHello:
     """A host hello that passed every check."""
 
@@ -118,6 +147,9 @@ class HostHello:
 
     verifiers: Mapping[str, bytes] = field(repr=False)
     """{"view": sha256(view token), "drive": sha256(drive token)}."""
+
+    invited: tuple[Invited, ...] = ()
+    """The verifiers of the host's personal links (at most MAX_INVITATIONS)."""
 
     instance: bytes | None
     """Which host process this is: the same in all its reconnects. None if the hello had none
@@ -198,6 +230,7 @@ def host_hello(
     instance: bytes,
     replace: bool = False,
     limits: Limits | None = None,
+    invited: Sequence[Invited] = (),
 ) -> dict[str, Any]:
     """Return the host's hello: its key, its signature over the challenge, its verifiers.
 
@@ -205,7 +238,8 @@ def host_hello(
     the relay replace this process's stale connection but refuse another process with the same
     key (4009); `replace` asks it to take the host id over from such a process instead.
     `limits` are the host's own: the relay opens no more channels toward it than its
-    `max_channels`, so an open over the limit is refused for that channel only.
+    `max_channels`, so an open over the limit is refused for that channel only. `invited` are
+    the verifiers of the host's personal links, sent only when there are any.
     """
     if len(instance) != INSTANCE_SIZE:
         raise ValueError(f"an instance is {INSTANCE_SIZE} bytes")
@@ -215,7 +249,7 @@ def host_hello(
         "pubkey": identity.public_key,
         "sig": identity.sign_hello(relay.challenge, relay_url),
         "capabilities": list(capabilities),
-        "verifiers": dict(verifiers),
+        **registration(verifiers, invited),
         "instance": instance,
         "replace": replace,
         **({} if limits is None else {"limits": advertised(limits)}),
@@ -241,6 +275,7 @@ def parse_host_hello(
         "sig",
         "capabilities",
         "verifiers",
+        "invited",
         "instance",
         "replace",
         "limits",
@@ -257,12 +292,7 @@ def parse_host_hello(
         or not all(isinstance(c, str) for c in capabilities)
     ):
         raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed capabilities")
-    raw_verifiers = payload.get("verifiers")
-    if not isinstance(raw_verifiers, dict) or set(raw_verifiers) != set(ROLES):
-        raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed verifiers")
-    verifiers = {role: _bytes_field(raw_verifiers, role, VERIFIER_SIZE) for role in ROLES}
-    if verifiers["view"] == verifiers["drive"]:
-        raise HelloError(CloseCode.PROTOCOL_ERROR, "view and drive verifiers are equal")
+    verifiers, invited = parse_registration(payload)
     instance = _bytes_field(payload, "instance", INSTANCE_SIZE) if "instance" in payload else None
     replace = payload.get("replace", False)
     if type(replace) is not bool:
@@ -279,10 +309,55 @@ def parse_host_hello(
         host_id=derive_host_id(public_key),
         capabilities=tuple(capabilities),
         verifiers=verifiers,
+        invited=invited,
         instance=instance,
         replace=replace,
         limits=limits,
     )
+
+
+def registration(verifiers: Mapping[str, bytes], invited: Sequence[Invited] = ()) -> dict[str, Any]:
+    """The verifiers a host registers, as its hello and a `REGISTER_PATH` open's meta hold them:
+    `invited` only when there are personal links."""
+    wire: dict[str, Any] = {"verifiers": dict(verifiers)}
+    if invited:
+        wire["invited"] = [{"role": i.role, "verifier": i.verifier} for i in invited]
+    return wire
+
+
+def parse_registration(
+    payload: Mapping[str, Any],
+) -> tuple[dict[str, bytes], tuple[Invited, ...]]:
+    """Check the verifiers of a host hello or a `REGISTER_PATH` open: one per role, at most
+    MAX_INVITATIONS personal ones, all distinct. Raise HelloError (4000, or 4006 over the
+    limit)."""
+    raw_verifiers = payload.get("verifiers")
+    if not isinstance(raw_verifiers, dict) or set(raw_verifiers) != set(ROLES):
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed verifiers")
+    verifiers = {role: _bytes_field(raw_verifiers, role, VERIFIER_SIZE) for role in ROLES}
+    if verifiers["view"] == verifiers["drive"]:
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "view and drive verifiers are equal")
+    raw_invited = payload.get("invited", [])
+    if not isinstance(raw_invited, list):
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed invited verifiers")
+    if len(raw_invited) > MAX_INVITATIONS:
+        raise HelloError(
+            CloseCode.LIMIT_REACHED,
+            f"more than {MAX_INVITATIONS} personal links",
+            metric="max_invitations",
+        )
+    invited: list[Invited] = []
+    for entry in raw_invited:
+        if not isinstance(entry, dict) or set(entry) != {"role", "verifier"}:
+            raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed invited verifiers")
+        role = entry["role"]
+        if role not in ROLES:
+            raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed invited verifiers")
+        invited.append(Invited(role=role, verifier=_bytes_field(entry, "verifier", VERIFIER_SIZE)))
+    every = [*verifiers.values(), *(i.verifier for i in invited)]
+    if len(set(every)) != len(every):
+        raise HelloError(CloseCode.PROTOCOL_ERROR, "two verifiers are equal")
+    return verifiers, tuple(invited)
 
 
 # -- a teammate's hello -----------------------------------------------------------------------

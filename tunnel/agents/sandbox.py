@@ -399,13 +399,17 @@ def _package_name(package: str) -> str:
     return name.split("@", 1)[0] or name
 
 
-def host_private_paths(*, key_file: Path, secrets_file: Path, log_db: Path) -> tuple[Path, ...]:
-    """The host's own files, hidden from every sandboxed agent: its key, its share secrets, the
-    conversation log with SQLite's companion files, and agent-tunnel's config and data
-    directories."""
+def host_private_paths(
+    *, key_file: Path, secrets_file: Path, log_db: Path, invitations_file: Path | None = None
+) -> tuple[Path, ...]:
+    """The host's own files, hidden from every sandboxed agent: its key, its share secrets and
+    personal links, the conversation log with SQLite's companion files, and agent-tunnel's
+    config and data directories."""
     import platformdirs
 
     paths = [key_file, secrets_file, log_db]
+    if invitations_file is not None:
+        paths.append(invitations_file)
     paths += [log_db.with_name(log_db.name + suffix) for suffix in ("-wal", "-shm", "-journal")]
     paths += [
         platformdirs.user_config_path("agent-tunnel"),

@@ -68,7 +68,8 @@ class Ready:
     role: str
     """The teammate's role: "view" or "drive"."""
     name: str
-    """The teammate's display name, as the host bound it into the keys."""
+    """The teammate's name: the invited name for a personal link, else the display name it
+    sent, as the host bound it into the keys."""
     agent_name: str
     agent_kind: str
     """"chat" or "terminal": whether to show a conversation or a terminal."""
@@ -76,6 +77,8 @@ class Ready:
     """None only from a host too old to say."""
     terminal: TerminalSize | None = None
     """A terminal agent's size now; None for a chat agent, or from a host too old to say."""
+    verified: bool = False
+    """Whether `name` is the host's (a personal link's invited name), not the one sent."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,6 +137,9 @@ class Member:
     id: int | None = None
     """The member's id, the same in every message of the host's run; None from a host too old
     to send one (its presence messages are all full lists)."""
+    verified: bool = False
+    """Whether `name` is bound by the host (a personal link's invited name); sent only when
+    true: a role link's holder typed their name."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,6 +225,8 @@ def encode(message: HostMessage) -> bytes:
                 }
             if message.terminal is not None:
                 wire["terminal"] = {"cols": message.terminal.cols, "rows": message.terminal.rows}
+            if message.verified:
+                wire["verified"] = True
         case Snapshot():
             wire = {
                 "op": "snapshot",
@@ -272,6 +280,8 @@ def _member(member: Member) -> dict[str, Any]:
     wire: dict[str, Any] = {"name": member.name, "role": member.role}
     if member.id is not None:
         wire["id"] = member.id
+    if member.verified:
+        wire["verified"] = True
     return wire
 
 
@@ -307,6 +317,7 @@ def parse_map(message: Mapping[str, Any]) -> HostMessage:
             agent_kind=_get(agent, "kind", str),
             sandbox=_sandbox(message.get("sandbox")),
             terminal=_terminal(message.get("terminal")),
+            verified=message.get("verified") is True,
         )
     if op == "snapshot":
         return Snapshot(
@@ -384,11 +395,12 @@ def _presence_member(value: Any, *, id_required: bool) -> Member:
     name, role, member_id = value.get("name"), value.get("role"), value.get("id")
     if type(name) is not str or type(role) is not str:
         raise BadRequest("a presence member's name and role must be str")
+    verified = value.get("verified") is True
     if member_id is None and not id_required:
-        return Member(name=name, role=role)
+        return Member(name=name, role=role, verified=verified)
     if type(member_id) is not int or member_id < 0:
         raise BadRequest("field 'id' must be a non-negative integer")
-    return Member(name=name, role=role, id=member_id)
+    return Member(name=name, role=role, id=member_id, verified=verified)
 
 
 def _expect_absent(message: Mapping[str, Any], names: Sequence[str]) -> None:

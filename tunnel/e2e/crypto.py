@@ -310,6 +310,14 @@ class ChannelCrypto:
     """Decrypts what this side receives."""
 
 
+def share_link(relay_url: str, host_id: str, role: str, secret: bytes) -> ShareLink:
+    """Return the link holding `secret` for `role` (relay_url is normalized first): a role
+    link's or a personal link's, which have the same format."""
+    return ShareLink(
+        relay_url=normalize_relay_url(relay_url), host_id=host_id, role=role, secret=secret
+    )
+
+
 # --- the host's role secrets -----------------------------------------------------------------
 
 _SECRETS_FORMAT: Final = "agent-tunnel share secrets v1"
@@ -376,12 +384,7 @@ class ShareSecrets:
 
     def link(self, role: str, relay_url: str, host_id: str) -> ShareLink:
         """Return the share link for `role` (relay_url is normalized first)."""
-        return ShareLink(
-            relay_url=normalize_relay_url(relay_url),
-            host_id=host_id,
-            role=role,
-            secret=self.secret_for(role),
-        )
+        return share_link(relay_url, host_id, role, self.secret_for(role))
 
     def _to_json(self) -> bytes:
         doc = {

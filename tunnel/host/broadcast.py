@@ -97,7 +97,9 @@ class Broadcaster:
         """The `broadcast` message for a channel joining now: call it at the instant of the join
         (`HostChannel.hand_over`), so the next cast is the first the channel gets."""
         listed = itertools.islice(self._members.items(), MAX_LISTED_MEMBERS)
-        members = [out.Member(name=m.name, role=m.role, id=key) for key, m in listed]
+        members = [
+            out.Member(name=m.name, role=m.role, id=key, verified=m.verified) for key, m in listed
+        ]
         return out.encode(
             out.BroadcastStart(
                 epoch=self._sealer.key.epoch,
@@ -177,7 +179,7 @@ class Broadcaster:
             seen = self._presence.version
             now = self._presence.keyed()
             joined = [
-                out.Member(name=m.name, role=m.role, id=key)
+                out.Member(name=m.name, role=m.role, id=key, verified=m.verified)
                 for key, m in now.items()
                 if key not in self._members
             ]

@@ -47,6 +47,9 @@ class OpenRequest:
     """The teammate's proof of the role secret over its half of the transcript."""
     name: str
     """Display name the teammate chose; in the signed transcript, so the relay cannot alter it."""
+    invitation: bytes | None
+    """The verifier of the personal link the relay says the token matched (its `peer`), or None.
+    A hint only: the proof is checked with that link's root, so a wrong one fails the open."""
     meta: dict[str, Any]
 
 
@@ -66,6 +69,9 @@ def parse_open(path: str, meta: dict[str, Any], *, paths: frozenset[str]) -> Ope
     # The relay matched the token to a role: a claim that contradicts it cannot succeed.
     if isinstance(peer, dict) and peer.get("role") not in (None, role):
         raise ChannelRefusedError(CloseCode.UNAUTHORIZED, "role does not match the token")
+    invitation = peer.get("invitation") if isinstance(peer, dict) else None
+    if invitation is not None and not isinstance(invitation, bytes):
+        raise ChannelRefusedError(CloseCode.PROTOCOL_ERROR, "malformed peer")
     name = meta.get("name")
     if not isinstance(name, str) or not 1 <= len(name) <= MAX_NAME_LENGTH:
         raise ChannelRefusedError(
@@ -78,6 +84,7 @@ def parse_open(path: str, meta: dict[str, Any], *, paths: frozenset[str]) -> Ope
         teammate_key=teammate_key,
         proof=proof,
         name=name,
+        invitation=invitation,
         meta=meta,
     )
 
@@ -96,6 +103,7 @@ class HostChannel(SealedChannel):
         answered: HostAnswer,
         *,
         on_close: Callable[[HostChannel], None] | None = None,
+        person: str | None = None,
     ) -> None:
         async def send_answer() -> ChannelCrypto:
             await link_channel.send(answered.answer)
@@ -104,6 +112,7 @@ class HostChannel(SealedChannel):
         super().__init__(link_channel, send_answer)
         self._request = request
         self._on_close = on_close
+        self._person = person
 
     @property
     def role(self) -> str:
@@ -112,9 +121,21 @@ class HostChannel(SealedChannel):
 
     @property
     def name(self) -> str:
-        """The teammate's display name, as it chose it (in the transcript the host signs and the
-        keys are bound to); not an identity: anyone holding the link picks any name."""
-        return self._request.name
+        """Who this is: the invited name for a personal link (whatever name the client sent),
+        else the display name the teammate chose (in the transcript the host signs and the keys
+        are bound to), which is not an identity: anyone holding a role link picks any name."""
+        return self._person if self._person is not None else self._request.name
+
+    @property
+    def person(self) -> str | None:
+        """The invited person whose personal link opened this channel (its proof was made with
+        that link's root), or None for a role link."""
+        return self._person
+
+    @property
+    def verified(self) -> bool:
+        """Whether `name` is bound by the host (a personal link), not typed by the teammate."""
+        return self._person is not None
 
     @property
     def path(self) -> str:
@@ -160,11 +181,24 @@ def open_host_channel(
     root_of: Callable[[str], bytes],
     paths: frozenset[str],
     on_close: Callable[[HostChannel], None] | None = None,
+    invitation_of: Callable[[bytes], tuple[str, str, bytes] | None] | None = None,
 ) -> HostChannel:
     """Check an incoming channel's open and answer it (docs/security.md, "Opening a channel");
     raise ChannelRefusedError if refused. `root_of(role)` is the e2e root of that role's
-    secret, `relay_url` the relay's URL in normal form, as the links hold it."""
+    secret. `invitation_of(verifier)` is the (name, role, root) of the personal link with that
+    verifier, or None once revoked: a channel the relay says came through a personal link is
+    checked with that link's root only, so the proof, not the relay, binds the person."""
     request = parse_open(link_channel.path, link_channel.meta, paths=paths)
+    person: str | None = None
+    if request.invitation is None:
+        root = root_of(request.role)
+    else:
+        found = None if invitation_of is None else invitation_of(request.invitation)
+        if found is None:
+            raise ChannelRefusedError(CloseCode.REVOKED, "personal link revoked")
+        person, role, root = found
+        if role != request.role:
+            raise ChannelRefusedError(CloseCode.UNAUTHORIZED, "role does not match the token")
     offer = Offer(
         host_id=identity.host_id,
         role=request.role,
@@ -173,12 +207,10 @@ def open_host_channel(
         teammate_key=request.teammate_key,
     )
     try:
-        answered = answer_offer(
-            identity, root=root_of(request.role), offer=offer, proof=request.proof
-        )
+        answered = answer_offer(identity, root=root, offer=offer, proof=request.proof)
     except OpeningError as exc:
         raise ChannelRefusedError(CloseCode(exc.code), exc.reason) from None
-    return HostChannel(link_channel, request, answered, on_close=on_close)
+    return HostChannel(link_channel, request, answered, on_close=on_close, person=person)
 
 
 def close_quietly(channel: HostChannel, code: int, reason: str) -> None:

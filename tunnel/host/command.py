@@ -152,6 +152,16 @@ def host_command(
         bool,
         typer.Option("--approve", help="Ask here before each teammate is admitted."),
     ] = False,
+    invite: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--invite",
+            metavar="NAME:ROLE",
+            show_default=False,
+            help="Give NAME a personal link in ROLE (view or drive), kept across restarts"
+            " (repeatable); their name is shown for all they do, whatever name they type.",
+        ),
+    ] = None,
     new_links: Annotated[
         bool,
         typer.Option(
@@ -218,6 +228,13 @@ def host_command(
     except ValueError as exc:
         typer.echo(f"tunnel host: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
+    from tunnel.host.invitations import InvitationError, parse_invite
+
+    try:
+        invites = tuple(parse_invite(value) for value in invite or ())
+    except InvitationError as exc:
+        typer.echo(f"tunnel host: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
     try:
         sandbox_settings = _sandbox_settings(sandbox, sandbox_allow or [], sandbox_net)
         approval_policy = _approval_policy(policy, approvals)
@@ -225,7 +242,9 @@ def host_command(
         typer.echo(f"tunnel host: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
     if echo:  # a bare echo handler: used to test the link layer on its own
-        raise typer.Exit(run_host_command(host, serve_echo(host), new_links=new_links))
+        raise typer.Exit(
+            run_host_command(host, serve_echo(host), new_links=new_links, invite=invites)
+        )
     settings = ShareSettings(
         host=host,
         agent=agent,
@@ -246,7 +265,9 @@ def host_command(
         " type a prompt, /allow or /deny a request, /help for more, /quit to stop[/dim]"
     )
     raise typer.Exit(
-        run_host_command(host, serve_share(settings), new_links=new_links, banner=banner)
+        run_host_command(
+            host, serve_share(settings), new_links=new_links, banner=banner, invite=invites
+        )
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Protocol, TextIO
 
 import anyio
 from rich.console import Console
@@ -24,9 +24,10 @@ from tunnel.agents import AgentSession, SessionError
 from tunnel.app.host_messages import Member, PresenceMessage
 from tunnel.app.requests import Cancel, PermissionAnswer, Prompt, SetConfig, SetMode, SetModel
 from tunnel.app.roster import Roster
+from tunnel.host.invitations import InvitationError
 from tunnel.host.presence import Presence
 from tunnel.log import Event, Log
-from tunnel.terminal.commands import HELP, Quit, Revoke, Say, parse_line
+from tunnel.terminal.commands import HELP, Invite, People, Quit, Revoke, Say, parse_line
 from tunnel.terminal.completion import CommandCompleter
 from tunnel.terminal.presence import change_lines
 from tunnel.terminal.sanitize import printable
@@ -49,6 +50,22 @@ class _Question:
     who: str
     answered: anyio.Event = field(default_factory=anyio.Event)
     admit: bool = False
+
+
+class PeopleControl(Protocol):
+    """What the console's /invite, /revoke NAME and /people do (the share provides it)."""
+
+    async def invite(self, name: str, role: str) -> str:
+        """Invite `name` in `role`; return their link. InvitationError if it cannot be."""
+        ...
+
+    async def revoke(self, name: str) -> None:
+        """End `name`'s link and channels. InvitationError if nobody has that name."""
+        ...
+
+    def listing(self) -> list[str]:
+        """One line per invitation: name, role, attached or when last seen."""
+        ...
 
 
 class HostConsole:
@@ -84,6 +101,9 @@ class HostConsole:
         self.quit_requested = anyio.Event()
         self.revoke: Callable[[], Awaitable[None]] | None = None
         """Set by the share once the host exists: revokes both links and prints the new ones."""
+        self.people: PeopleControl | None = None
+        """Set by the share once the host exists: personal links (/invite, /revoke NAME,
+        /people)."""
 
     async def run(self) -> None:
         try:
@@ -141,7 +161,11 @@ class HostConsole:
 
     def _whole_list(self) -> PresenceMessage:
         members = self._presence.keyed().items()
-        return PresenceMessage(members=[Member(name=m.name, role=m.role, id=k) for k, m in members])
+        return PresenceMessage(
+            members=[
+                Member(name=m.name, role=m.role, id=k, verified=m.verified) for k, m in members
+            ]
+        )
 
     async def _read_lines(self) -> None:
         assert self._stdin is not None
@@ -182,8 +206,21 @@ class HostConsole:
                         await self._session.input(b"\r", by=self._host_name)
                 case Quit():
                     self.quit_requested.set()
-                case Revoke():
+                case Revoke(name=None):
                     await self._revoke()
+                case Revoke(name=str(name)) if self.people is not None:
+                    await self.people.revoke(name)
+                    self._screen.note(f"{name}'s link revoked; their channels were closed.", "bold")
+                case Invite(name=name, role=role) if self.people is not None:
+                    link = await self.people.invite(name, role)
+                    # The link goes where the role links go (stdout), not into the screen's
+                    # history only: whoever runs the host copies it from there.
+                    self._screen.note(f"{role} link for {name}: {link}", "bold")
+                case People() if self.people is not None:
+                    for line in self.people.listing():
+                        self._screen.note(line)
+                case Revoke() | Invite() | People():
+                    self._screen.note("not connected to a relay yet")
                 case Say(text=text):
                     # It may echo what the agent named: option names and ids, its commands.
                     self._screen.note(text)
@@ -203,7 +240,7 @@ class HostConsole:
                     await self._session.set_config(config_id, value, by=self._host_name)
                 case _:
                     self._screen.note(HELP)
-        except SessionError as exc:
+        except (SessionError, InvitationError) as exc:
             self._screen.note(str(exc), "red")
 
     async def _revoke(self) -> None:

@@ -20,10 +20,14 @@ class Member:
     """One attached teammate (or the host console)."""
 
     name: str
-    """Display name the teammate chose; not authenticated, shown as is."""
+    """The invited name for a personal link; else the display name the teammate chose, not
+    authenticated, shown as is."""
 
     role: str
     """`view` or `drive`: what the member's link allows, proven by its keys."""
+
+    verified: bool = False
+    """Whether `name` is bound by the host (a personal link's), not typed by the teammate."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from secrets import token_bytes
@@ -25,13 +26,22 @@ from websockets.protocol import State
 from tunnel.e2e.crypto import DecryptionError, ShareLink, ShareSecrets, e2e_root
 from tunnel.e2e.identity import HostIdentity
 from tunnel.errors import TunnelError, describe_close
-from tunnel.handshake import ADMISSION_PATH, INSTANCE_SIZE, HelloError, RelayHello, host_hello
+from tunnel.handshake import (
+    ADMISSION_PATH,
+    INSTANCE_SIZE,
+    REGISTER_PATH,
+    HelloError,
+    RelayHello,
+    host_hello,
+    registration,
+)
 from tunnel.host.channel import (
     ChannelRefusedError,
     HostChannel,
     close_quietly,
     open_host_channel,
 )
+from tunnel.host.invitations import Invitation, Invitations
 from tunnel.host.settings import HostSettings
 from tunnel.link import (
     ChannelClosedError,
@@ -92,14 +102,20 @@ class Host:
         on_join: JoinHook | None = None,
         identity: HostIdentity | None = None,
         secrets: ShareSecrets | None = None,
+        invitations: Invitations | None = None,
     ) -> None:
         self.settings = settings
         self._handler = handler
         self._on_join = on_join if on_join is not None else _admit_all
         self.identity = identity or HostIdentity.load_or_create(settings.resolved_key_file)
         self._secrets = secrets or ShareSecrets.load_or_create(settings.resolved_secrets_file)
+        self.invitations = invitations or Invitations.load(settings.resolved_invitations_file)
+        """The personal links (`invite`, `revoke_person`)."""
+        # When each invited person's channel last closed (their open ones are in _channels).
+        self._last_seen: dict[str, float] = {}
         self._channels: set[HostChannel] = set()
         self._link: Link | None = None
+        self._mux: ChannelMux | None = None
         self._redial = anyio.Event()
         self._task_group: TaskGroup | None = None
         # The same in every hello of this object, so the relay knows a reconnect of ours.
@@ -144,9 +160,81 @@ class Host:
         self._secrets = self._secrets.rotate()
         self._secrets.save(self.settings.resolved_secrets_file)
         for channel in list(self._channels):
-            close_quietly(channel, CloseCode.REVOKED, "share links revoked")
-        self._channels.clear()
+            if channel.person is None:  # personal links stay valid
+                close_quietly(channel, CloseCode.REVOKED, "share links revoked")
+                self._channels.discard(channel)
         logger.info("share links revoked; re-registering with new verifiers")
+        self._redial.set()
+
+    async def invite(self, name: str, role: str) -> ShareLink:
+        """Invite `name` in `role`: a personal link of their own, saved beside the key and
+        registered with the relay before this returns if the host is online (else at its next
+        hello).
+
+        Raises InvitationError (one line for the user) for a bad name or role, or over the
+        relay's MAX_INVITATIONS. Inviting a name again replaces that person's link.
+        """
+        if self.invitations.get(name) is not None:
+            self._close_person(name, "personal link replaced")
+        invitation = self.invitations.add(name, role)
+        logger.info("invited %s to %s", name, role)
+        await self._register()
+        return self.link_of(invitation)
+
+    def link_of(self, invitation: Invitation) -> ShareLink:
+        """`invitation`'s personal link."""
+        return invitation.link(self.settings.relay_url, self.host_id)
+
+    async def revoke_person(self, name: str) -> None:
+        """End `name`'s personal link and their channels (4008); nobody else's.
+
+        The relay gets the verifiers without theirs on this same connection (so every other
+        channel stays open) and closes their link (4008); their link then fails at admission
+        (4002). Raises InvitationError if nobody is invited under that name.
+        """
+        self.invitations.remove(name)
+        self._close_person(name, "personal link revoked")
+        logger.info("revoked the personal link of %s", name)
+        await self._register()
+
+    def people(self) -> list[tuple[Invitation, int, float | None]]:
+        """Each invitation with how many of its channels are open and when one last closed
+        (None if never, in this run)."""
+        open_channels: dict[str, int] = {}
+        for channel in self._channels:
+            if channel.person is not None:
+                open_channels[channel.person] = open_channels.get(channel.person, 0) + 1
+        return [
+            (i, open_channels.get(i.name, 0), self._last_seen.get(i.name))
+            for i in self.invitations.all()
+        ]
+
+    def _close_person(self, name: str, reason: str) -> None:
+        for channel in list(self._channels):
+            if channel.person == name:
+                close_quietly(channel, CloseCode.REVOKED, reason)
+                self._channels.discard(channel)
+
+    async def _register(self) -> None:
+        """Put the current verifiers in force at the relay on the live link (REGISTER_PATH),
+        so nobody else's channel closes; without a live link, the next hello carries them."""
+        mux = self._mux
+        if mux is None or mux.link.closed is not None:
+            return
+        meta = registration(
+            self._secrets.verifiers(self.host_id), self.invitations.registered(self.host_id)
+        )
+        try:
+            probe = mux.open_channel(REGISTER_PATH, meta)
+            with anyio.fail_after(self.settings.hello_timeout):
+                await probe.receive()
+        except ChannelClosedError as closed:
+            if closed.code == CloseCode.NORMAL:
+                return
+            logger.warning("the relay refused the personal links: %s", closed.reason)
+        except (TimeoutError, LinkClosedError):
+            pass
+        # Not confirmed: a new connection's hello carries the verifiers instead.
         self._redial.set()
 
     # -- running ------------------------------------------------------------------------------
@@ -256,6 +344,7 @@ class Host:
         ) as mux:
             await _confirm_admission(mux, self.settings.hello_timeout)
             previous, self._link = self._link, mux.link
+            self._mux = mux
             logger.info("registered with %s as %s", self.settings.relay_url, self.host_id)
             if previous is not None and previous.closed is None:
                 # The relay replaces the previous connection itself (so its teammates see the
@@ -272,6 +361,7 @@ class Host:
             relay_url=self.settings.relay_url,
             capabilities=self.settings.capabilities,
             verifiers=self._secrets.verifiers(self.host_id),
+            invited=self.invitations.registered(self.host_id),
             instance=self._instance,
             # Only to start with: once this host has been replaced, it stops (4009) rather than
             # take the host id back.
@@ -292,6 +382,13 @@ class Host:
         """The e2e root of `role`'s current secret (docs/security.md)."""
         return e2e_root(self._secrets.secret_for(role), self.host_id)
 
+    def _invitation_of(self, verifier: bytes) -> tuple[str, str, bytes] | None:
+        """(name, role, e2e root) of the personal link with `verifier`, None if revoked."""
+        invitation = self.invitations.by_verifier(verifier, self.host_id)
+        if invitation is None:
+            return None
+        return invitation.name, invitation.role, invitation.root(self.host_id)
+
     async def _serve_channel(self, link_channel: LinkChannel) -> None:
         try:
             channel = open_host_channel(
@@ -300,6 +397,7 @@ class Host:
                 root_of=self._root_of,
                 paths=self.settings.paths,
                 on_close=self._channels.discard,
+                invitation_of=self._invitation_of,
             )
         except ChannelRefusedError as refused:
             logger.info("refused a channel: %d %s", refused.code, refused)
@@ -326,6 +424,8 @@ class Host:
         finally:
             self._channels.discard(channel)
             close_quietly(channel, CloseCode.NORMAL, "")
+            if channel.person is not None:
+                self._last_seen[channel.person] = time.time()
 
 
 async def _confirm_admission(mux: ChannelMux, within: float) -> None:

@@ -18,9 +18,16 @@ from rich.console import Console
 from tunnel.e2e.crypto import ShareSecrets
 from tunnel.e2e.identity import KeyFileError
 from tunnel.host.echo import echo_handler
+from tunnel.host.invitations import Invitations
 from tunnel.host.runner import Host, HostRefusedError
 from tunnel.host.settings import HostSettings
-from tunnel.host.share import Shared, ShareSettings, print_links, share_until_quit
+from tunnel.host.share import (
+    Shared,
+    ShareSettings,
+    print_invitations,
+    print_links,
+    share_until_quit,
+)
 from tunnel.process.exit_codes import EXIT_CONFIG, EXIT_REFUSED
 from tunnel.process.signals import exit_code_after, run_until_signal
 from tunnel.terminal.sanitize import printable
@@ -57,11 +64,18 @@ def serve_echo(settings: HostSettings) -> Serve:
 
 
 def run_host_command(
-    settings: HostSettings, serve: Serve, *, new_links: bool = False, banner: str | None = None
+    settings: HostSettings,
+    serve: Serve,
+    *,
+    new_links: bool = False,
+    banner: str | None = None,
+    invite: tuple[tuple[str, str], ...] = (),
 ) -> int:
     """The body of `tunnel host` for any `serve`; returns the exit code.
 
-    `banner` (rich markup) is printed after the links once registered.
+    `banner` (rich markup) is printed after the links once registered. `invite` holds
+    (name, role) pairs (`--invite`): each gets a personal link unless it has one of that role
+    already, which stays as it was.
     """
 
     async def main(tg: TaskGroup) -> None:
@@ -69,12 +83,17 @@ def run_host_command(
         # Plain prints: scripts read these lines; rich would wrap a long link.
         print(f"host id: {host.host_id}", flush=True)
         print_links(host)
+        print_invitations(host)
         if banner is not None:
             Console(highlight=False).print(banner)
 
     try:
         if new_links:
             ShareSecrets.generate().save(settings.resolved_secrets_file)
+        if invite:
+            invitations = Invitations.load(settings.resolved_invitations_file)
+            for name, role in invite:
+                invitations.ensure(name, role)
         stopped_by = anyio.run(run_until_signal, main)
     except (KeyFileError, OSError, ValueError) as exc:
         # Unusable key file, log file, workspace or agent spec: say which, no traceback.

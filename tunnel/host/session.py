@@ -190,12 +190,15 @@ class SessionChannelHandler:
         )
 
     async def run(self) -> None:
-        member = Member(name=self._channel.name, role=self._channel.role)
+        # A channel that does not say (a test's stand-in) holds no personal link.
+        verified = getattr(self._channel, "verified", False) is True
+        member = Member(name=self._channel.name, role=self._channel.role, verified=verified)
         await self._send(
             out.Ready(
                 conversation_id=self._session.conversation_id,
                 role=member.role,
                 name=member.name,
+                verified=member.verified,
                 agent_name=self._session.info.name,
                 agent_kind=self._session.info.kind,
                 sandbox=_sandbox_info(self._session),
@@ -586,13 +589,13 @@ class SessionChannelHandler:
             message: out.HostMessage | None = None
             if changes is None:
                 members = [
-                    out.Member(name=m.name, role=m.role, id=key)
+                    out.Member(name=m.name, role=m.role, id=key, verified=m.verified)
                     for key, m in self._presence.keyed().items()
                 ]
                 message = out.PresenceMessage(members=members, you=you)
             elif changes.joined or changes.left:
                 joined = [
-                    out.Member(name=m.name, role=m.role, id=key)
+                    out.Member(name=m.name, role=m.role, id=key, verified=m.verified)
                     for key, m in changes.joined.items()
                 ]
                 message = out.PresenceDelta(joined=joined, left=changes.left)

@@ -93,3 +93,10 @@ class HostSettings:
         if self.key_file is None:
             return default_secrets_path()
         return self.key_file.with_name(self.key_file.name + ".secrets")
+
+    @property
+    def resolved_invitations_file(self) -> Path:
+        """The personal links' file: beside the share secrets (`share_secrets.invitations`, or
+        `K.secrets.invitations` with `--key-file K`)."""
+        secrets = self.resolved_secrets_file
+        return secrets.with_name(secrets.name + ".invitations")

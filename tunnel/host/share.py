@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -34,6 +35,7 @@ from tunnel.agents.sandbox import (
 from tunnel.host.broadcast import Broadcaster
 from tunnel.host.channel import HostChannel
 from tunnel.host.console import HostConsole
+from tunnel.host.invitations import InvitationError
 from tunnel.host.presence import Member, Presence
 from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE
 from tunnel.host.runner import Host
@@ -96,6 +98,53 @@ def print_links(host: Host) -> None:
     """Print the share links, one per line, on stdout (scripts read these lines)."""
     print(f"view link:  {host.view_link}", flush=True)
     print(f"drive link: {host.drive_link}", flush=True)
+
+
+class HostPeople:
+    """The console's /invite, /revoke NAME and /people, on a running host."""
+
+    def __init__(self, host: Host, broadcast: Broadcaster) -> None:
+        self._host = host
+        self._broadcast = broadcast
+
+    async def invite(self, name: str, role: str) -> str:
+        """Invite `name` in `role`; return their link."""
+        if self._host.invitations.get(name) is not None:
+            # Their old link's channels close: the key they hold reads nothing cast after.
+            self._broadcast.new_epoch()
+        return str(await self._host.invite(name, role))
+
+    async def revoke(self, name: str) -> None:
+        """End `name`'s link and channels; everyone else stays attached."""
+        if self._host.invitations.get(name) is None:
+            raise InvitationError(f"nobody is invited as {name!r}")
+        # Before their channels close: the key they hold reads nothing cast after.
+        self._broadcast.new_epoch()
+        await self._host.revoke_person(name)
+
+    def listing(self) -> list[str]:
+        """One line per invitation: name, role, attached now or when last seen."""
+        people = self._host.people()
+        if not people:
+            return ["nobody is invited: /invite NAME view|drive makes a personal link"]
+        lines = []
+        for invitation, attached, last_seen in people:
+            if attached:
+                seen = f"attached ({attached} channel{'s' if attached > 1 else ''})"
+            elif last_seen is None:
+                seen = "not seen since the host started"
+            else:
+                seen = "last seen " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last_seen))
+            lines.append(f"{invitation.name} ({invitation.role}): {seen}")
+        return lines
+
+
+def print_invitations(host: Host) -> None:
+    """Print each personal link on stdout, one per line, after the role links."""
+    for invitation in host.invitations.all():
+        print(
+            f"{invitation.role} link for {invitation.name}: {host.link_of(invitation)}", flush=True
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,6 +250,7 @@ async def run_share(
             print_links(host)
 
         host_console.revoke = revoke
+        host_console.people = HostPeople(host, broadcast)
         # The host user co-drives from the console: they are attached too.
         presence.join(Member(name=settings.host.name, role="host"))
         async with anyio.create_task_group() as tg:
@@ -225,6 +275,7 @@ async def _prepare_sandbox(settings: ShareSettings, workspace: Path) -> Sandbox:
     hide = host_private_paths(
         key_file=settings.host.resolved_key_file,
         secrets_file=settings.host.resolved_secrets_file,
+        invitations_file=settings.host.resolved_invitations_file,
         log_db=settings.resolved_log_db,
     )
     prepare = functools.partial(

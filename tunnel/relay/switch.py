@@ -24,12 +24,16 @@ import enum
 import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tunnel.handshake import (
     ADMISSION_PATH,
+    REGISTER_PATH,
     HelloError,
     HostHello,
+    Invited,
     parse_host_hello,
+    parse_registration,
     parse_teammate_hello,
 )
 from tunnel.link import Link
@@ -48,7 +52,7 @@ from tunnel.proto import (
     WindowUpdated,
 )
 from tunnel.proto.codes import CloseCode
-from tunnel.relay.admission import match_role
+from tunnel.relay.admission import match
 from tunnel.relay.limits import MAX_CAST_BACKLOG
 from tunnel.relay.metrics import RelayMetrics
 from tunnel.relay.routing import Endpoint, Route, RoutingTable
@@ -80,8 +84,12 @@ class Peer:
     """Teammate's role (whose verifier its token matched)."""
     token_hash: bytes = field(default=b"", repr=False)
     """Teammate: sha256 of its token, kept to re-check it when its host re-registers."""
+    invitation: bytes | None = field(default=None, repr=False)
+    """Teammate: the verifier of the personal link its token matched; None for a role link."""
     verifiers: dict[str, bytes] = field(default_factory=dict, repr=False)
-    """Host: the verifiers it registered."""
+    """Host: the verifiers of its role links."""
+    invited: tuple[Invited, ...] = field(default=(), repr=False)
+    """Host: the verifiers of its personal links."""
     instance: bytes | None = field(default=None, repr=False)
     """Host: which host process it is (from its hello); None matches no other connection."""
     idle_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
@@ -290,6 +298,7 @@ class Switch:
                 metric="host_id_in_use",
             )
         peer.verifiers = dict(hello.verifiers)
+        peer.invited = hello.invited
         peer.instance = hello.instance
         host_channels = hello.limits.get("max_channels")
         if host_channels is not None:
@@ -313,13 +322,33 @@ class Switch:
                 # Taken over on purpose: the other process stops instead of coming back.
                 logger.info("%s takes over from another host process", peer.describe())
                 old.link.close_soon(CloseCode.HOST_ID_IN_USE, "another host took over this key")
-        for teammate in list(self.teammates.get(hello.host_id, ())):
-            role = match_role(teammate.token_hash, peer.verifiers)
-            if role is None:
+        self._rematch(peer)
+        logger.info("%s online", peer.describe())
+
+    def _rematch(self, host: Peer) -> None:
+        """Match every teammate of `host` against its verifiers again: close (4008) those whose
+        link was revoked."""
+        assert host.host_id is not None
+        for teammate in list(self.teammates.get(host.host_id, ())):
+            found = match(teammate.token_hash, host.verifiers, host.invited)
+            if found is None:
                 teammate.link.close_soon(CloseCode.REVOKED, "share link revoked")
             else:
-                teammate.role = role
-        logger.info("%s online", peer.describe())
+                teammate.role, teammate.invitation = found.role, found.invitation
+
+    def _register(self, peer: Peer, channel: int, meta: dict[str, Any]) -> None:
+        """A registered host replaces its verifiers (REGISTER_PATH): the open's close says
+        whether they are in force."""
+        endpoint = Endpoint(link=peer, channel=channel)
+        try:
+            verifiers, invited = parse_registration(meta)
+        except HelloError as refusal:
+            self._close_channel(endpoint, refusal.code, str(refusal))
+            return
+        peer.verifiers, peer.invited = verifiers, invited
+        self._rematch(peer)
+        logger.info("%s registered %d personal links", peer.describe(), len(invited))
+        self._close_channel(endpoint, CloseCode.NORMAL, "")
 
     def _admit_teammate(self, peer: Peer, event: HelloReceived) -> None:
         hello = parse_teammate_hello(event.payload)
@@ -327,9 +356,10 @@ class Switch:
         host = self.hosts.get(hello.host_id)
         if host is None:
             raise HelloError(CloseCode.HOST_GONE, "host is offline", metric="host_offline")
-        role = match_role(hello.token_hash, host.verifiers)
-        if role is None:
+        found = match(hello.token_hash, host.verifiers, host.invited)
+        if found is None:
             raise HelloError(CloseCode.UNAUTHORIZED, "token does not match", metric="bad_token")
+        role = found.role
         attached = self.teammates.get(hello.host_id, set())
         limit = self._limits.max_teammates_per_host
         if limit is not None and len(attached) >= limit:
@@ -346,6 +376,7 @@ class Switch:
                 )
         peer.name = hello.name
         peer.role = role
+        peer.invitation = found.invitation
         peer.token_hash = hello.token_hash
         peer.admitted = True
         self.teammates[hello.host_id] = attached
@@ -387,6 +418,9 @@ class Switch:
                     Endpoint(link=peer, channel=event.channel), CloseCode.NORMAL, ""
                 )
                 return
+            if event.path == REGISTER_PATH and peer.admitted:
+                self._register(peer, event.channel, dict(event.meta))
+                return
             # Otherwise, on a host link only the relay opens channels.
             self._refuse_channel(peer, event.channel, CloseCode.REFUSED, "hosts do not open")
             return
@@ -408,6 +442,10 @@ class Switch:
         # "peer" is the relay's word, so a teammate cannot pose as another name or role.
         meta = dict(event.meta)
         meta["peer"] = {"name": peer.name, "role": peer.role}
+        if peer.invitation is not None:
+            # Which personal link the token matched: the host checks the open's proof with that
+            # link's root, so a relay that names the wrong one only makes the opening fail.
+            meta["peer"]["invitation"] = peer.invitation
         try:
             host_channel = host.link.connection.open_channel(event.path, meta)
         except LocalProtocolError as exc:

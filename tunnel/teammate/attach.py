@@ -54,7 +54,16 @@ from tunnel.process.groups import unwrap_group
 from tunnel.process.signals import exit_code_after, run_until_signal
 from tunnel.proto.codes import FINAL_CODES, CloseCode
 from tunnel.teammate.client import TeammateError, TeammateSession, connect_teammate
-from tunnel.terminal.commands import LOCAL_COMMANDS, Quit, Revoke, Say, parse_line
+from tunnel.terminal.commands import (
+    HOST_COMMANDS,
+    LOCAL_COMMANDS,
+    Invite,
+    People,
+    Quit,
+    Revoke,
+    Say,
+    parse_line,
+)
 from tunnel.terminal.completion import CommandCompleter
 from tunnel.terminal.presence import change_lines, whole_line
 from tunnel.terminal.raw import ESCAPE_NAME, RawTerminal
@@ -351,6 +360,9 @@ class Attachment:
         if isinstance(command, Revoke):
             self._screen.note("only the host can revoke the links")
             return None
+        if isinstance(command, Invite | People):
+            self._screen.note("only the host can invite people")
+            return None
         if isinstance(command, DRIVING_REQUESTS) and not self._driver:
             self._screen.note(VIEW_ONLY, "yellow")
             return None
@@ -590,7 +602,7 @@ async def run_attach(settings: AttachSettings) -> int:
     console = Console(highlight=False)
     screen: Screen
     if interactive_terminal(sys.stdin, sys.stdout):
-        local = [name for name in LOCAL_COMMANDS if name != "/revoke"]
+        local = [name for name in LOCAL_COMMANDS if name not in HOST_COMMANDS]
         view = CommandCompleter(lambda: attachment.view, local=local)
         screen = PromptScreen(completer=view)
     else:

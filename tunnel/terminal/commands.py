@@ -2,9 +2,10 @@
 
 Both surfaces share this so the same words do the same thing everywhere. The rule
 (docs/agents.md, "Typed commands"): the local commands are /allow /deny /cancel /quit /revoke
-/help /mode /model; any other line starting with `/` (`/compact`, `/init`) is sent to the agent
-as a prompt, as it was typed; a line starting with `//` is sent with one `/` removed (`//help`
-sends `/help` to the agent); everything else is a prompt.
+/invite /people /help /mode /model (/revoke, /invite and /people are the host's); any other line
+starting with `/` (`/compact`, `/init`) is sent to the agent as a prompt, as it was typed; a line
+starting with `//` is sent with one `/` removed (`//help` sends `/help` to the agent); everything
+else is a prompt.
 
 Permission answers never pick an "always" or bypass option unless the person named exactly that:
 `/allow` picks the agent's allow-once option, `/allow always` its one allow-always option,
@@ -28,16 +29,31 @@ from tunnel.app.requests import (
 )
 from tunnel.terminal.view import ConversationView, Option, PendingPermission
 
-LOCAL_COMMANDS = ("/allow", "/deny", "/cancel", "/quit", "/revoke", "/help", "/mode", "/model")
+LOCAL_COMMANDS = (
+    "/allow",
+    "/deny",
+    "/cancel",
+    "/quit",
+    "/revoke",
+    "/invite",
+    "/people",
+    "/help",
+    "/mode",
+    "/model",
+)
 """Words handled here; any other `/word` goes to the agent."""
+
+HOST_COMMANDS = ("/revoke", "/invite", "/people")
+"""The host console's alone: only the host mints and revokes links."""
 
 HELP = (
     "type a prompt and press Enter. /allow answers the latest permission request with its"
     " allow-once option (/allow always, /allow N for the Nth option, /allow OPTION_ID; add a"
     " request id to answer another one); /deny rejects it (/deny always); /cancel stops the"
     " running turn; /mode and /model show or switch the agent's mode and model (/mode ID);"
-    " /revoke (host) replaces both links; /quit leaves. Any other /command goes to the agent"
-    " (//x sends /x)."
+    " /revoke (host) replaces both links, /revoke NAME ends one person's link, /invite NAME"
+    " view|drive makes a personal link, /people lists them; /quit leaves. Any other /command"
+    " goes to the agent (//x sends /x)."
 )
 
 
@@ -48,7 +64,23 @@ class Quit:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Revoke:
-    """Invalidate both share links at once (host console only)."""
+    """Invalidate both share links at once, or one person's link (host console only)."""
+
+    name: str | None = None
+    """The invited person whose link ends; None rotates both role links."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Invite:
+    """Make a personal link for `name` in `role` (host console only)."""
+
+    name: str
+    role: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class People:
+    """List the invitations, who is attached and when each was last seen (host console only)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,7 +92,10 @@ class Say:
     print it through `printable()` (tunnel/terminal/sanitize.py), as every surface does."""
 
 
-Command = Request | Quit | Revoke | Say
+Command = Request | Quit | Revoke | Invite | People | Say
+
+HostCommand = Revoke | Invite | People
+"""What only the host console does (`HOST_COMMANDS`)."""
 
 
 def parse_line(line: str, view: ConversationView) -> Command | None:
@@ -80,7 +115,15 @@ def parse_line(line: str, view: ConversationView) -> Command | None:
     if word == "/quit":
         return Quit()
     if word == "/revoke":
-        return Revoke()
+        if len(args) > 1:
+            return Say(text="usage: /revoke [NAME]")
+        return Revoke(name=args[0] if args else None)
+    if word == "/invite":
+        if len(args) != 2 or args[1] not in ("view", "drive"):
+            return Say(text="usage: /invite NAME view|drive")
+        return Invite(name=args[0], role=args[1])
+    if word == "/people":
+        return People()
     if word == "/cancel":
         return Cancel()
     if word == "/help":

@@ -1,0 +1,82 @@
+"""Personal links through the commands: `tunnel host --invite`, the console's /invite, /people
+and /revoke NAME, and `tunnel attach` with a personal link, all as real subprocesses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support import RelayProcess
+from tunnel.process.groups import unwrap_group
+from tunnel.teammate.client import RevokedError, UnauthorizedError
+
+from .conftest import wait_online
+from .teammate import attached
+from .test_host_and_attach_commands import _read_until, _start_attach, _start_host, _stop
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+
+
+async def test_tunnel_attach_with_a_personal_link_is_shown_under_the_invited_name(
+    relay: RelayProcess, tmp_path: Path, workspace: Path
+) -> None:
+    host = _start_host(relay, tmp_path, workspace, "--no-interactive", "--invite", "alice:drive")
+    attach = None
+    try:
+        link = (await _read_until(host, r"drive link for alice: (\S+)")).group(1)
+        attach = _start_attach(link, "mallory")
+        assert attach.stdin is not None
+        await _read_until(attach, r"attached as alice \(drive\)")
+        attach.stdin.write(b"what is up\n")
+        attach.stdin.flush()
+        await _read_until(attach, r"alice: what is up")
+        await _read_until(attach, r"agent: echo: what is up")
+        attach.stdin.write(b"/quit\n")
+        attach.stdin.flush()
+        assert attach.wait(15) == 0
+    finally:
+        if attach is not None:
+            _stop(attach)
+        assert _stop(host) == 0
+    # The same --invite after a restart keeps alice's link as it was.
+    host = _start_host(relay, tmp_path, workspace, "--no-interactive", "--invite", "alice:drive")
+    try:
+        assert (await _read_until(host, r"drive link for alice: (\S+)")).group(1) == link
+        await wait_online(link)
+    finally:
+        assert _stop(host) == 0
+
+
+async def test_the_host_console_invites_lists_and_revokes_one_person(
+    relay: RelayProcess, tmp_path: Path, workspace: Path
+) -> None:
+    host = _start_host(relay, tmp_path, workspace, "--invite", "bob:view")
+    try:
+        assert host.stdin is not None
+        bob_link = (await _read_until(host, r"view link for bob: (\S+)")).group(1)
+        host.stdin.write(b"/invite carol drive\n")
+        host.stdin.flush()
+        carol_link = (await _read_until(host, r"drive link for carol: (\S+)")).group(1)
+        await wait_online(carol_link)
+
+        async def cut_off() -> None:
+            async with unwrap_group(), attached(carol_link, "someone") as carol:
+                await carol.wait_for(lambda t: t.snapshot_done)
+                host.stdin.write(b"/people\n")
+                host.stdin.flush()
+                await _read_until(host, r"bob \(view\): not seen since the host started")
+                await _read_until(host, r"carol \(drive\): attached")
+                host.stdin.write(b"/revoke carol\n")
+                host.stdin.flush()
+                await carol.wait_for(lambda t: False, within=20)
+
+        with pytest.raises(RevokedError):
+            await cut_off()
+        await _read_until(host, r"carol's link revoked")
+        with pytest.raises(UnauthorizedError):
+            async with unwrap_group(), attached(carol_link, "someone") as again:
+                await again.wait_for(lambda t: t.ready is not None)
+        await wait_online(bob_link)
+    finally:
+        assert _stop(host) == 0

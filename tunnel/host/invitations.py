@@ -1,0 +1,210 @@
+"""Personal links: a person invited by name and role, with a secret of their own.
+
+Each invitation has its own 32-byte secret, so its own relay verifier and its own e2e root
+(docs/security.md, "Personal links"); its link has the format of a role link. The invitations
+are kept in a file beside the key (mode 0600, written atomically), never in the log.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from tunnel.e2e.crypto import (
+    ROLES,
+    ShareLink,
+    b64url_decode,
+    b64url_encode,
+    e2e_root,
+    new_secret,
+    relay_token,
+    share_link,
+    token_verifier,
+)
+from tunnel.e2e.identity import KeyFileError, read_private_file, write_private_file
+from tunnel.handshake import MAX_INVITATIONS, Invited
+
+__all__ = ["Invitation", "InvitationError", "Invitations", "parse_invite"]
+
+_FORMAT: Final = "agent-tunnel invitations v1"
+
+_NAME = re.compile(r"[\w.-]{1,64}")
+"""A person's name: letters, digits, `_`, `.` and `-`, so it is one word at the console and in
+`--invite NAME:ROLE`, and prints the same everywhere."""
+
+
+class InvitationError(ValueError):
+    """An invitation that cannot be made or found; the message is one line for the user."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Invitation:
+    """One person's link: who, in which role, with which secret."""
+
+    name: str
+    """The person's name, shown for everything they do whatever name their client sends."""
+
+    role: str
+    """"view" or "drive"."""
+
+    secret: bytes = field(repr=False)
+    """Their link's 32 random bytes."""
+
+    created: float
+    """When the host invited them (seconds since the epoch)."""
+
+    def verifier(self, host_id: str) -> bytes:
+        """What the relay matches their token against."""
+        return token_verifier(relay_token(self.secret, host_id))
+
+    def root(self, host_id: str) -> bytes:
+        """The e2e root their channels' opening proves and their keys are made with."""
+        return e2e_root(self.secret, host_id)
+
+    def link(self, relay_url: str, host_id: str) -> ShareLink:
+        """Their personal link (the format of a role link)."""
+        return share_link(relay_url, host_id, self.role, self.secret)
+
+
+def check_person(name: str) -> str:
+    """Return `name` if it can name an invited person; InvitationError otherwise."""
+    if not _NAME.fullmatch(name):
+        raise InvitationError(
+            f"{name!r} is not a name to invite: use 1 to 64 letters, digits, '_', '.' or '-'"
+        )
+    return name
+
+
+def parse_invite(value: str) -> tuple[str, str]:
+    """Parse `NAME:ROLE` (as `tunnel host --invite` takes it); InvitationError if malformed."""
+    name, sep, role = value.partition(":")
+    if not sep:
+        raise InvitationError(f"--invite {value!r}: expected NAME:ROLE, e.g. alice:drive")
+    if role not in ROLES:
+        raise InvitationError(f"--invite {value!r}: the role is one of {', '.join(ROLES)}")
+    return check_person(name), role
+
+
+class Invitations:
+    """The host's invitations, in the order they were made, saved at `path` on every change."""
+
+    def __init__(self, path: Path, invitations: list[Invitation] | None = None) -> None:
+        self.path = path
+        self._by_name: dict[str, Invitation] = {i.name: i for i in invitations or ()}
+
+    @classmethod
+    def load(cls, path: Path) -> Invitations:
+        """Load the invitations at `path` (none if there is no file yet).
+
+        Raises KeyFileError if the file is readable by group or others, or is corrupt.
+        """
+        path = Path(path)
+        if not path.exists():
+            return cls(path)
+        data = read_private_file(path)
+        try:
+            doc = json.loads(data)
+            if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
+                raise ValueError("unknown format")
+            invitations = [
+                Invitation(
+                    name=check_person(entry["name"]),
+                    role=_role(entry["role"]),
+                    secret=_secret(entry["secret"]),
+                    created=float(entry["created"]),
+                )
+                for entry in doc["invitations"]
+            ]
+        except (ValueError, KeyError, TypeError):
+            raise KeyFileError(
+                f"{path} is not a valid invitations file; delete it to drop every personal link"
+            ) from None
+        return cls(path, invitations)
+
+    def all(self) -> list[Invitation]:
+        """Every invitation, oldest first."""
+        return list(self._by_name.values())
+
+    def get(self, name: str) -> Invitation | None:
+        """The invitation of `name`, or None."""
+        return self._by_name.get(name)
+
+    def add(self, name: str, role: str) -> Invitation:
+        """Invite `name` in `role` with a fresh secret and save; an existing invitation of that
+        name is replaced (its old link stops working). InvitationError if the name is not one,
+        the role unknown, or the host has MAX_INVITATIONS already."""
+        check_person(name)
+        if role not in ROLES:
+            raise InvitationError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        if name not in self._by_name and len(self._by_name) >= MAX_INVITATIONS:
+            raise InvitationError(
+                f"a host has at most {MAX_INVITATIONS} personal links; revoke one first"
+            )
+        invitation = Invitation(name=name, role=role, secret=new_secret(), created=time.time())
+        self._by_name.pop(name, None)
+        self._by_name[name] = invitation
+        self.save()
+        return invitation
+
+    def ensure(self, name: str, role: str) -> Invitation:
+        """`name`'s invitation in `role`: the one there is (its link unchanged, as across
+        restarts), or a new one (`add`) if there is none or it is of another role."""
+        found = self._by_name.get(name)
+        if found is not None and found.role == role:
+            return found
+        return self.add(name, role)
+
+    def remove(self, name: str) -> Invitation:
+        """Revoke `name`'s invitation and save; InvitationError if there is none."""
+        invitation = self._by_name.pop(name, None)
+        if invitation is None:
+            raise InvitationError(f"nobody is invited as {name!r}")
+        self.save()
+        return invitation
+
+    def registered(self, host_id: str) -> tuple[Invited, ...]:
+        """The verifiers the host registers with the relay (roles and verifiers, no names)."""
+        return tuple(Invited(role=i.role, verifier=i.verifier(host_id)) for i in self.all())
+
+    def by_verifier(self, verifier: bytes, host_id: str) -> Invitation | None:
+        """The invitation whose verifier is `verifier`, or None (revoked, or never made)."""
+        for invitation in self.all():
+            if invitation.verifier(host_id) == verifier:
+                return invitation
+        return None
+
+    def save(self) -> None:
+        """Write every invitation to `path` (mode 0600, atomically replacing what was there)."""
+        doc = {
+            "format": _FORMAT,
+            "invitations": [
+                {
+                    "name": i.name,
+                    "role": i.role,
+                    "secret": b64url_encode(i.secret),
+                    "created": i.created,
+                }
+                for i in self.all()
+            ],
+        }
+        write_private_file(self.path, (json.dumps(doc, indent=2) + "\n").encode(), overwrite=True)
+
+
+def _role(value: object) -> str:
+    if value not in ROLES:
+        raise ValueError("unknown role")
+    assert isinstance(value, str)
+    return value
+
+
+def _secret(value: object) -> bytes:
+    if not isinstance(value, str):
+        raise ValueError("not a secret")
+    secret = b64url_decode(value)
+    if len(secret) != 32:
+        raise ValueError("not a secret")
+    return secret
