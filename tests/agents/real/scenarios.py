@@ -28,7 +28,7 @@ from .conftest import (
     permission_requests,
     settings_events,
 )
-from .model_server import ModelServer, Text, reply
+from .model_server import ModelServer, Text, ToolCall, reply
 
 ScriptEdit = Callable[[ModelServer, str, Path, str, str], None]
 """`script_edit(model, key, path, old, new)`: script the turn `key` as the agent's own edit of
@@ -40,6 +40,7 @@ __all__ = [
     "asked_with_options",
     "cancel_mid_turn_then_prompt",
     "prompt_streams_to_everyone",
+    "read_only_refuses_edits_and_commands",
     "recall_after_a_kill",
     "viewer_mode_switch_is_refused",
 ]
@@ -135,3 +136,63 @@ async def recall_after_a_kill(
     started = agent_starts(alice)
     assert len(started) == 2
     return started
+
+
+async def read_only_refuses_edits_and_commands(
+    share: StartSession,
+    agent: Agent,
+    model: ModelServer,
+    tools: tuple[str, str, str],
+    edit_args: dict[str, str] | None = None,
+) -> None:
+    """Under `--approvals read-only`, the scripted turn "READ-ONLY" reads notes.txt, then edits
+    it (milk to bread) and runs `echo ran > shell.txt`: the read passes, the host refuses the
+    edit and the command itself (no human is asked), and the workspace is untouched. `tools`
+    are the agent's names for its read, edit and shell tools, `edit_args` what its edit tool
+    takes besides the file and the strings."""
+    read, edit, shell = tools
+    async with share(agent, "--approvals", "read-only") as session, session.teammate() as vera:
+        notes = session.workspace / "notes.txt"
+        model.script(
+            "READ-ONLY",
+            reply(ToolCall(read, {"file_path": str(notes)})),
+            reply(
+                ToolCall(
+                    edit,
+                    {
+                        "file_path": str(notes),
+                        "old_string": "milk",
+                        "new_string": "bread",
+                        **(edit_args or {}),
+                    },
+                )
+            ),
+            reply(ToolCall(shell, {"command": "echo ran > shell.txt", "description": "Write"})),
+            reply(Text("READ-ONLY done.")),
+        )
+        async with session.teammate("alice", drive=True) as alice:
+            await alice.send(Prompt(text="READ-ONLY"))
+            await vera.wait_for(agent_said("READ-ONLY done."), within=60)
+        kinds = [r["data"]["tool_call"].get("kind") for r in permission_requests(vera)]
+        assert "edit" in kinds, kinds
+        assert "execute" in kinds, kinds
+        decided = [i for i in vera.items if i["type"] == "permission_decision"]
+        assert decided, vera.items
+        for item in decided:
+            assert item["created_by"] == "policy"
+            assert item["data"]["policy"]["source"] == "preset:read-only"
+        refused = {
+            r["data"]["tool_call"].get("kind")
+            for r in permission_requests(vera)
+            for d in decided
+            if d["data"]["request_id"] == r["data"]["request_id"]
+            and d["data"]["option_kind"].startswith("reject")
+        }
+        assert {"edit", "execute"} <= refused
+        assert notes.read_text() == "remember the milk\n"
+        assert not (session.workspace / "shell.txt").exists()
+        results = {r.name: r for r in model.tool_results("READ-ONLY")}
+        assert not results[read].is_error, results[read].output
+        assert "milk" in results[read].output
+        assert results[edit].is_error
+        assert results[shell].is_error

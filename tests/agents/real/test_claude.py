@@ -143,6 +143,14 @@ async def test_a_new_file_and_a_shell_command_run_once_allowed(
         assert [d["option_id"] for d in decisions(vera)] == ["allow", "allow"]
 
 
+async def test_read_only_approvals_let_reads_pass_and_refuse_edits_and_commands(
+    share: StartSession, model: ModelServer
+) -> None:
+    await scenarios.read_only_refuses_edits_and_commands(
+        share, CLAUDE, model, ("Read", "Edit", "Bash")
+    )
+
+
 async def test_cancel_mid_turn_stops_the_model_call_and_the_next_prompt_runs(
     share: StartSession, model: ModelServer
 ) -> None:

@@ -89,6 +89,18 @@ async def test_allow_always_passes_the_next_edit_without_asking(
     )
 
 
+async def test_read_only_approvals_let_reads_pass_and_refuse_edits_and_commands(
+    share: StartSession, model: ModelServer
+) -> None:
+    await scenarios.read_only_refuses_edits_and_commands(
+        share,
+        GEMINI,
+        model,
+        ("read_file", "replace", "run_shell_command"),
+        {"instruction": "Replace milk with bread."},
+    )
+
+
 async def test_gemini_creates_a_new_file_inside_the_workspace(
     share: StartSession, model: ModelServer, workspace: Path
 ) -> None:
