@@ -23,6 +23,7 @@ What they buy, in libFuzzer's `cov:` edges after the suite's campaign (100,000 r
     cast                30      34    34
     cast_messages       19      19    12
     opening              -      92    75   (unseeded not measured)
+    export               -       -     -   (an export file, as `tunnel log verify` reads it)
 
 `cast` and `cast_messages` are small parsers in front of uninstrumented code (the cryptography
 and msgpack extensions): their seeds are there so that a campaign starts from a cast that opens
@@ -31,6 +32,7 @@ and a plaintext that parses, not for edges.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from collections.abc import Callable, Iterable
@@ -568,6 +570,53 @@ def item_seeds() -> dict[str, bytes]:
     return seeds
 
 
+def export_seeds() -> dict[str, bytes]:
+    """Export files and lines (`tunnel log export`): chained items and a signed head."""
+    from tunnel.host.audit import sign_head
+    from tunnel.log.chain import Chain
+    from tunnel.log.ndjson import item_line
+
+    items = list(ITEMS.values())[:3]
+    chain = Chain("main")
+    lines: list[bytes] = []
+    for seq, item in enumerate(items):
+        item = _item(seq, type=item.type, status=item.status, data=item.data)
+        prev = chain.head
+        lines.append(item_line(item, prev=prev, hash=chain.add(item)))
+    assert chain.head is not None
+    signed = sign_head(IDENTITY, "main", chain.seq, chain.head, now=T0)
+    signature = json.dumps(signed.to_wire(), separators=(",", ":")).encode() + b"\n"
+    first = json.loads(lines[0])
+    second = json.loads(lines[1])
+    record = signed.to_wire()
+
+    def line(value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":")).encode() + b"\n"
+
+    seeds = {
+        "ok-export": b"".join(lines) + signature,
+        "ok-item": lines[1],
+        "ok-signature": signature,
+        "ok-unchained": item_line(_item()),
+        "ok-blank-lines": b"\n" + lines[0] + b"\n\n",
+    }
+    near = {
+        "near-not-json": lines[0][:-10] + b"\n",
+        "near-not-utf8": b"\xff" + lines[0],
+        "near-prev-short": line({**second, "prev": second["prev"][:-2]}),
+        "near-prev-at-seq-0": line({**first, "prev": second["prev"]}),
+        "near-hash-missing": line({k: v for k, v in second.items() if k != "hash"}),
+        "near-hash-not-hex": line({**second, "hash": "z" * 64}),
+        "near-kind-unknown": line({**record, "kind": "head"}),
+        "near-signature-missing-field": line({k: v for k, v in record.items() if k != "seq"}),
+        "near-signature-short": line({**record, "signature": record["signature"][:-4]}),
+        "near-signature-host-id": line({**record, "host_id": "x"}),
+        "near-deep": line({**first, "data": _nested(70)}),
+    }
+    seeds.update(near)
+    return seeds
+
+
 def _nested(levels: int) -> dict[str, Any]:
     value: Any = []
     for _ in range(levels):
@@ -687,6 +736,7 @@ SEED_MAKERS: dict[str, Callable[[], dict[str, bytes]]] = {
     "cast": cast_seeds,
     "cast_messages": cast_messages_seeds,
     "opening": opening_seeds,
+    "export": export_seeds,
 }
 
 
@@ -838,6 +888,9 @@ def _packed(words: Iterable[str], numbers: Iterable[int] = ()) -> list[bytes]:
     return tokens + _MSGPACK_MARKERS
 
 
+_EXPORT_WORDS = ["prev", "hash", "kind", "head_signature", "host_id", "public_key", "signature"]
+_EXPORT_WORDS += ["signed_at"]
+
 DICT_MAKERS: dict[str, Callable[[], list[bytes]]] = {
     "frame": lambda: _packed(_FRAME_WORDS, _FRAME_NUMBERS),
     "connection": lambda: _packed(_FRAME_WORDS, _FRAME_NUMBERS),
@@ -849,6 +902,10 @@ DICT_MAKERS: dict[str, Callable[[], list[bytes]]] = {
     "cast": lambda: _CAST_TOKENS,
     "cast_messages": lambda: _packed(["op", "item", "event", "presence"]),
     "opening": lambda: _packed(["role", "name", "salt", "kx", "proof", "drive", "view"]),
+    "export": lambda: (
+        [f'"{word}"'.encode() for word in [*_ITEM_WORDS, *_EXPORT_WORDS]]
+        + [b"null", b"true", b"{", b"}", b"[", b"]", b":", b",", b"\n", b"0" * 64]
+    ),
 }
 
 

@@ -10,6 +10,7 @@ directory given, or to a temporary one (said on stderr).
 from __future__ import annotations
 
 import contextlib
+import io
 import sys
 import tempfile
 from collections.abc import Callable
@@ -32,6 +33,8 @@ with atheris.instrument_imports():
     from tunnel.e2e.opening import OpeningError, TeammateOpening, check_offer_fields
     from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
     from tunnel.log import Item
+    from tunnel.log.ndjson import parse_record
+    from tunnel.log.verify import verify_lines
     from tunnel.proto import DEFAULT_LIMITS, Connection, ProtocolError, Side, decode_frame
     from tunnel.proto.frames import _decode_fast, _decode_general
 
@@ -148,6 +151,16 @@ def opening(data: bytes) -> None:
         assert crypto.send.counter == 0
 
 
+def export(data: bytes) -> None:
+    # An export file as `tunnel log verify` reads it: each line's record, then the whole file,
+    # whose check never raises.
+    for line in io.BytesIO(data):
+        with contextlib.suppress(ValueError):
+            parse_record(line)
+    report = verify_lines(io.BytesIO(data))
+    assert report.problem_count >= len(report.problems)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "frame": frame,
     "connection": connection,
@@ -159,6 +172,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "cast": cast,
     "cast_messages": cast_messages,
     "opening": opening,
+    "export": export,
 }
 
 

@@ -21,6 +21,7 @@ from tunnel.e2e.crypto import ShareLink
 from tunnel.e2e.opening import OpeningError, check_offer_fields
 from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
 from tunnel.log import Item
+from tunnel.log.ndjson import parse_record
 from tunnel.proto import Connection, ProtocolError, Side, decode_frame
 
 from . import make_seeds
@@ -79,6 +80,12 @@ def _cast(data: bytes) -> bytes:
     return opener.open(data)
 
 
+def _export(data: bytes) -> None:
+    for line in data.splitlines(keepends=True):
+        if line.strip():
+            parse_record(line)
+
+
 # Each target's parser, and the error it refuses input with.
 PARSERS: dict[str, tuple[Parse, type[Exception]]] = {
     "frame": (decode_frame, ProtocolError),
@@ -91,6 +98,7 @@ PARSERS: dict[str, tuple[Parse, type[Exception]]] = {
     "cast": (_cast, CastError),
     "cast_messages": (cast_messages, CastError),
     "opening": (lambda data: _opening(data), OpeningError),
+    "export": (_export, ValueError),
 }
 
 
