@@ -171,3 +171,72 @@ def test_the_hosts_storage_state_is_a_line_of_its_own() -> None:
     back = render_event({"kind": "storage", "data": {"state": "ok", "reason": "disk I/O error"}})
     assert back is not None
     assert "writes again" in back.plain
+
+
+def test_the_approval_policy_shows_what_a_request_needs_and_why_it_was_decided() -> None:
+    request = render_item(
+        {
+            "type": "permission_request",
+            "created_by": "agent",
+            "data": {
+                "request_id": "p1",
+                "title": "make deploy",
+                "options": [{"option_id": "yes", "name": "Allow", "kind": "allow_once"}],
+                "approval": {
+                    "answer": ["alice", "bob"],
+                    "approvals": 2,
+                    "approved_by": [],
+                    "remember": "once",
+                    "rule": {"index": 3, "line": 10, "rule": 'verdict = "ask"'},
+                },
+            },
+        }
+    ).plain
+    assert "needs 2 approvals (from alice or bob)" in request
+    assert 'by rule 3: verdict = "ask"' in request
+    approval = render_item(
+        {
+            "type": "permission_approval",
+            "created_by": "alice",
+            "data": {"request_id": "p1", "approved_by": ["alice"], "needed": 1},
+        }
+    ).plain
+    assert approval == "approval needs 2 approvals: alice approved"
+    by_policy = render_item(
+        {
+            "type": "permission_decision",
+            "created_by": "policy",
+            "data": {
+                "request_id": "p2",
+                "outcome": "selected",
+                "option_id": "no",
+                "option_name": "Reject",
+                "option_kind": "reject_once",
+                "policy": {
+                    "source": "team.toml",
+                    "index": 2,
+                    "line": 6,
+                    "rule": 'verdict = "deny"',
+                },
+            },
+        }
+    ).plain
+    assert by_policy == (
+        "decision the policy chose Reject (reject_once)\n"
+        '  by the policy, rule 2 of team.toml:6: verdict = "deny"'
+    )
+    two = render_item(
+        {
+            "type": "permission_decision",
+            "created_by": "bob",
+            "data": {
+                "request_id": "p1",
+                "outcome": "selected",
+                "option_id": "yes",
+                "option_name": "Allow",
+                "option_kind": "allow_once",
+                "approved_by": ["alice", "bob"],
+            },
+        }
+    ).plain
+    assert two.endswith("approved by alice, bob")

@@ -275,6 +275,12 @@ def _permission_request(head: Text, data: Mapping[str, Any]) -> None:
     call = data.get("tool_call")
     if isinstance(call, Mapping):
         _tool_call_details(head, call)
+    approval = data.get("approval")
+    if isinstance(approval, Mapping):
+        head.append("\n  " + approval_needed(approval), style="bold yellow")
+        rule = approval.get("rule")
+        if isinstance(rule, Mapping):
+            head.append(f"\n  by rule {_str(rule, 'index')}: {_str(rule, 'rule')}", style="dim")
     options = data.get("options")
     if isinstance(options, list):
         for number, option in enumerate(options, 1):
@@ -288,6 +294,43 @@ def _permission_request(head: Text, data: Mapping[str, Any]) -> None:
         " /allow N, /deny, /deny always",
         style="dim",
     )
+
+
+def approval_needed(approval: Mapping[str, Any], approved_by: Any = None) -> str:
+    """What an asked request needs under the host's approval policy, in words: "needs 2
+    approvals (from alice or bob): alice approved"."""
+    needed = approval.get("approvals")
+    needed = needed if isinstance(needed, int) and not isinstance(needed, bool) else 1
+    who = approval.get("answer")
+    names = [str(n) for n in who] if isinstance(who, list) else []
+    text = f"needs {needed} approval{'s' if needed != 1 else ''}"
+    if names and names != ["host", "drivers"]:
+        text += f" (from {' or '.join(names)})"
+    approved = approved_by if approved_by is not None else approval.get("approved_by")
+    if isinstance(approved, list) and approved:
+        text += f": {', '.join(str(n) for n in approved)} approved"
+    return text
+
+
+def _decided_by(head: Text, data: Mapping[str, Any]) -> None:
+    """Why a decision was made, after what was chosen: the policy's rule, who approved, or the
+    remembered answer it repeats."""
+    policy = data.get("policy")
+    if isinstance(policy, Mapping):
+        where = _str(policy, "source")
+        line = policy.get("line")
+        if isinstance(line, int) and not isinstance(line, bool):
+            where += f":{line}"
+        rule = "the default" if policy.get("default") else f"rule {_str(policy, 'index')}"
+        head.append(f"\n  by the policy, {rule} of {where}: {_str(policy, 'rule')}", style="dim")
+    remembered = data.get("remembered")
+    if isinstance(remembered, Mapping):
+        head.append(f"\n  remembered for the {_str(remembered, 'scope')}", style="dim")
+    approved = data.get("approved_by")
+    if isinstance(approved, list) and len(approved) > 1:
+        head.append(f"\n  approved by {', '.join(str(n) for n in approved)}", style="dim")
+    if _str(data, "remember"):
+        head.append(f"\n  remembered for the {_str(data, 'remember')}", style="dim")
 
 
 def _choice_text(state: Any) -> str | None:
@@ -446,7 +489,16 @@ def render_item(item: Mapping[str, Any]) -> Text:
             head.append("the request was closed" + (f": {reason}" if reason else ""))
         else:
             option_kind = _str(data, "option_kind")
-            head.append(f"{who} chose {name}" + (f" ({option_kind})" if option_kind else ""))
+            chooser = "the policy" if who == "policy" and "policy" in data else who
+            head.append(f"{chooser} chose {name}" + (f" ({option_kind})" if option_kind else ""))
+            _decided_by(head, data)
+    elif kind == "permission_approval":
+        head.append("approval ", style="bold magenta")
+        needed = data.get("needed")
+        more = needed if isinstance(needed, int) and not isinstance(needed, bool) else 0
+        approved = data.get("approved_by")
+        approved = approved if isinstance(approved, list) else [who]
+        head.append(approval_needed({"approvals": len(approved) + more}, approved))
     elif kind == "plan":
         head.append("plan", style="bold blue")
         entries = data.get("entries")
