@@ -40,8 +40,10 @@ def session_for(script: Path, log: Log, workspace: Path, *, sandboxed: bool) -> 
         # A home of its own: the real one (and what it holds) is none of the test's business.
         home = workspace.parent / "home"
         home.mkdir(exist_ok=True)
-        # Python itself may live under the real home (pyenv): shown read-only.
-        settings = SandboxSettings(allow=(Allowance.parse(f"{sys.base_prefix}:ro"),))
+        # Python itself may live under the real home (pyenv), the venv and this checkout under
+        # /tmp (a CI clone): all shown read-only.
+        shown = (sys.base_prefix, sys.prefix, str(Path(__file__).resolve().parents[2]))
+        settings = SandboxSettings(allow=tuple(Allowance.parse(f"{path}:ro") for path in shown))
         sandbox = prepare_sandbox(settings, argv=argv, workspace=workspace, home=str(home))
     spec = "acp:" + " ".join(argv)
     session = create_session(spec, log, workspace=workspace, conversation_id="c1", sandbox=sandbox)

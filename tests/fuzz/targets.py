@@ -24,7 +24,7 @@ with atheris.instrument_imports():
     import msgpack
 
     from tunnel.app.errors import BadRequest
-    from tunnel.app.follower import cast_messages
+    from tunnel.app.follower import cast_messages as parse_cast_messages
     from tunnel.app.host_messages import parse as parse_host_message
     from tunnel.app.requests import decode_request
     from tunnel.e2e.broadcast import CastError, CastOpener
@@ -134,7 +134,7 @@ def cast(data: bytes) -> None:
 
 def cast_messages(data: bytes) -> None:
     with contextlib.suppress(CastError):
-        messages = cast_messages(data)
+        messages = parse_cast_messages(data)
         assert type(messages) is list
         assert all(type(m) is bytes for m in messages)
 

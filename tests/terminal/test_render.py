@@ -6,7 +6,8 @@ import io
 
 from rich.console import Console
 
-from tunnel.app.host_messages import Error, Member, PresenceMessage, Ready, encode
+from tunnel.app.follower import Presence
+from tunnel.app.host_messages import Error, Member, Ready
 from tunnel.e2e.crypto import ShareLink, new_secret
 from tunnel.teammate.attach import Attachment, AttachSettings
 from tunnel.terminal.render import render_event, render_item
@@ -27,19 +28,16 @@ def _attachment() -> tuple[Attachment, io.StringIO]:
 
 def test_markup_in_names_and_messages_is_shown_literally() -> None:
     attachment, out = _attachment()
+    member = Member(name="[/x] alice [laptop]", role="view")
+    attachment._show(Presence(members=[member], whole=True, you=None, joined=[member], left=[]))
+    attachment._show(Error(code="forbidden", message="[bold]no[/bold]"))
     attachment._show(
-        encode(PresenceMessage(members=[Member(name="[/x] alice [laptop]", role="view")]))
-    )
-    attachment._show(encode(Error(code="forbidden", message="[bold]no[/bold]")))
-    attachment._show(
-        encode(
-            Ready(
-                conversation_id="c",
-                name="[/oops]",
-                role="view",
-                agent_name="demo",
-                agent_kind="chat",
-            )
+        Ready(
+            conversation_id="c",
+            name="[/oops]",
+            role="view",
+            agent_name="demo",
+            agent_kind="chat",
         )
     )
     text = out.getvalue()
