@@ -32,6 +32,7 @@ from tunnel.agents.sandbox import (
     host_private_paths,
     prepare_sandbox,
 )
+from tunnel.host.audit import HeadSigner
 from tunnel.host.broadcast import Broadcaster
 from tunnel.host.channel import HostChannel
 from tunnel.host.console import HostConsole
@@ -243,6 +244,14 @@ async def run_share(
             link=lambda: host.link,
         )
 
+        # Signs the chain head after each turn and on shutdown (docs/log.md, "The audit chain").
+        signer = HeadSigner(
+            identity=host.identity,
+            log=log,
+            store=store,
+            conversation_id=session.conversation_id,
+        )
+
         async def revoke() -> None:
             # Before the revoked channels close: the key they hold reads nothing cast after.
             broadcast.new_epoch()
@@ -253,16 +262,23 @@ async def run_share(
         host_console.people = HostPeople(host, broadcast)
         # The host user co-drives from the console: they are attached too.
         presence.join(Member(name=settings.host.name, role="host"))
-        async with anyio.create_task_group() as tg:
-            await tg.start(session.run)
-            await tg.start(broadcast.run)
-            await tg.start(host.run)
-            tg.start_soon(host_console.run)
-            task_status.started(
-                Shared(host=host, session=session, log=log, presence=presence, console=host_console)
-            )
-            await host_console.quit_requested.wait()
-            tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(signer.run)
+                await tg.start(session.run)
+                await tg.start(broadcast.run)
+                await tg.start(host.run)
+                tg.start_soon(host_console.run)
+                task_status.started(
+                    Shared(
+                        host=host, session=session, log=log, presence=presence, console=host_console
+                    )
+                )
+                await host_console.quit_requested.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            # The agent has stopped: what it wrote while stopping is signed too.
+            await signer.close()
 
 
 async def _prepare_sandbox(settings: ShareSettings, workspace: Path) -> Sandbox:

@@ -320,6 +320,41 @@ def verify_command(
     typer.echo(f"{file}: verified", err=True)
 
 
+@log_app.command("audit")
+def audit_command(
+    conversation_id: Annotated[
+        str, typer.Argument(metavar="CONVERSATION", help="The conversation to audit.")
+    ] = "main",
+    db: DbOption = None,
+) -> None:
+    """Print, per turn, who asked for what, who decided each permission request and by which
+    rule; then how far the host's signatures cover the conversation."""
+    from tunnel.log.audit import Audit, chain_line
+    from tunnel.log.item import CorruptItem
+
+    path = db or default_db_path()
+    _require_db(path)
+
+    async def read(store: SQLiteStore) -> tuple[list[str], str, int]:
+        if await store.get_conversation(conversation_id) is None:
+            _fail(f"no conversation {conversation_id!r}")
+        audit, items, after = Audit(), [], -1
+        while page := await store.query(conversation_id, after=after, limit=1000):
+            for item in page:
+                audit.add(item)
+            items += page
+            after = page[-1].seq
+        corrupt = sum(isinstance(item, CorruptItem) for item in items)
+        chain = chain_line(items, await store.signatures(conversation_id), conversation_id)
+        return audit.lines(), chain, corrupt
+
+    lines, chain, corrupt = _run(path, read)
+    for line in lines:
+        typer.echo(printable(line))
+    typer.echo(printable(chain))
+    _say_unreadable(corrupt, "read")
+
+
 def render_item(item: Item) -> str:
     """Two or more lines for a person: a header, then the text (or the data as JSON)."""
     import json
