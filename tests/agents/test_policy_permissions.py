@@ -116,6 +116,17 @@ async def test_a_denied_request_gets_reject_once_even_through_a_symlink(
     assert decided.data["policy"]["index"] == 2
 
 
+async def test_a_new_file_in_new_directories_is_matched_as_named(log: Log, workspace: Path) -> None:
+    permissions, _ = broker(log, workspace)
+    pending = await ask(permissions, call("edit", str(workspace / "secrets" / "new" / "key")))
+    assert pending.decision is not None
+    assert pending.decision.option == OPTIONS[2]
+    os.symlink("/etc", workspace / "out")
+    escaping = await ask(permissions, call("read", "out/missing/file"))
+    assert escaping.decision is None  # outside: no allow rule covers it
+    await permissions.cancel_all(by="host")
+
+
 async def test_a_read_outside_the_workspace_is_not_allowed_by_a_read_rule(
     log: Log, workspace: Path
 ) -> None:

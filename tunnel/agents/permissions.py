@@ -19,6 +19,7 @@ without an answer (turn cancelled, agent gone) gets a decision with `outcome: "c
 from __future__ import annotations
 
 import logging
+import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -362,12 +363,24 @@ class PermissionBroker:
         )
 
     def _resolve(self, path: str) -> str | None:
+        """The path relative to the workspace, symlinks followed; None if it leaves it. Missing
+        directories are taken as named below the deepest one that exists."""
         if self.workspace is None:
             return None
-        try:
-            return self.workspace.resolve(path)
-        except (OutsideWorkspace, OSError, ValueError):
-            return None
+        missing: list[str] = []
+        while True:
+            try:
+                found = self.workspace.resolve(path)
+            except FileNotFoundError:
+                head, name = os.path.split(path.rstrip("/"))
+                if not name or name in (".", ".."):
+                    return None
+                missing.insert(0, name)
+                path = head or "."
+                continue
+            except (OutsideWorkspace, OSError, ValueError):
+                return None
+            return "/".join([found, *missing]) if found != "." or not missing else "/".join(missing)
 
 
 def _pick(options: Any, kind: str) -> PermissionOption | None:
