@@ -80,6 +80,13 @@ function seqOf(item) {
 
 const isMap = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
 
+/** A member as the roster keeps it; `verified` (a personal link's name, given by the host) only
+ * when the host said so (docs/application.md, "Presence"). */
+function rosterMember(m, id) {
+  return m.verified === true ? { id, name: m.name, role: m.role, verified: true }
+    : { id, name: m.name, role: m.role };
+}
+
 function isMember(member, idRequired) {
   if (!isMap(member) || typeof member.name !== "string" || typeof member.role !== "string") {
     return false;
@@ -144,7 +151,7 @@ export class Roster {
       const before = this.byKey;
       // A host from before member ids sends only lists: its members are keyed by place.
       this.byKey = new Map(message.members.map((m, n) => [Number.isInteger(m.id) ? m.id : -1 - n,
-        { id: m.id ?? null, name: m.name, role: m.role }]));
+        rosterMember(m, m.id ?? null)]));
       this.you = Number.isInteger(message.you) ? message.you : null;
       return {
         joined: [...this.byKey].filter(([key]) => !before.has(key)).map(([, m]) => m),
@@ -161,7 +168,7 @@ export class Roster {
     const joined = [];
     for (const m of message.joined) {
       if (!this.byKey.has(m.id)) {
-        const member = { id: m.id, name: m.name, role: m.role };
+        const member = rosterMember(m, m.id);
         joined.push(member);
         this.byKey.set(m.id, member);
       }

@@ -232,8 +232,8 @@ export class Session {
         return;
       case "presence":
         this.view.presence(event.members.map((member) =>
-          ({ name: member.name, role: member.role, you: event.you !== null &&
-            member.id === event.you })));
+          ({ name: member.name, role: member.role, verified: member.verified === true,
+            you: event.you !== null && member.id === event.you })));
         return;
       case "history":
         this.onHistory(event.message);

@@ -3,7 +3,6 @@
 // text goes in as textContent or through the markdown sanitizer; nothing remote is ever assigned
 // to innerHTML.
 
-import { approvalText, askedBy, decisionText } from "./approvals.js";
 import { CommandCompletion, commandList } from "./completion.js";
 import { arr, el, formatTime, obj, pretty, str } from "./dom.js";
 import { setMarkdown } from "./markdown.js";
@@ -451,7 +450,7 @@ export class View {
 
   presence(members) {
     const here = members.map((member) => ({ name: str(member.name, "?"), role: str(member.role),
-      you: member.you === true }));
+      verified: member.verified === true, you: member.you === true }));
     // The host says which member this page is; a host from before that leaves a guess by name.
     const told = here.some((member) => member.you);
     const now = Date.now();
@@ -473,6 +472,9 @@ export class View {
       return el("li", {
         testid: "presence-member", "data-role": member.role, "data-name": member.name,
         "data-you": you ? "true" : null, class: you ? "you" : null,
+        // A personal link's name is the host's; any other is the one its holder typed.
+        "data-verified": member.verified ? "true" : "false",
+        title: member.verified ? "Invited by the host under this name" : "Name typed by its holder",
       }, el("span", { class: "who", text: member.name }),
       you ? el("span", { class: "you-mark", text: "you" }) : null,
       el("span", { class: "what", text: ROLE_LABEL[member.role] ?? member.role }));
@@ -658,9 +660,6 @@ export class View {
         break;
       case "permission_decision":
         element = this.permissionDecision(item, data);
-        break;
-      case "permission_approval":
-        element = this.permissionApproval(item, data);
         break;
       case "plan":
         element = this.planItem(item, data);
@@ -961,11 +960,6 @@ export class View {
     }
     const outcome = el("div", { class: "outcome", testid: "permission-outcome",
       text: this.isDriver ? "Waiting for an answer." : "Waiting for a driver to answer." });
-    // Under the host's approval policy: who may answer, how many must approve, who did.
-    const approval = data.approval && typeof data.approval === "object"
-      ? el("div", { class: "approval", testid: "permission-approval", text: approvalText(data.approval),
-        title: askedBy(data.approval) || null })
-      : null;
     const title = str(data.title) || str(call.title) || "The agent asks for permission";
     // The tool call it gates, if shown: the request is shown in its card, and what the agent
     // told of the call before (its locations, say) completes what it asks about.
@@ -986,9 +980,8 @@ export class View {
     el("div", { class: "permission-title", testid: "permission-title" },
       call.kind ? el("span", { class: "tool-kind", testid: "tool-kind", text: str(call.kind) }) : null,
       el("span", { text: title })),
-    context, approval, optionsBox, outcome);
-    const entry = { element, buttons, outcome, context, card: null, approval: data.approval ?? null,
-      approvalLine: approval };
+    context, optionsBox, outcome);
+    const entry = { element, buttons, outcome, context, card: null };
     this.permissions.set(requestId, entry);
     // Inside the tool call it gates, when that card is shown: the story reads in order.
     if (card) {
@@ -1020,7 +1013,7 @@ export class View {
       "data-decision-seq": String(item.seq),
     }, el("span", { text: cancelled
       ? `Cancelled by ${decision.by}${str(data.reason) ? `: ${data.reason}` : ""}`
-      : decisionText(decision.by, data, decision.name) }),
+      : `${decision.by} answered: ${decision.name}` }),
     el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) }));
     this.decisions.set(requestId, decision);
     const entry = this.permissions.get(requestId);
@@ -1032,25 +1025,6 @@ export class View {
     // The request is not shown (it came before what this page loaded): the answer stands alone.
     decision.line.classList.add("item", "note");
     return decision.line;
-  }
-
-  /** One approval of a request that needs more: its line says who approved; it stays open. */
-  permissionApproval(item, data) {
-    const entry = this.permissions.get(str(data.request_id));
-    const approved = arr(data.approved_by).map((name) => str(name));
-    if (!entry || entry.approvalLine === null) {
-      return this.note(item, `${str(item.created_by, "someone")} approved a permission request`);
-    }
-    entry.approvalLine.textContent = approvalText(entry.approval, approved);
-    entry.approvalLine.dataset.approvedBy = approved.join(",");
-    // Still open: the next person may answer (the one who approved is told if they try again).
-    if (entry.element.dataset.state === "pending") {
-      for (const button of entry.buttons) {
-        button.disabled = false;
-        button.classList.remove("sent");
-      }
-    }
-    return null;
   }
 
   markDecided(entry, decision) {
