@@ -21,7 +21,7 @@ from tunnel.log import Log
 
 from .base import AgentInfo
 from .chat import ChatSession, Prompt
-from .permissions import PermissionOption
+from .permissions import POLICY, PermissionOption
 from .recorder import Channel, new_id
 from .workspace import OutsideWorkspace, Workspace
 
@@ -209,7 +209,8 @@ class DemoSession(ChatSession):
             await recorder.tool_result(
                 tool_call_id, ok=False, output=f"not run: {decision.by} rejected it"
             )
-            await self._stream("message", f"{decision.by} said no, so I did not {tool.action}.")
+            who = "The approval policy" if decision.by == POLICY else decision.by
+            await self._stream("message", f"{who} said no, so I did not {tool.action}.")
             await recorder.plan(_plan(3))
             return
         await recorder.tool_call_update(tool_call_id, {"status": "in_progress"})
@@ -221,7 +222,12 @@ class DemoSession(ChatSession):
         await recorder.tool_result(tool_call_id, ok=ok, output=output)
         await recorder.plan(_plan(2))
         reply = f"Done: {output}." if ok else f"The tool failed: {output}."
-        await self._stream("message", f"{reply} Thanks, {decision.by}, for allowing it.")
+        thanks = (
+            "The approval policy allowed it."
+            if decision.by == POLICY
+            else f"Thanks, {decision.by}, for allowing it."
+        )
+        await self._stream("message", f"{reply} {thanks}")
         await recorder.plan(_plan(3))
         await recorder.usage(
             {"update": "usage", "words_in": len(prompt.text.split()), "tools_run": 1}

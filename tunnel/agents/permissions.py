@@ -29,7 +29,7 @@ import anyio
 
 from tunnel.log import Item, StoreError
 from tunnel.policy import Policy, Tally, ToolRequest, Verdict, Vote, decide
-from tunnel.policy.memory import Memory, Remembered, key_of
+from tunnel.policy.memory import Key, Memory, Remembered, key_of
 from tunnel.policy.tally import Refused, Role
 
 from .errors import SessionError
@@ -97,7 +97,7 @@ class PendingPermission:
     decision: Decision | None = None
     tally: Tally | None = None
     """The votes so far, when the approval policy asked for this request."""
-    key: Any = None
+    key: Key | None = None
     """What an answer remembered from this request covers (tunnel.policy.memory)."""
     all_options: dict[str, PermissionOption] = field(default_factory=dict)
     """Every option the agent offered, the "always" ones the humans were not shown too."""
@@ -310,7 +310,7 @@ class PermissionBroker:
             entry.answered.set()
 
     def _decided_early(
-        self, verdict: Verdict, key: Any, options: Sequence[PermissionOption]
+        self, verdict: Verdict, key: Key, options: Sequence[PermissionOption]
     ) -> tuple[Decision | None, dict[str, Any]]:
         """The decision the policy (or a remembered answer) makes without asking, and what the
         decision item records of why; (None, {}) when the humans are asked."""
