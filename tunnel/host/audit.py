@@ -2,15 +2,19 @@
 and keeps the signatures in the log's own file (docs/log.md, "The audit chain").
 
 It follows the conversation like a teammate does (a subscription from seq 0), extending the
-chain by each item, and signs when the agent's `status` event says the turn ended (`idle`).
+chain by each item, and signs when the agent's `status` event says the turn ended (`idle`). Each
+signature is also published as a `head` event, so every teammate can check the items it holds
+(docs/application.md, "Events"); a joiner gets the latest one after its snapshot, with the hash
+its first item chains from (`head_event`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 import anyio
 from anyio.abc import TaskStatus
@@ -22,7 +26,7 @@ from tunnel.log.errors import LogError
 from tunnel.log.item import Event, Item
 from tunnel.log.ndjson import SignatureStore
 
-__all__ = ["HeadSigner", "sign_head"]
+__all__ = ["HEAD_EVENT", "HeadSigner", "head_event_data", "sign_head"]
 
 logger = logging.getLogger("tunnel.host.audit")
 
@@ -30,6 +34,18 @@ SHUTDOWN_TIMEOUT: Final = 5.0
 """Seconds the last signature may take on shutdown (the last items are read first)."""
 
 _PAGE: Final = 1000
+
+HEAD_EVENT: Final = "head"
+"""The event that carries a signed chain head to teammates."""
+
+
+def head_event_data(signed: SignedHead, anchor: tuple[int, bytes] | None = None) -> dict[str, Any]:
+    """A `head` event's data: the signature record without its `kind`, and with `anchor`, the
+    hash of the item before a joiner's first (`{"seq", "hash"}`), which its check starts from."""
+    data: dict[str, Any] = {k: v for k, v in signed.to_wire().items() if k != "kind"}
+    if anchor is not None:
+        data["anchor"] = {"seq": anchor[0], "hash": anchor[1].hex()}
+    return data
 
 
 def sign_head(
@@ -64,6 +80,9 @@ class HeadSigner:
         self._log = log
         self._store = store
         self._chain = Chain(conversation_id)
+        # Every item's hash, 32 bytes a seq, for the anchor of a joiner's first item: a log of a
+        # million items holds 32 MB here.
+        self._hashes = bytearray()
         self._signed_seq = -1
         self._on_signed = on_signed
         self.latest: SignedHead | None = None
@@ -82,9 +101,32 @@ class HeadSigner:
             task_status.started()
             async for entry in subscription:
                 if isinstance(entry, Item):
-                    self._chain.add(entry)
+                    self._add(entry)
                 elif _turn_ended(entry):
                     await self.sign()
+
+    def _add(self, item: Item) -> None:
+        self._hashes += self._chain.add(item)
+
+    def hash_at(self, seq: int) -> bytes | None:
+        """The chain's hash at `seq`, None if the signer has not reached it."""
+        if not 0 <= seq <= self._chain.seq:
+            return None
+        return bytes(self._hashes[seq * 32 : seq * 32 + 32])
+
+    def head_event(self, first_seq: int) -> Event | None:
+        """The latest signed head as a `head` event for a teammate whose first item is
+        `first_seq`, with the hash that item chains from; None before any signature."""
+        latest = self.latest
+        if latest is None:
+            return None
+        anchor_hash = self.hash_at(first_seq - 1)
+        anchor = None if anchor_hash is None else (first_seq - 1, anchor_hash)
+        return Event(
+            conversation_id=latest.conversation_id,
+            kind=HEAD_EVENT,
+            data=head_event_data(latest, anchor),
+        )
 
     async def sign(self) -> SignedHead | None:
         """Sign the head the chain has reached, if no signature covers it yet."""
@@ -101,6 +143,11 @@ class HeadSigner:
         logger.debug("signed %s up to seq %d", signed.conversation_id, signed.seq)
         if self._on_signed is not None:
             self._on_signed(signed)
+        with contextlib.suppress(LogError):
+            await self._log.publish(
+                Event(conversation_id=signed.conversation_id, kind=HEAD_EVENT,
+                      data=head_event_data(signed))
+            )  # fmt: skip
         return signed
 
     async def close(self) -> None:
@@ -115,7 +162,7 @@ class HeadSigner:
                 self._chain.conversation_id, after=self._chain.seq, limit=_PAGE
             ):
                 for item in page:
-                    self._chain.add(item)
+                    self._add(item)
             await self.sign()
         except (LogError, ValueError) as exc:
             logger.warning("could not sign the log's head on shutdown: %s", exc)

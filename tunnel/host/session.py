@@ -156,6 +156,14 @@ def _sandbox_info(session: AgentSession) -> out.SandboxInfo:
     return out.SandboxInfo(enabled=True, writable=sandbox.writable, network=sandbox.network)
 
 
+class HeadSource(Protocol):
+    """Where a joiner's latest signed chain head comes from (`tunnel.host.audit.HeadSigner`)."""
+
+    def head_event(self, first_seq: int) -> Event | None:
+        """The `head` event for a teammate whose first item is `first_seq`, or None."""
+        ...
+
+
 class SessionChannelHandler:
     """Serves one teammate on one channel; `run` returns when the channel ends."""
 
@@ -170,18 +178,21 @@ class SessionChannelHandler:
         broadcast: Broadcaster | None = None,
         replay_burst: int = REPLAY_BURST,
         replay_rate: float = REPLAY_RATE,
+        heads: HeadSource | None = None,
     ) -> None:
         """`replay` is the host's budget shared by every channel; None gives this channel one
         of its own. `replay_burst` and `replay_rate` bound this channel's catch-up
         (`ReplayLimit`). With `broadcast`, the live tail and presence go to this channel as casts
         once its snapshot is sent (docs/application.md, "The broadcast"); without, on the
-        channel itself."""
+        channel itself. `heads` gives a joiner the latest signed chain head after its snapshot
+        (docs/log.md, "The audit chain")."""
         self._channel = channel
         self._session = session
         self._log = log
         self._presence = presence
         self._replay = replay if replay is not None else ReplayBudget()
         self._broadcast = broadcast
+        self._heads = heads
         self._you = -1
         self._stream_scope: anyio.CancelScope | None = None
         # This channel's own catch-up rate, however often it subscribes (docs/application.md).
@@ -318,7 +329,7 @@ class SessionChannelHandler:
             # meanwhile comes from the store, then the live tail; a joiner waiting for its
             # replay holds no live buffer.
             async with self._log.subscribe(conversation, after=last) as sub:
-                await self._send_state(conversation)
+                await self._send_state(conversation, start + 1)
                 broadcast = self._broadcast
                 if broadcast is not None:
                     # Until the channel holds every item the broadcast has cast, the items come
@@ -344,12 +355,13 @@ class SessionChannelHandler:
             joined=lambda: broadcast.joined(channel),
         )
 
-    async def _send_state(self, conversation: str) -> None:
+    async def _send_state(self, conversation: str, first_seq: int) -> None:
         """Say again, after the snapshot, the session's state that only events tell: the
         agent's status (so a joiner knows a turn runs, and which stored prompts still wait
         behind it), the terminal's size (it may have changed while the snapshot was sent), and
-        the log's trouble. Read once subscribed, so a change from now on comes as its own event,
-        after this one."""
+        the log's trouble, and the latest signed chain head with the hash the snapshot's first
+        item (`first_seq`) chains from. Read once subscribed, so a change from now on comes as
+        its own event, after this one."""
         state: list[tuple[str, dict[str, Any] | None]] = [
             (STATUS_EVENT, self._session.status()),
             (STORAGE_EVENT, self._session.storage()),
@@ -360,6 +372,9 @@ class SessionChannelHandler:
         for kind, data in state:
             if data is not None:
                 await self._send_entry(Event(conversation_id=conversation, kind=kind, data=data))
+        head = None if self._heads is None else self._heads.head_event(first_seq)
+        if head is not None:
+            await self._send_entry(head)
 
     async def _tail_start(self, conversation: str, head: int, tail: int | None) -> tuple[int, int]:
         """The cursor a fresh join's snapshot starts after (the last `tail` items, or with None

@@ -228,6 +228,7 @@ async def run_share(
                 broadcast=broadcast,
                 replay_burst=settings.replay_burst,
                 replay_rate=settings.replay_rate,
+                heads=signer,
             ).run()
 
         async def approve(channel: HostChannel) -> bool:
