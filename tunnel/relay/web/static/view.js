@@ -3,6 +3,7 @@
 // text goes in as textContent or through the markdown sanitizer; nothing remote is ever assigned
 // to innerHTML.
 
+import { approvalText, askedBy, decisionText } from "./approvals.js";
 import { CommandCompletion, commandList } from "./completion.js";
 import { arr, el, formatTime, obj, pretty, str } from "./dom.js";
 import { setMarkdown } from "./markdown.js";
@@ -661,6 +662,9 @@ export class View {
       case "permission_decision":
         element = this.permissionDecision(item, data);
         break;
+      case "permission_approval":
+        element = this.permissionApproval(item, data);
+        break;
       case "plan":
         element = this.planItem(item, data);
         break;
@@ -960,6 +964,11 @@ export class View {
     }
     const outcome = el("div", { class: "outcome", testid: "permission-outcome",
       text: this.isDriver ? "Waiting for an answer." : "Waiting for a driver to answer." });
+    // Under the host's approval policy: who may answer, how many must approve, who did.
+    const approval = data.approval && typeof data.approval === "object"
+      ? el("div", { class: "approval", testid: "permission-approval", text: approvalText(data.approval),
+        title: askedBy(data.approval) || null })
+      : null;
     const title = str(data.title) || str(call.title) || "The agent asks for permission";
     // The tool call it gates, if shown: the request is shown in its card, and what the agent
     // told of the call before (its locations, say) completes what it asks about.
@@ -980,8 +989,9 @@ export class View {
     el("div", { class: "permission-title", testid: "permission-title" },
       call.kind ? el("span", { class: "tool-kind", testid: "tool-kind", text: str(call.kind) }) : null,
       el("span", { text: title })),
-    context, optionsBox, outcome);
-    const entry = { element, buttons, outcome, context, card: null };
+    context, approval, optionsBox, outcome);
+    const entry = { element, buttons, outcome, context, card: null, approval: data.approval ?? null,
+      approvalLine: approval };
     this.permissions.set(requestId, entry);
     // Inside the tool call it gates, when that card is shown: the story reads in order.
     if (card) {
@@ -1013,7 +1023,7 @@ export class View {
       "data-decision-seq": String(item.seq),
     }, el("span", { text: cancelled
       ? `Cancelled by ${decision.by}${str(data.reason) ? `: ${data.reason}` : ""}`
-      : `${decision.by} answered: ${decision.name}` }),
+      : decisionText(decision.by, data, decision.name) }),
     el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) }));
     this.decisions.set(requestId, decision);
     const entry = this.permissions.get(requestId);
@@ -1025,6 +1035,25 @@ export class View {
     // The request is not shown (it came before what this page loaded): the answer stands alone.
     decision.line.classList.add("item", "note");
     return decision.line;
+  }
+
+  /** One approval of a request that needs more: its line says who approved; it stays open. */
+  permissionApproval(item, data) {
+    const entry = this.permissions.get(str(data.request_id));
+    const approved = arr(data.approved_by).map((name) => str(name));
+    if (!entry || entry.approvalLine === null) {
+      return this.note(item, `${str(item.created_by, "someone")} approved a permission request`);
+    }
+    entry.approvalLine.textContent = approvalText(entry.approval, approved);
+    entry.approvalLine.dataset.approvedBy = approved.join(",");
+    // Still open: the next person may answer (the one who approved is told if they try again).
+    if (entry.element.dataset.state === "pending") {
+      for (const button of entry.buttons) {
+        button.disabled = false;
+        button.classList.remove("sent");
+      }
+    }
+    return null;
   }
 
   markDecided(entry, decision) {
