@@ -157,6 +157,8 @@ async def test_two_person_rule_needs_two_distinct_approvals(log: Log, workspace:
     await permissions.answer(pending.request_id, "yes", by="alice")
     assert pending.decision is None
     assert permissions.open_requests()[0]["approval"]["approved_by"] == ["alice"]
+    # A joiner is shown the request and where its approvals stand.
+    assert [i.type for i in permissions.pending()] == ["permission_request", "permission_approval"]
     with pytest.raises(SessionError) as again:
         await permissions.answer(pending.request_id, "yes", by="alice")
     assert again.value.code == "already_answered"

@@ -149,7 +149,8 @@ class AgentSession(abc.ABC):
         return self._recorder.writer.state()
 
     def pending_permissions(self) -> list[Item]:
-        """The `permission_request` items still waiting for an answer, oldest first."""
+        """The `permission_request` items still waiting for an answer (and the latest
+        `permission_approval` of one that needs more approvals), oldest first."""
         return self._permissions.pending()
 
     def open_permissions(self) -> list[dict[str, Any]]:

@@ -99,6 +99,8 @@ class PendingPermission:
     """The votes so far, when the approval policy asked for this request."""
     key: Key | None = None
     """What an answer remembered from this request covers (tunnel.policy.memory)."""
+    approval: Item | None = None
+    """The latest stored `permission_approval` of this request, if any."""
     all_options: dict[str, PermissionOption] = field(default_factory=dict)
     """Every option the agent offered, the "always" ones the humans were not shown too."""
 
@@ -120,8 +122,12 @@ class PermissionBroker:
         self._memory = Memory()
 
     def pending(self) -> list[Item]:
-        """The `permission_request` items still waiting for an answer, oldest first."""
-        return [entry.item for entry in self._open.values() if entry.item is not None]
+        """The `permission_request` items still waiting for an answer and, for one that needs
+        more approvals, its latest `permission_approval` (what a joiner must see of it), in seq
+        order."""
+        items = [entry.item for entry in self._open.values() if entry.item is not None]
+        items += [e.approval for e in self._open.values() if e.approval is not None]
+        return sorted(items, key=lambda item: item.seq)
 
     def open_requests(self) -> list[dict[str, Any]]:
         """The data of every open request, oldest first, including one still being stored."""
@@ -240,7 +246,7 @@ class PermissionBroker:
         entry.tally = tally
         entry.data["approval"] = {**entry.data["approval"], "approved_by": list(tally.approved_by)}
         if outcome == "open":
-            await self._recorder.permission_approval(
+            approval = await self._recorder.permission_approval(
                 request_id=request_id,
                 option_id=option.option_id,
                 option_name=option.name,
@@ -249,6 +255,8 @@ class PermissionBroker:
                 needed=tally.needed,
                 by=by,
             )
+            if approval is not None and entry.decision is None:
+                entry.approval = approval
             return
         extra: dict[str, Any] = {"approved_by": list(tally.approved_by)}
         chosen = option
