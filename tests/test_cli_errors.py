@@ -145,6 +145,14 @@ MISTAKES = {
         EXIT_CONFIG,
         "the role is one of view, drive",
     ),
+    "host-invite-too-many": Mistake(
+        (
+            *("host", "--relay", "http://127.0.0.1:9", "--key-file", "{tmp}/key"),
+            *(arg for n in range(33) for arg in ("--invite", f"p{n}:view")),
+        ),
+        EXIT_CONFIG,
+        "--invite: a host has at most 32 personal links (33 asked",
+    ),
     "host-invite-bad-name": Mistake(
         ("host", "--relay", "http://127.0.0.1:9", "--invite", "al ice:drive"),
         EXIT_CONFIG,

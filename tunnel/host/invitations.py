@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -157,6 +158,18 @@ class Invitations:
         if found is not None and found.role == role:
             return found
         return self.add(name, role)
+
+    def ensure_all(self, wanted: Sequence[tuple[str, str]]) -> None:
+        """`ensure` each (name, role) of `wanted`; InvitationError, before anything is changed,
+        if they would make more than MAX_INVITATIONS."""
+        names = set(self._by_name) | {name for name, _ in wanted}
+        if len(names) > MAX_INVITATIONS:
+            raise InvitationError(
+                f"--invite: a host has at most {MAX_INVITATIONS} personal links"
+                f" ({len(names)} asked, with those kept from before)"
+            )
+        for name, role in wanted:
+            self.ensure(name, role)
 
     def remove(self, name: str) -> Invitation:
         """Revoke `name`'s invitation and save; InvitationError if there is none."""

@@ -91,9 +91,7 @@ def run_host_command(
         if new_links:
             ShareSecrets.generate().save(settings.resolved_secrets_file)
         if invite:
-            invitations = Invitations.load(settings.resolved_invitations_file)
-            for name, role in invite:
-                invitations.ensure(name, role)
+            Invitations.load(settings.resolved_invitations_file).ensure_all(invite)
         stopped_by = anyio.run(run_until_signal, main)
     except (KeyFileError, OSError, ValueError) as exc:
         # Unusable key file, log file, workspace or agent spec: say which, no traceback.
