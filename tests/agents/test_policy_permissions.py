@@ -283,3 +283,37 @@ async def test_a_pty_agent_takes_no_policy(log: Log, workspace: Path) -> None:
         create_session(
             "pty:sh", log, workspace=workspace, conversation_id="c1", policy=preset("ask")
         )
+
+
+async def test_a_session_scope_outlives_the_turn_but_never_a_deny(
+    log: Log, workspace: Path
+) -> None:
+    text = POLICY + '\n[[rule]]\nverdict = "ask"\nkind = "move"\nremember = "session"\n'
+    text += '\n[[rule]]\nverdict = "deny"\nkind = "move"\npaths = "locked/**"\n'
+    permissions, recorder = broker(log, workspace, text)
+    recorder.turn = 1
+    first = await ask(permissions, call("move", "a.txt"))
+    await permissions.answer(first.request_id, "yes-always", by="alice")
+    await permissions.wait(first)
+    recorder.turn = 7
+    later = await ask(permissions, call("move", "a.txt"))
+    assert later.decision is not None
+    assert later.decision.option == OPTIONS[1]
+    locked = await ask(permissions, call("move", "locked/a.txt"))
+    assert locked.decision is not None
+    assert locked.decision.by == "policy"
+    assert locked.decision.option == OPTIONS[2]
+
+
+async def test_a_refusal_remembered_always_refuses_the_same_request_again(
+    log: Log, workspace: Path
+) -> None:
+    permissions, recorder = broker(log, workspace)
+    recorder.turn = 1
+    first = await ask(permissions, call("edit", "a.txt"))
+    await permissions.answer(first.request_id, "no-always", by="bob")
+    assert (await permissions.wait(first)).option == OPTIONS[2]
+    again = await ask(permissions, call("edit", "a.txt"))
+    assert again.decision is not None
+    assert again.decision.option == OPTIONS[2]
+    assert again.decision.by == "bob"
