@@ -21,7 +21,15 @@ from tests.support import (
 )
 from tunnel.e2e.crypto import ShareLink, ShareSecrets
 from tunnel.e2e.identity import HostIdentity
-from tunnel.handshake import INSTANCE_SIZE, RelayHello, host_hello
+from tunnel.handshake import (
+    ADMISSION_PATH,
+    INSTANCE_SIZE,
+    REGISTER_PATH,
+    Invited,
+    RelayHello,
+    host_hello,
+    registration,
+)
 from tunnel.host import Host, HostChannel, HostRefusedError, HostSettings, echo_handler
 from tunnel.teammate.client import (
     HostGoneError,
@@ -180,3 +188,33 @@ async def attach_and_echo_as(link: ShareLink, name: str) -> bytes:
     with anyio.fail_after(10):
         async with connect_teammate(link, name=name) as session:
             return await echo_roundtrip(session, b"hello")
+
+
+async def test_a_host_registers_new_verifiers_on_its_link_and_a_refused_registration_ends_no_link(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    settings = host_settings(relay.url, tmp_path)
+    identity = HostIdentity.load_or_create(settings.resolved_key_file)
+    secrets = ShareSecrets.load_or_create(settings.resolved_secrets_file)
+    roles = secrets.verifiers(identity.host_id)
+    invited = [Invited(role="view", verifier=bytes([n]) * 32) for n in range(1, 3)]
+    async with raw_peer(relay.url, "/v1/host") as host:
+        hello = await other_process_hello(host, settings)
+        await host.send_frame(None, "hello", {**hello, **registration(roles, invited)})
+
+        async def close_of(channel: int, path: str, meta: dict[str, Any]) -> tuple[int, str]:
+            await host.send_frame(channel, "open", {"path": path, "meta": meta})
+            with anyio.fail_after(10):
+                while True:
+                    frame = await host.receive_frame()
+                    if frame["k"] == "close" and frame["c"] == channel:
+                        return frame["p"]["code"], frame["p"]["reason"]
+
+        assert await close_of(1, ADMISSION_PATH, {}) == (1000, "")
+        assert (await close_of(3, REGISTER_PATH, {"verifiers": roles, "invited": "x"}))[0] == 4000
+        too_many = [Invited(role="view", verifier=bytes([n]) * 32) for n in range(1, 34)]
+        over = await close_of(5, REGISTER_PATH, registration(roles, too_many))
+        assert over == (4006, "more than 32 personal links")
+        assert await close_of(7, REGISTER_PATH, registration(roles, invited[:1])) == (1000, "")
+        # The link lives on: a refused registration closes only its channel.
+        assert await close_of(9, ADMISSION_PATH, {}) == (1000, "")

@@ -113,6 +113,10 @@ class Host:
         """The personal links (`invite`, `revoke_person`)."""
         # When each invited person's channel last closed (their open ones are in _channels).
         self._last_seen: dict[str, float] = {}
+        # Bumped on every invite and revoke of a person; the hello notes the one it carried, so
+        # a change made while it was on its way is registered once the relay admitted it.
+        self._people_version = 0
+        self._hello_people_version = 0
         self._channels: set[HostChannel] = set()
         self._link: Link | None = None
         self._mux: ChannelMux | None = None
@@ -177,6 +181,7 @@ class Host:
         if self.invitations.get(name) is not None:
             self._close_person(name, "personal link replaced")
         invitation = self.invitations.add(name, role)
+        self._people_version += 1
         logger.info("invited %s to %s", name, role)
         await self._register()
         return self.link_of(invitation)
@@ -193,6 +198,7 @@ class Host:
         (4002). Raises InvitationError if nobody is invited under that name.
         """
         self.invitations.remove(name)
+        self._people_version += 1
         self._close_person(name, "personal link revoked")
         logger.info("revoked the personal link of %s", name)
         await self._register()
@@ -345,6 +351,9 @@ class Host:
             await _confirm_admission(mux, self.settings.hello_timeout)
             previous, self._link = self._link, mux.link
             self._mux = mux
+            if self._hello_people_version != self._people_version:
+                assert self._task_group is not None
+                self._task_group.start_soon(self._register)
             logger.info("registered with %s as %s", self.settings.relay_url, self.host_id)
             if previous is not None and previous.closed is None:
                 # The relay replaces the previous connection itself (so its teammates see the
@@ -355,6 +364,7 @@ class Host:
             await self._accept_loop(mux)
 
     def _hello(self, relay: RelayHello) -> dict[str, Any]:
+        self._hello_people_version = self._people_version
         return host_hello(
             self.identity,
             relay,
