@@ -101,6 +101,7 @@ async def test_read_only_lets_the_demo_agent_read_and_records_the_rule(
     await anyio.to_thread.run_sync(host.start)
     try:
         await wait_online(host.view_link)
+        host.wait_output("under the approval policy preset:read-only")
         async with attached(host.drive_link, "alice") as alice:
             await alice.wait_for(lambda t: t.snapshot_done)
             await alice.send(Prompt(text="count the lines"))

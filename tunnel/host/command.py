@@ -260,6 +260,8 @@ def host_command(
     confined = ""
     if sandbox_settings is not None:
         confined = " in a sandbox" + ("" if sandbox_settings.network else " with no network")
+    if approval_policy is not None:
+        confined += f" under the approval policy {escape(approval_policy.source)}"
     banner = (
         f"[dim]sharing {escape(settings.agent)} in {escape(str(settings.workspace))}{confined};"
         " type a prompt, /allow or /deny a request, /help for more, /quit to stop[/dim]"
