@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -233,7 +234,9 @@ def _rule(
     )
 
 
-def _strings(table: dict[str, Any], key: str, fail: Any) -> tuple[str, ...]:
+def _strings(
+    table: dict[str, Any], key: str, fail: Callable[[str, str], PolicyError]
+) -> tuple[str, ...]:
     """A key given as a string or a list of strings, as a tuple."""
     value = table.get(key, [])
     if isinstance(value, str):
