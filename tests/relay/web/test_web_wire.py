@@ -11,6 +11,7 @@ from playwright.sync_api import Page
 from tunnel import handshake
 from tunnel.app import requests as app_requests
 from tunnel.e2e import broadcast, crypto, identity, opening
+from tunnel.log import chain
 from tunnel.process import backoff
 from tunnel.proto import codes, frames, limits
 
@@ -84,6 +85,7 @@ def python_values() -> dict[str, Any]:
         "COUNTER_SIZE": broadcast.COUNTER_SIZE,
         "SIGNATURE_SIZE": broadcast.SIGNATURE_SIZE,
         "SIGN_LABEL": broadcast.SIGN_LABEL,
+        "HEAD_SIGN_LABEL": chain.HEAD_SIGN_LABEL,
         "PUBLIC_KEY_SIZE": identity.PUBLIC_KEY_SIZE,
         "HOST_ID_LENGTH": identity.HOST_ID_LENGTH,
         "HOST_ID_PATTERN": identity._HOST_ID_RE.pattern,

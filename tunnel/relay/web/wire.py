@@ -17,6 +17,7 @@ from typing import TypeAlias
 from tunnel.app import requests
 from tunnel.e2e import broadcast, crypto, identity, opening
 from tunnel.handshake import MAX_NAME_LENGTH, PROTOCOL_VERSION
+from tunnel.log import chain
 from tunnel.process import backoff
 from tunnel.proto import frames, limits
 from tunnel.proto.codes import FINAL_CODES, CloseCode
@@ -110,6 +111,10 @@ def _groups() -> list[tuple[str, dict[str, JsonValue]]]:
                 "SIGNATURE_SIZE": broadcast.SIGNATURE_SIZE,
                 "SIGN_LABEL": _label(broadcast.SIGN_LABEL),
             },
+        ),
+        (
+            "tunnel.log.chain",
+            {"HEAD_SIGN_LABEL": _label(chain.HEAD_SIGN_LABEL)},
         ),
         (
             "tunnel.e2e.identity",

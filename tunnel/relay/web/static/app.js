@@ -6,6 +6,7 @@ import { BadLinkError, cryptoAvailable, hostIdFromPath, parseFragment } from "./
 import { cleanName } from "./link.js";
 import { Session } from "./session.js";
 import { TerminalView } from "./terminal.js";
+import { VerifiedMark } from "./verified.js";
 import { View } from "./view.js";
 import { MAX_INPUT_SIZE } from "./wire.js";
 
@@ -122,8 +123,11 @@ function boot() {
       return terminal;
     },
   });
+  // The host's signature over its log, checked against the items this page holds.
+  const verified = new VerifiedMark(hostId);
+  view.agentStatus.after(verified.element);
   session = new Session({
-    location, hostId, role: link.role, secret: link.secret, name, view,
+    location, hostId, role: link.role, secret: link.secret, name, view: verified.watch(view),
     onSubscribed: () => {
       // A driver's terminal tells the host its size each time it (re)attaches.
       if (terminal && link.role === "drive") {
@@ -134,7 +138,7 @@ function boot() {
   });
   window.addEventListener("pagehide", () => session.stop());
   // For tests and debugging from the console; it holds nothing the page's own script lacks.
-  window.__tunnel = { session, view };
+  window.__tunnel = { session, view, verified };
   session.start();
 }
 
