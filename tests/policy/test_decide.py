@@ -165,3 +165,12 @@ def test_read_only_asks_about_a_read_outside_the_workspace() -> None:
 )
 def test_path_globs(glob: str, path: str, matches: bool) -> None:
     assert glob_match(glob, path) is matches
+
+
+def test_a_deny_glob_can_catch_a_command_anywhere_in_the_line() -> None:
+    policy = parse_policy(
+        '[[rule]]\nverdict = "deny"\nkind = "execute"\ncommand = "*rm *"\n', source="p.toml"
+    )
+    assert decide(policy, req("execute", command="ls && rm -rf build")).verdict == "deny"
+    assert decide(policy, req("execute", command="rm -rf build")).verdict == "deny"
+    assert decide(policy, req("execute", command="git status")).verdict == "ask"

@@ -69,9 +69,8 @@ def matches(rule: Rule, request: ToolRequest) -> bool:
     commands (SHELL_OPERATORS): those are asked about unless a deny or ask rule covers them."""
     if rule.kinds and request.known_kind not in rule.kinds:
         return False
-    if rule.agents and not any(
-        glob_match(g, request.agent.lower(), path=False) for g in (a.lower() for a in rule.agents)
-    ):
+    agent = request.agent.lower()
+    if rule.agents and not any(glob_match(g.lower(), agent, path=False) for g in rule.agents):
         return False
     if rule.verdict == "allow" and any(p is None for p in request.paths):
         return False
