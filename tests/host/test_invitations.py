@@ -3,6 +3,7 @@ and an open whose `peer` names the wrong personal link (docs/security.md, "Perso
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,10 @@ from typing import Any
 import pytest
 
 from tests.support import open_meta
+from tunnel.e2e.crypto import ShareSecrets, e2e_root
 from tunnel.e2e.identity import HostIdentity, KeyFileError
 from tunnel.handshake import MAX_INVITATIONS, HelloError, parse_registration, registration
-from tunnel.host.channel import ChannelRefusedError, open_host_channel
+from tunnel.host.channel import ChannelRefusedError, HostChannel, open_host_channel
 from tunnel.host.invitations import InvitationError, Invitations, parse_invite
 from tunnel.proto import DEFAULT_LIMITS, Limits
 from tunnel.proto.codes import CloseCode
@@ -134,3 +136,37 @@ def test_an_open_is_bound_to_a_person_by_its_proof_never_by_the_relays_word(
         with pytest.raises(ChannelRefusedError) as refused:
             open_with(peer)
         assert refused.value.code == code, peer
+
+
+def test_a_role_links_open_under_an_invited_name_is_refused_once_its_proof_holds(
+    tmp_path: Path,
+) -> None:
+    identity = HostIdentity.load_or_create(tmp_path / "host_key")
+    secrets = ShareSecrets.generate()
+    invitations = Invitations(tmp_path / "invitations")
+    invitations.add("alice", "drive")
+    link = secrets.link("drive", "http://127.0.0.1:1", identity.host_id)
+
+    def open_as(name: str, root_of: Callable[[str], bytes]) -> HostChannel:
+        meta = {**open_meta(link, name), "peer": {"name": name, "role": "drive"}}
+        return open_host_channel(
+            FakeLinkChannel(path="session", meta=meta),  # type: ignore[arg-type]
+            identity=identity,
+            root_of=root_of,
+            paths=frozenset({"session"}),
+            invited=invitations.has_name,
+        )
+
+    def role_root(role: str) -> bytes:
+        return e2e_root(secrets.secret_for(role), identity.host_id)
+
+    for name in ("alice", "ALICE"):
+        with pytest.raises(ChannelRefusedError) as refused:
+            open_as(name, role_root)
+        assert refused.value.code == CloseCode.REFUSED
+    # Without the role's secret, the proof fails first: no name is said to be invited.
+    with pytest.raises(ChannelRefusedError) as unproven:
+        open_as("alice", lambda role: bytes(32))
+    assert unproven.value.code == CloseCode.DECRYPTION_FAILED
+    channel = open_as("bob", role_root)
+    assert (channel.name, channel.verified) == ("bob", False)

@@ -182,12 +182,15 @@ def open_host_channel(
     paths: frozenset[str],
     on_close: Callable[[HostChannel], None] | None = None,
     invitation_of: Callable[[bytes], tuple[str, str, bytes] | None] | None = None,
+    invited: Callable[[str], bool] | None = None,
 ) -> HostChannel:
     """Check an incoming channel's open and answer it (docs/security.md, "Opening a channel");
     raise ChannelRefusedError if refused. `root_of(role)` is the e2e root of that role's
     secret. `invitation_of(verifier)` is the (name, role, root) of the personal link with that
     verifier, or None once revoked: a channel the relay says came through a personal link is
-    checked with that link's root only, so the proof, not the relay, binds the person."""
+    checked with that link's root only, so the proof, not the relay, binds the person.
+    `invited(name)` says whether `name` is an invited person's: a role link's open under it is
+    refused (4001), so nobody can appear under an invited person's name without their link."""
     request = parse_open(link_channel.path, link_channel.meta, paths=paths)
     person: str | None = None
     if request.invitation is None:
@@ -210,6 +213,11 @@ def open_host_channel(
         answered = answer_offer(identity, root=root, offer=offer, proof=request.proof)
     except OpeningError as exc:
         raise ChannelRefusedError(CloseCode(exc.code), exc.reason) from None
+    # Only once the proof holds: nobody without a link learns which names are invited.
+    if person is None and invited is not None and invited(request.name):
+        raise ChannelRefusedError(
+            CloseCode.REFUSED, "that name is an invited person's: choose another"
+        )
     return HostChannel(link_channel, request, answered, on_close=on_close, person=person)
 
 

@@ -134,6 +134,11 @@ class Invitations:
         """The invitation of `name`, or None."""
         return self._by_name.get(name)
 
+    def has_name(self, name: str) -> bool:
+        """Whether `name` is an invited person's, ignoring case (so "Alice" is alice's too)."""
+        folded = name.casefold()
+        return any(folded == other.casefold() for other in self._by_name)
+
     def add(self, name: str, role: str) -> Invitation:
         """Invite `name` in `role` with a fresh secret and save; an existing invitation of that
         name is replaced (its old link stops working). InvitationError if the name is not one,

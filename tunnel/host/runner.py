@@ -408,6 +408,7 @@ class Host:
                 paths=self.settings.paths,
                 on_close=self._channels.discard,
                 invitation_of=self._invitation_of,
+                invited=self.invitations.has_name,
             )
         except ChannelRefusedError as refused:
             logger.info("refused a channel: %d %s", refused.code, refused)
