@@ -7,6 +7,7 @@ ends their link and channels only; an invitation survives a host restart (docs/s
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import anyio
@@ -17,6 +18,7 @@ from tunnel.app.requests import Prompt
 from tunnel.e2e.crypto import ShareLink
 from tunnel.host.console import PeopleControl
 from tunnel.teammate.client import (
+    HostGoneError,
     RevokedError,
     TeammateSession,
     UnauthorizedError,
@@ -139,3 +141,23 @@ async def test_a_revoked_personal_link_is_refused_with_4002_and_its_channel_clos
         with pytest.raises(UnauthorizedError) as refused, anyio.fail_after(20):
             await attach_and_echo(link)
         assert refused.value.code == 4002
+
+
+async def test_rotating_the_role_links_leaves_personal_links_valid(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    async with running_host(host_settings(relay.url, tmp_path)) as host:
+        personal = await host.invite("erin", "drive")
+        old = host.drive_link
+        await host.revoke()
+        # The new verifiers are in force once the host's new connection is admitted.
+        for _ in range(100):
+            with contextlib.suppress(UnauthorizedError, HostGoneError):
+                assert await attach_and_echo(host.drive_link) == b"ping"
+                break
+            await anyio.sleep(0.1)
+        else:
+            raise AssertionError("the new drive link was never accepted")
+        assert await attach_and_echo(personal) == b"ping"
+        with pytest.raises(UnauthorizedError), anyio.fail_after(20):
+            await attach_and_echo(old)

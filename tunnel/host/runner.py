@@ -113,10 +113,10 @@ class Host:
         """The personal links (`invite`, `revoke_person`)."""
         # When each invited person's channel last closed (their open ones are in _channels).
         self._last_seen: dict[str, float] = {}
-        # Bumped on every invite and revoke of a person; the hello notes the one it carried, so
-        # a change made while it was on its way is registered once the relay admitted it.
-        self._people_version = 0
-        self._hello_people_version = 0
+        # Bumped on every change of the verifiers (revoke, invite); the hello notes the one it
+        # carried, so a change made while it was on its way is registered once it is admitted.
+        self._verifiers_version = 0
+        self._hello_verifiers_version = 0
         self._channels: set[HostChannel] = set()
         self._link: Link | None = None
         self._mux: ChannelMux | None = None
@@ -159,10 +159,13 @@ class Host:
         """Invalidate both share links at once: new secrets, new verifiers, channels closed 4008.
 
         The host re-registers on a new connection; the relay then closes (4008) every attached
-        teammate whose token no longer matches. Get the new links from `view_link`/`drive_link`.
+        teammate whose token no longer matches. Personal links stay valid: their holders'
+        channels end with the old connection (4005) and their clients open new ones. Get the new
+        links from `view_link`/`drive_link`.
         """
         self._secrets = self._secrets.rotate()
         self._secrets.save(self.settings.resolved_secrets_file)
+        self._verifiers_version += 1
         for channel in list(self._channels):
             if channel.person is None:  # personal links stay valid
                 close_quietly(channel, CloseCode.REVOKED, "share links revoked")
@@ -181,7 +184,7 @@ class Host:
         if self.invitations.get(name) is not None:
             self._close_person(name, "personal link replaced")
         invitation = self.invitations.add(name, role)
-        self._people_version += 1
+        self._verifiers_version += 1
         logger.info("invited %s to %s", name, role)
         await self._register()
         return self.link_of(invitation)
@@ -198,7 +201,7 @@ class Host:
         (4002). Raises InvitationError if nobody is invited under that name.
         """
         self.invitations.remove(name)
-        self._people_version += 1
+        self._verifiers_version += 1
         self._close_person(name, "personal link revoked")
         logger.info("revoked the personal link of %s", name)
         await self._register()
@@ -351,7 +354,7 @@ class Host:
             await _confirm_admission(mux, self.settings.hello_timeout)
             previous, self._link = self._link, mux.link
             self._mux = mux
-            if self._hello_people_version != self._people_version:
+            if self._hello_verifiers_version != self._verifiers_version:
                 assert self._task_group is not None
                 self._task_group.start_soon(self._register)
             logger.info("registered with %s as %s", self.settings.relay_url, self.host_id)
@@ -364,7 +367,7 @@ class Host:
             await self._accept_loop(mux)
 
     def _hello(self, relay: RelayHello) -> dict[str, Any]:
-        self._hello_people_version = self._people_version
+        self._hello_verifiers_version = self._verifiers_version
         return host_hello(
             self.identity,
             relay,
