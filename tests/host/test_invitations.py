@@ -32,6 +32,8 @@ def test_invitations_are_stored_private_and_read_back(tmp_path: Path) -> None:
     # The same name and role keep their link; another role gets a new one.
     assert again.ensure("alice", "drive") == alice
     assert again.ensure("alice", "view").secret != alice.secret
+    again.seen("alice", 1234.5)
+    assert Invitations.load(path).get("alice").last_seen == 1234.5  # type: ignore[union-attr]
     again.remove("bob")
     assert [i.name for i in Invitations.load(path).all()] == ["alice"]
 

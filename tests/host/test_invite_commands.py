@@ -65,7 +65,7 @@ async def test_the_host_console_invites_lists_and_revokes_one_person(
                 await carol.wait_for(lambda t: t.snapshot_done)
                 host.stdin.write(b"/people\n")
                 host.stdin.flush()
-                await _read_until(host, r"bob \(view\): not seen since the host started")
+                await _read_until(host, r"bob \(view\): never seen")
                 await _read_until(host, r"carol \(drive\): attached")
                 host.stdin.write(b"/revoke carol\n")
                 host.stdin.flush()

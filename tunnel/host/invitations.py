@@ -11,7 +11,7 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
@@ -57,6 +57,9 @@ class Invitation:
 
     created: float
     """When the host invited them (seconds since the epoch)."""
+
+    last_seen: float | None = None
+    """When a channel of theirs last closed (seconds since the epoch), None if never."""
 
     def verifier(self, host_id: str) -> bytes:
         """What the relay matches their token against."""
@@ -117,6 +120,7 @@ class Invitations:
                     role=_role(entry["role"]),
                     secret=_secret(entry["secret"]),
                     created=float(entry["created"]),
+                    last_seen=_time(entry.get("last_seen")),
                 )
                 for entry in doc["invitations"]
             ]
@@ -176,6 +180,13 @@ class Invitations:
         for name, role in wanted:
             self.ensure(name, role)
 
+    def seen(self, name: str, when: float) -> None:
+        """Note that a channel of `name`'s closed at `when`, and save (nothing if revoked)."""
+        invitation = self._by_name.get(name)
+        if invitation is not None:
+            self._by_name[name] = replace(invitation, last_seen=when)
+            self.save()
+
     def remove(self, name: str) -> Invitation:
         """Revoke `name`'s invitation and save; InvitationError if there is none."""
         invitation = self._by_name.pop(name, None)
@@ -205,6 +216,7 @@ class Invitations:
                     "role": i.role,
                     "secret": b64url_encode(i.secret),
                     "created": i.created,
+                    **({} if i.last_seen is None else {"last_seen": i.last_seen}),
                 }
                 for i in self.all()
             ],
@@ -217,6 +229,14 @@ def _role(value: object) -> str:
         raise ValueError("unknown role")
     assert isinstance(value, str)
     return value
+
+
+def _time(value: object) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError("not a time")
+    return float(value)
 
 
 def _secret(value: object) -> bytes:

@@ -111,8 +111,6 @@ class Host:
         self._secrets = secrets or ShareSecrets.load_or_create(settings.resolved_secrets_file)
         self.invitations = invitations or Invitations.load(settings.resolved_invitations_file)
         """The personal links (`invite`, `revoke_person`)."""
-        # When each invited person's channel last closed (their open ones are in _channels).
-        self._last_seen: dict[str, float] = {}
         # Bumped on every change of the verifiers (revoke, invite); the hello notes the one it
         # carried, so a change made while it was on its way is registered once it is admitted.
         self._verifiers_version = 0
@@ -208,15 +206,12 @@ class Host:
 
     def people(self) -> list[tuple[Invitation, int, float | None]]:
         """Each invitation with how many of its channels are open and when one last closed
-        (None if never, in this run)."""
+        (None if never)."""
         open_channels: dict[str, int] = {}
         for channel in self._channels:
             if channel.person is not None:
                 open_channels[channel.person] = open_channels.get(channel.person, 0) + 1
-        return [
-            (i, open_channels.get(i.name, 0), self._last_seen.get(i.name))
-            for i in self.invitations.all()
-        ]
+        return [(i, open_channels.get(i.name, 0), i.last_seen) for i in self.invitations.all()]
 
     def _close_person(self, name: str, reason: str) -> None:
         for channel in list(self._channels):
@@ -439,7 +434,11 @@ class Host:
             self._channels.discard(channel)
             close_quietly(channel, CloseCode.NORMAL, "")
             if channel.person is not None:
-                self._last_seen[channel.person] = time.time()
+                try:
+                    self.invitations.seen(channel.person, time.time())
+                except OSError as exc:
+                    # Only /people's "last seen" is lost: the channel is over either way.
+                    logger.warning("cannot note when %s was last seen: %s", channel.person, exc)
 
 
 async def _confirm_admission(mux: ChannelMux, within: float) -> None:

@@ -133,7 +133,7 @@ class HostPeople:
             if attached:
                 seen = f"attached ({attached} channel{'s' if attached > 1 else ''})"
             elif last_seen is None:
-                seen = "not seen since the host started"
+                seen = "never seen"
             else:
                 seen = "last seen " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last_seen))
             lines.append(f"{invitation.name} ({invitation.role}): {seen}")
