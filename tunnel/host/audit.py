@@ -2,7 +2,8 @@
 and keeps the signatures in the log's own file (docs/log.md, "The audit chain").
 
 It follows the conversation like a teammate does (a subscription from seq 0), extending the
-chain by each item, and signs when the agent's `status` event says the turn ended (`idle`). Each
+chain by each item, and signs when the agent's `status` event says the turn ended (`idle`), and
+every `interval` seconds if items came meanwhile (a terminal agent has no turns). Each
 signature is also published as a `head` event, so every teammate can check the items it holds
 (docs/application.md, "Events"); a joiner gets the latest one after its snapshot, with the hash
 its first item chains from (`head_event`).
@@ -32,6 +33,9 @@ logger = logging.getLogger("tunnel.host.audit")
 
 SHUTDOWN_TIMEOUT: Final = 5.0
 """Seconds the last signature may take on shutdown (the last items are read first)."""
+
+SIGN_INTERVAL: Final = 60.0
+"""Seconds between signatures while items come without a turn ending."""
 
 _PAGE: Final = 1000
 
@@ -75,7 +79,10 @@ class HeadSigner:
         store: SignatureStore,
         conversation_id: str,
         on_signed: Callable[[SignedHead], None] | None = None,
+        interval: float | None = SIGN_INTERVAL,
     ) -> None:
+        """`interval`: seconds between signatures while no turn ends (None: only at turn ends
+        and on shutdown)."""
         self._identity = identity
         self._log = log
         self._store = store
@@ -85,6 +92,8 @@ class HeadSigner:
         self._hashes = bytearray()
         self._signed_seq = -1
         self._on_signed = on_signed
+        self._interval = interval
+        self._signing = anyio.Lock()
         self.latest: SignedHead | None = None
         """The newest signature made (or found stored at start), None before any."""
 
@@ -97,13 +106,23 @@ class HeadSigner:
         if mine:
             self.latest = max(mine, key=lambda s: s.seq)
             self._signed_seq = self.latest.seq
-        async with self._log.subscribe(cid, after=-1) as subscription:
+        async with (
+            anyio.create_task_group() as tg,
+            self._log.subscribe(cid, after=-1) as subscription,
+        ):
+            if self._interval is not None:
+                tg.start_soon(self._sign_every, self._interval)
             task_status.started()
             async for entry in subscription:
                 if isinstance(entry, Item):
                     self._add(entry)
                 elif _turn_ended(entry):
                     await self.sign()
+
+    async def _sign_every(self, interval: float) -> None:
+        while True:
+            await anyio.sleep(interval)
+            await self.sign()
 
     def _add(self, item: Item) -> None:
         self._hashes += self._chain.add(item)
@@ -130,6 +149,10 @@ class HeadSigner:
 
     async def sign(self) -> SignedHead | None:
         """Sign the head the chain has reached, if no signature covers it yet."""
+        async with self._signing:
+            return await self._sign()
+
+    async def _sign(self) -> SignedHead | None:
         head = self._chain.head
         if head is None or self._chain.seq <= self._signed_seq:
             return None
