@@ -1,6 +1,7 @@
 """Export and import conversations as NDJSON: one `Item.to_wire()` JSON object per line, with
 the audit chain's `prev` and `hash` (hex), and the host's signed chain heads as records of their
-own (`{"kind": "head_signature", ...}`), each after the item it signs (docs/log.md, "Export").
+own (`{"kind": "head_signature", ...}`), each after the item it signs (docs/log.md, "NDJSON
+export and import").
 
 Import is all or nothing. The whole file is checked first (every line parses, each conversation's
 seqs run on without a gap, and continue exactly where the database stops); only then is it
