@@ -92,6 +92,21 @@ export async function verifyHead(head, hostId) {
   }
 }
 
+// An integer beyond 2^53 reaches the page rounded (its msgpack decoding gives a Number), so an
+// item holding one cannot be hashed as the host did: such an item leaves the chain unchecked,
+// not failed. Items hold integers within 64 bits, so a larger number is a float, hashed exactly;
+// a whole float within that range reads the same as such an integer, which matters only once a
+// hash differs.
+const WIDEST_INTEGER = 2 ** 64;
+
+function holdsWideInteger(value) {
+  if (typeof value === "number") {
+    return !Number.isSafeInteger(value) && Number.isInteger(value) && Math.abs(value) <= WIDEST_INTEGER;
+  }
+  if (value && typeof value === "object") return Object.values(value).some(holdsWideInteger);
+  return false;
+}
+
 function isCut(wire) {
   return wire.data?.truncated === true && wire.data?.note === CUT_NOTE;
 }
@@ -157,6 +172,11 @@ export class ChainCheck {
       }
     }
     if (prev !== head.hash) {
+      for (let seq = first; seq <= head.seq; seq += 1) {
+        if (holdsWideInteger(this.items.get(seq).data)) {
+          return { state: "unchecked", reason: `item ${seq} holds an integer beyond 2^53` };
+        }
+      }
       return { state: "failed", reason: "the items differ from what the host signed" };
     }
     return { state: "verified", from: first, to: head.seq };
