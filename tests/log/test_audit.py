@@ -38,6 +38,17 @@ def make_log(path: Path) -> None:
         ),
         new("message", "agent", role="agent", text="running", turn=0),
         new(
+            "permission_approval",
+            "alice",
+            request_id="r1",
+            option_id="allow",
+            option_name="Allow once",
+            option_kind="allow_once",
+            approved_by=["alice"],
+            needed=1,
+            turn=0,
+        ),
+        new(
             "permission_decision",
             "bob",
             request_id="r1",
@@ -48,8 +59,8 @@ def make_log(path: Path) -> None:
             approved_by=["alice", "bob"],
             turn=0,
         ),
-        new("message", "carol", role="user", text="edit .env"),  # 4: turn 4
-        new("permission_request", "agent", request_id="r2", title="Edit .env", turn=4),
+        new("message", "carol", role="user", text="edit .env"),  # 5: turn 5
+        new("permission_request", "agent", request_id="r2", title="Edit .env", turn=5),
         new(
             "permission_decision",
             "policy",
@@ -59,12 +70,12 @@ def make_log(path: Path) -> None:
             option_name="Reject",
             option_kind="reject_once",
             policy=rule,
-            turn=4,
+            turn=5,
         ),
         # Written before decisions said more: only who answered.
         new("permission_request", "agent", request_id="r3", title="Read notes"),
         new("permission_decision", "dave", request_id="r3"),
-        new("message", "erin", role="user", text="nothing to ask"),  # 9: turn 9
+        new("message", "erin", role="user", text="nothing to ask"),  # 10: turn 10
     ]
 
     async def fill() -> None:
@@ -88,17 +99,18 @@ def test_audit_prints_who_asked_who_decided_and_by_which_rule(tmp_path: Path) ->
         'alice asked: "fix the tests"',
         '  #1 agent asked: [execute] "Run pytest"; may answer: drivers; needs 2 approvals; '
         'rule 1 line 4: "ask execute "pytest*""',
-        "  #3 decided by bob: Allow once (allow_once); approved by alice, bob",
+        "  #3 approved by alice: Allow once; 1 more needed",
+        "  #4 decided by bob: Allow once (allow_once); approved by alice, bob",
         'carol asked: "edit .env"',
-        '  #5 agent asked: "Edit .env"',
-        "  #6 decided by policy: Reject (reject_once); by rule 2 of team.toml line 9: "
+        '  #6 agent asked: "Edit .env"',
+        "  #7 decided by policy: Reject (reject_once); by rule 2 of team.toml line 9: "
         '"deny edit "**/.env""',
         'erin asked: "nothing to ask"',
         "  no permission requests",
         "outside any turn:",
-        '  #7 agent asked: "Read notes"',
-        "  #8 decided by dave",
-        "chain: unsigned up to seq 9",
+        '  #8 agent asked: "Read notes"',
+        "  #9 decided by dave",
+        "chain: unsigned up to seq 10",
     ]
     assert result.stdout.startswith("turn #0  ")
 

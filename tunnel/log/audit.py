@@ -43,9 +43,10 @@ class Audit:
             request_id = _str(data.get("request_id"))
             self._requests[request_id] = item
             self._turn(item).lines.append(_request_line(item))
-        elif item.type == "permission_decision":
+        elif item.type in ("permission_approval", "permission_decision"):
             request = self._requests.get(_str(data.get("request_id")))
-            self._turn(request or item).lines.append(_decision_line(item))
+            line = _approval_line(item) if item.type == "permission_approval" else None
+            self._turn(request or item).lines.append(line or _decision_line(item))
 
     def _turn(self, item: Item) -> _Turn:
         turn = item.data.get("turn")
@@ -116,6 +117,17 @@ def _request_line(item: Item) -> str:
         rule = approval.get("rule")
         if isinstance(rule, Mapping):
             line += f"; {_rule_text(rule)}"
+    return line
+
+
+def _approval_line(item: Item) -> str:
+    """One approval of a request that needs more (the two-person rule): it stays open."""
+    data = item.data
+    option = _str(data.get("option_name")) or _str(data.get("option_id"))
+    line = f"  #{item.seq} approved by {item.created_by}" + (f": {option}" if option else "")
+    needed = data.get("needed")
+    if type(needed) is int:
+        line += f"; {needed} more needed"
     return line
 
 
