@@ -6,19 +6,16 @@ the bytes are counted against the time the host's own clock says passed."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-import tunnel.host.session as session_module
 from tunnel.agents import DemoSession
 from tunnel.app.host_messages import decode_host_message
 from tunnel.app.requests import Subscribe, encode_request
 from tunnel.host.presence import Presence
-from tunnel.host.replay_limit import ReplayLimit
 from tunnel.host.session import SessionChannelHandler
 from tunnel.log import Log, MemoryStore, NewItem
 
@@ -84,21 +81,34 @@ async def log() -> AsyncIterator[Log]:
 
 
 async def test_a_repeated_full_replay_stays_within_the_channels_rate(
-    log: Log, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    log: Log, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(session_module, "ReplayLimit", partial(ReplayLimit, burst=BURST, rate=RATE))
     session = DemoSession(log=log, workspace=tmp_path, conversation_id="c1", delay=0)
     presence = Presence()
     flooder, joiner = Flooder(), Flooder(after=None, repeats=1)
     async with anyio.create_task_group() as tg:
         started = anyio.current_time()
         tg.start_soon(
-            SessionChannelHandler(flooder, session=session, log=log, presence=presence).run
+            SessionChannelHandler(
+                flooder,
+                session=session,
+                log=log,
+                presence=presence,
+                replay_burst=BURST,
+                replay_rate=RATE,
+            ).run
         )
         with anyio.fail_after(30):
             await flooder.done.wait()
             tg.start_soon(
-                SessionChannelHandler(joiner, session=session, log=log, presence=presence).run
+                SessionChannelHandler(
+                    joiner,
+                    session=session,
+                    log=log,
+                    presence=presence,
+                    replay_burst=BURST,
+                    replay_rate=RATE,
+                ).run
             )
             await joiner.done.wait()  # a fresh join on its own channel is not held up
         elapsed = anyio.current_time() - started
