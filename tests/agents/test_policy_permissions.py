@@ -154,16 +154,16 @@ async def test_two_person_rule_needs_two_distinct_approvals(log: Log, workspace:
     }
     # No "always" to offer: the rule remembers nothing.
     assert [o["option_id"] for o in pending.data["options"]] == ["yes", "no"]
-    await permissions.answer(pending.request_id, "yes", by="alice")
+    await permissions.answer(pending.request_id, "yes", by="alice", verified=True)
     assert pending.decision is None
     assert permissions.open_requests()[0]["approval"]["approved_by"] == ["alice"]
     # A joiner is shown the request and where its approvals stand.
     assert [i.type for i in permissions.pending()] == ["permission_request", "permission_approval"]
     with pytest.raises(SessionError) as again:
-        await permissions.answer(pending.request_id, "yes", by="alice")
+        await permissions.answer(pending.request_id, "yes", by="alice", verified=True)
     assert again.value.code == "already_answered"
     assert pending.decision is None
-    await permissions.answer(pending.request_id, "yes", by="bob")
+    await permissions.answer(pending.request_id, "yes", by="bob", verified=True)
     decision = await permissions.wait(pending)
     assert (decision.by, decision.option) == ("bob", OPTIONS[1])
     items = await log.query("c1")
@@ -178,11 +178,24 @@ async def test_two_person_rule_needs_two_distinct_approvals(log: Log, workspace:
     assert items[2].data["approved_by"] == ["alice", "bob"]
 
 
+async def test_a_two_person_request_counts_no_typed_name(log: Log, workspace: Path) -> None:
+    # One holder of the drive link with two channels and two names is one person, unproven:
+    # neither counts toward two approvals.
+    permissions, _ = broker(log, workspace)
+    pending = await ask(permissions, call("execute", command="make deploy"))
+    for name in ("ann", "ann-again"):
+        with pytest.raises(SessionError) as typed:
+            await permissions.answer(pending.request_id, "yes", by=name)
+        assert typed.value.code == "forbidden"
+    assert permissions.open_requests()[0]["approval"]["approved_by"] == []
+    await permissions.cancel_all(by="host")
+
+
 async def test_one_refusal_refuses_a_two_person_request(log: Log, workspace: Path) -> None:
     permissions, _ = broker(log, workspace)
     pending = await ask(permissions, call("execute", command="make deploy"))
-    await permissions.answer(pending.request_id, "yes", by="alice")
-    await permissions.answer(pending.request_id, "no", by="bob")
+    await permissions.answer(pending.request_id, "yes", by="alice", verified=True)
+    await permissions.answer(pending.request_id, "no", by="bob", verified=True)
     decision = await permissions.wait(pending)
     assert (decision.by, decision.option) == ("bob", OPTIONS[2])
 
@@ -191,13 +204,16 @@ async def test_a_driver_the_rule_does_not_name_is_forbidden(log: Log, workspace:
     permissions, _ = broker(log, workspace)
     pending = await ask(permissions, call("delete", "a.txt"))
     with pytest.raises(SessionError) as refused:
-        await permissions.answer(pending.request_id, "yes", by="bob")
+        await permissions.answer(pending.request_id, "yes", by="bob", verified=True)
     assert refused.value.code == "forbidden"
-    # A driver link's holder typing "host" is not the host console.
+    # A driver link's holder typing "host" is not the host console, nor typing "alice" alice.
     with pytest.raises(SessionError):
         await permissions.answer(pending.request_id, "yes", by="host")
+    with pytest.raises(SessionError) as typed:
+        await permissions.answer(pending.request_id, "yes", by="alice")
+    assert typed.value.code == "forbidden"
     assert pending.decision is None
-    await permissions.answer(pending.request_id, "yes", by="alice")
+    await permissions.answer(pending.request_id, "yes", by="alice", verified=True)
     assert (await permissions.wait(pending)).by == "alice"
     other = await ask(permissions, call("delete", "b.txt"))
     await permissions.answer(other.request_id, "no", by="carol", role="host")

@@ -1,5 +1,6 @@
 """The approval policy through a real relay and a `tunnel host --policy FILE` process with the
-demo agent: a two-person rule naming alice and bob, a viewer and another driver refused."""
+demo agent: a two-person rule naming alice and bob (invited by name), a viewer and another
+driver refused (a role link cannot even take an invited name: its channel is refused)."""
 
 from __future__ import annotations
 
@@ -39,13 +40,17 @@ async def test_two_named_people_must_approve_and_nobody_else_may(
     host = HostProcess(
         relay.url, tmp_path, workspace=workspace, log_db=tmp_path / "log.db", interactive=False
     )
-    host.command += ["--policy", str(policy)]
+    # Alice and bob are invited by name: a rule naming people counts their personal links only
+    # (a name typed on the drive link is anyone's).
+    host.command += ["--policy", str(policy), "--invite", "alice:drive", "--invite", "bob:drive"]
     await anyio.to_thread.run_sync(host.start)
     try:
+        alice_link = host.wait_output(r"drive link for alice:\s+(\S+)").group(1)
+        bob_link = host.wait_output(r"drive link for bob:\s+(\S+)").group(1)
         await wait_online(host.view_link)
         async with (
-            attached(host.drive_link, "alice") as alice,
-            attached(host.drive_link, "bob") as bob,
+            attached(alice_link, "a") as alice,
+            attached(bob_link, "b") as bob,
             attached(host.drive_link, "mallory") as mallory,
             attached(host.view_link, "vera") as vera,
         ):

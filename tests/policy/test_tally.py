@@ -12,8 +12,9 @@ from tunnel.policy.tally import Refused, Role
 LEADS = Rule(index=1, line=1, verdict="ask", answer=("alice", "bob", "carol"), approvals=2)
 
 
-def vote(by: str, *, allow: bool = True, role: Role = "drive") -> Vote:
-    return Vote(by=by, role=role, allow=allow)
+def vote(by: str, *, allow: bool = True, role: Role = "drive", verified: bool = True) -> Vote:
+    """A vote; by default from a personal link, whose name is who the answerer is."""
+    return Vote(by=by, role=role, allow=allow, verified=verified)
 
 
 def test_who_may_answer() -> None:
@@ -24,8 +25,25 @@ def test_who_may_answer() -> None:
     assert host_only.may_answer("hannah", "host")
     assert not host_only.may_answer("host", "drive")  # a typed name is not the console
     leads = Tally(rule=LEADS)
-    assert leads.may_answer("alice", "drive")
-    assert not leads.may_answer("mallory", "drive")
+    assert leads.may_answer("alice", "drive", verified=True)
+    assert not leads.may_answer("mallory", "drive", verified=True)
+    # "alice" typed on a role link is not alice.
+    assert not leads.may_answer("alice", "drive")
+
+
+def test_two_people_are_two_verified_identities_never_two_typed_names() -> None:
+    drivers = Rule(index=1, line=1, verdict="ask", answer=("drivers", "host"), approvals=2)
+    with pytest.raises(Refused) as typed:
+        Tally(rule=drivers).add(vote("alice", verified=False))
+    assert typed.value.code == "forbidden"
+    # The host console and an invited person make two.
+    tally, outcome = Tally(rule=drivers).add(vote("hannah", role="host", verified=False))
+    assert outcome == "open"
+    tally, outcome = tally.add(vote("alice"))
+    assert outcome == "allowed"
+    # One approval is enough: a role link's typed name may give it.
+    one = Rule(index=1, line=1, verdict="ask", answer=("drivers",), approvals=1)
+    assert Tally(rule=one).add(vote("zed", verified=False))[1] == "allowed"
 
 
 def test_the_same_person_twice_does_not_make_two() -> None:

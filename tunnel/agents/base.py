@@ -82,10 +82,17 @@ class AgentSession(abc.ABC):
         """Stop what the agent is doing now (a no-op when it is idle)."""
 
     async def answer_permission(
-        self, request_id: str, option_id: str, *, by: str, role: Role = "drive"
+        self,
+        request_id: str,
+        option_id: str,
+        *,
+        by: str,
+        role: Role = "drive",
+        verified: bool = False,
     ) -> None:
         """Answer an open permission request; the first answer wins, or under the host's
-        approval policy the answers its rule asks for (`role`: `host` from the host console).
+        approval policy the answers its rule asks for (`role`: `host` from the host console;
+        `verified`: `by` is the invited name of a personal link, not a typed one).
 
         Raises `SessionError("already_answered")` for a request someone already answered (or
         this person already approved), `SessionError("forbidden")` for someone the policy's rule
@@ -95,7 +102,7 @@ class AgentSession(abc.ABC):
         check_by(by)
         # The answer would run the tool with no decision in the log: wait until it can be written.
         self._recorder.writer.check_writable()
-        await self._permissions.answer(request_id, option_id, by=by, role=role)
+        await self._permissions.answer(request_id, option_id, by=by, role=role, verified=verified)
 
     def set_policy(self, policy: Policy | None, *, workspace: Workspace | None) -> None:
         """Decide this session's permission requests by `policy` (docs/policy.md), its paths

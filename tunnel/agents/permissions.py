@@ -214,7 +214,13 @@ class PermissionBroker:
         return entry.decision
 
     async def answer(
-        self, request_id: str, option_id: str, *, by: str, role: Role = "drive"
+        self,
+        request_id: str,
+        option_id: str,
+        *,
+        by: str,
+        role: Role = "drive",
+        verified: bool = False,
     ) -> None:
         """Answer for `by` (from the host console when `role` is `host`); raises SessionError
         unless this is the first valid answer, or under the policy one that counts (`forbidden`
@@ -237,6 +243,7 @@ class PermissionBroker:
             role=role,
             allow=option.kind.startswith("allow"),
             always=option.kind.endswith("_always"),
+            verified=verified,
         )
         try:
             tally, outcome = entry.tally.add(vote)

@@ -195,15 +195,16 @@ class SessionChannelHandler:
         self._heads = heads
         self._you = -1
         self._stream_scope: anyio.CancelScope | None = None
+        # Whether the channel's name is its personal link's invited name; a channel that does
+        # not say (a test's stand-in) holds no personal link.
+        self._verified = getattr(channel, "verified", False) is True
         # This channel's own catch-up rate, however often it subscribes (docs/application.md).
         self._replay_limit = ReplayLimit(
             now=anyio.current_time(), burst=replay_burst, rate=replay_rate
         )
 
     async def run(self) -> None:
-        # A channel that does not say (a test's stand-in) holds no personal link.
-        verified = getattr(self._channel, "verified", False) is True
-        member = Member(name=self._channel.name, role=self._channel.role, verified=verified)
+        member = Member(name=self._channel.name, role=self._channel.role, verified=self._verified)
         await self._send(
             out.Ready(
                 conversation_id=self._session.conversation_id,
@@ -281,7 +282,9 @@ class SessionChannelHandler:
             case Prompt(text=text):
                 await self._session.prompt(text, by=by)
             case PermissionAnswer(request_id=request_id, option_id=option_id):
-                await self._session.answer_permission(request_id, option_id, by=by)
+                await self._session.answer_permission(
+                    request_id, option_id, by=by, verified=self._verified
+                )
             case Cancel():
                 await self._session.cancel(by=by)
             case SetMode(mode_id=mode_id):

@@ -31,6 +31,9 @@ class Vote:
     allow: bool
     always: bool = False
     """The answerer chose an "always" option: remember the answer (within the rule's scope)."""
+    verified: bool = False
+    """`by` is who the answerer is, not a name it typed: a personal link's invited name (the
+    host console is itself whatever this says)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,13 +52,15 @@ class Tally:
         """How many more approvals allow it."""
         return max(self.rule.approvals - len(self.approved_by), 0)
 
-    def may_answer(self, by: str, role: Role) -> bool:
-        """Whether the rule's `answer` list lets `by` (from `role`) answer."""
+    def may_answer(self, by: str, role: Role, *, verified: bool = False) -> bool:
+        """Whether the rule's `answer` list lets `by` (from `role`) answer. A person the rule
+        names answers only as that person (`verified`): a name typed on a role link would let
+        anyone holding it be them."""
         answer = self.rule.answer
         return (
             (role == "host" and "host" in answer)
             or (role == "drive" and "drivers" in answer)
-            or (by in answer and by not in ANSWERERS)
+            or (verified and by in answer and by not in ANSWERERS)
         )
 
     def add(self, vote: Vote) -> tuple[Tally, Outcome]:
@@ -63,8 +68,15 @@ class Tally:
 
         Raises Refused (`forbidden`) for someone the rule does not let answer, and
         (`already_answered`) for a second answer from someone who already approved."""
-        if not self.may_answer(vote.by, vote.role):
+        if not self.may_answer(vote.by, vote.role, verified=vote.verified):
             raise Refused("forbidden", "the approval policy does not let you answer this request")
+        if self.rule.approvals > 1 and vote.role != "host" and not vote.verified:
+            # Distinct people need distinct identities: one holder of a role link could type
+            # a second name and count twice.
+            raise Refused(
+                "forbidden",
+                "this request needs approvals from people invited by name (personal links)",
+            )
         if vote.by in self.approved_by:
             raise Refused("already_answered", "you already approved this request")
         tally = replace(self, votes=(*self.votes, vote))
