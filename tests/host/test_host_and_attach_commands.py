@@ -137,23 +137,29 @@ async def test_tunnel_attach_prompts_from_the_keyboard_and_shows_the_reply(
     relay: RelayProcess, tmp_path: Path, workspace: Path
 ) -> None:
     host = _start_host(relay, tmp_path, workspace, "--no-interactive")
-    attach = None
     try:
         drive_link = (await _read_until(host, r"drive link: (\S+)")).group(1)
-        attach = _start_attach(drive_link, "alice")
+        await prompt_from_attach(drive_link, "alice", shown_as="alice")
+    finally:
+        assert _stop(host) == 0
+
+
+async def prompt_from_attach(link: str, name: str, *, shown_as: str) -> None:
+    """`tunnel attach LINK --name NAME` types a prompt, sees it under `shown_as` and the demo
+    agent's reply, and quits with 0."""
+    attach = _start_attach(link, name)
+    try:
         assert attach.stdin is not None
-        await _read_until(attach, r"attached as alice \(drive\)")
+        await _read_until(attach, rf"attached as {shown_as} \(drive\)")
         attach.stdin.write(b"what is up\n")
         attach.stdin.flush()
-        await _read_until(attach, r"alice: what is up")
+        await _read_until(attach, rf"{shown_as}: what is up")
         await _read_until(attach, r"agent: echo: what is up")
         attach.stdin.write(b"/quit\n")
         attach.stdin.flush()
         assert attach.wait(15) == 0
     finally:
-        if attach is not None:
-            _stop(attach)
-        assert _stop(host) == 0
+        _stop(attach)
 
 
 async def test_revoke_at_the_host_console_cuts_everyone_off_and_prints_new_links(

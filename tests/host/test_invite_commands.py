@@ -13,7 +13,7 @@ from tunnel.teammate.client import RevokedError, UnauthorizedError
 
 from .conftest import wait_online
 from .teammate import attached
-from .test_host_and_attach_commands import _read_until, _start_attach, _start_host, _stop
+from .test_host_and_attach_commands import _read_until, _start_host, _stop, prompt_from_attach
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -22,22 +22,10 @@ async def test_tunnel_attach_with_a_personal_link_is_shown_under_the_invited_nam
     relay: RelayProcess, tmp_path: Path, workspace: Path
 ) -> None:
     host = _start_host(relay, tmp_path, workspace, "--no-interactive", "--invite", "alice:drive")
-    attach = None
     try:
         link = (await _read_until(host, r"drive link for alice: (\S+)")).group(1)
-        attach = _start_attach(link, "mallory")
-        assert attach.stdin is not None
-        await _read_until(attach, r"attached as alice \(drive\)")
-        attach.stdin.write(b"what is up\n")
-        attach.stdin.flush()
-        await _read_until(attach, r"alice: what is up")
-        await _read_until(attach, r"agent: echo: what is up")
-        attach.stdin.write(b"/quit\n")
-        attach.stdin.flush()
-        assert attach.wait(15) == 0
+        await prompt_from_attach(link, "mallory", shown_as="alice")
     finally:
-        if attach is not None:
-            _stop(attach)
         assert _stop(host) == 0
     # The same --invite after a restart keeps alice's link as it was.
     host = _start_host(relay, tmp_path, workspace, "--no-interactive", "--invite", "alice:drive")
