@@ -27,6 +27,7 @@ from typing import Any, cast
 
 import acp
 from acp import schema
+from shell_acp_agent import ShellAgent  # beside this script, which Python puts on sys.path
 
 MAX_SWAPS = 10_000_000
 """The swapping thread stops after this many swaps even if the requests never end."""
@@ -38,26 +39,10 @@ IN_FLIGHT = 4
 """Requests asked at once, so some are always being resolved while the thread swaps."""
 
 
-class RaceAgent:
-    def __init__(self) -> None:
-        self.client: Any = None
-        self.cwd = ""
+class RaceAgent(ShellAgent):
+    """The shell agent's handshake and session, with prompts of its own."""
 
-    def on_connect(self, conn: Any) -> None:
-        self.client = conn
-
-    async def initialize(self, protocol_version: int, **kwargs: Any) -> schema.InitializeResponse:
-        return schema.InitializeResponse(
-            protocol_version=acp.PROTOCOL_VERSION,
-            agent_info=schema.Implementation(name="race-agent", version="1.0"),
-        )
-
-    async def new_session(self, cwd: str, **kwargs: Any) -> schema.NewSessionResponse:
-        self.cwd = cwd
-        return schema.NewSessionResponse(session_id=f"s{os.getpid()}")
-
-    async def cancel(self, session_id: str, **kwargs: Any) -> None:
-        pass
+    name = "race-agent"
 
     async def prompt(
         self, session_id: str, prompt: list[Any], **kwargs: Any

@@ -22,6 +22,9 @@ from acp import schema
 
 
 class ShellAgent:
+    name = "shell-agent"
+    """How the agent introduces itself; the other scripted agents of the tests reuse the rest."""
+
     def __init__(self) -> None:
         self.client: Any = None
         self.cwd = ""
@@ -32,7 +35,7 @@ class ShellAgent:
     async def initialize(self, protocol_version: int, **kwargs: Any) -> schema.InitializeResponse:
         return schema.InitializeResponse(
             protocol_version=acp.PROTOCOL_VERSION,
-            agent_info=schema.Implementation(name="shell-agent", version="1.0"),
+            agent_info=schema.Implementation(name=self.name, version="1.0"),
         )
 
     async def new_session(self, cwd: str, **kwargs: Any) -> schema.NewSessionResponse:
