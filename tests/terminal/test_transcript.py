@@ -117,6 +117,21 @@ def test_without_a_live_part_a_tool_call_gets_a_line_per_status() -> None:
     ]
 
 
+def test_a_tool_call_first_seen_in_a_permission_request_keeps_the_requests_title() -> None:
+    screen = Screen(live=False)
+    transcript = Transcript(screen)
+    call = {"tool_call_id": "call_1", "title": "Run tests", "kind": "execute"}
+    transcript.item(
+        {
+            "seq": 1,
+            "type": "permission_request",
+            "data": {"tool_call_id": "call_1", "turn": 1, "title": "Run tests", "tool_call": call},
+        }
+    )
+    transcript.item(_tool(2, status="completed"))
+    assert screen.text().splitlines()[-1] == "tool Run tests · execute · completed"
+
+
 def test_a_tool_call_remembered_from_unshown_history_keeps_its_title() -> None:
     screen = Screen(live=False)
     transcript = Transcript(screen)

@@ -116,6 +116,8 @@ class Transcript:
             text = data.get("text")
             self.terminal(text if isinstance(text, str) else "")
             return
+        if kind == "permission_request":
+            self._asked(data)
         response_id = item.get("response_id")
         if kind in ("message", "reasoning") and isinstance(response_id, str):
             self._stored_stream(item, response_id, data)
@@ -130,6 +132,8 @@ class Transcript:
         if kind in ("tool_call", "tool_call_update") and isinstance(data, Mapping):
             key = self._merge(data)
             self._shown_status[key] = str(self._tools[key].get("status", ""))
+        elif kind == "permission_request" and isinstance(data, Mapping):
+            self._asked(data)
 
     def event(self, event: Mapping[str, Any]) -> None:
         """Show an ephemeral event: a streamed chunk, the agent's state, the host's storage."""
@@ -296,6 +300,17 @@ class Transcript:
             old, _ = self._tools.popitem(last=False)
             self._shown_status.pop(old, None)
         return key
+
+    def _asked(self, data: Mapping[str, Any]) -> None:
+        """A permission request about a tool call not seen before: its title and kind name the
+        call when updates of it come later (agents that ask before they announce the call)."""
+        call = data.get("tool_call")
+        key = (data.get("turn"), str(data.get("tool_call_id", "")))
+        if not isinstance(call, Mapping) or key in self._tools:
+            return
+        named = {k: v for k in ("title", "kind") if isinstance(v := call.get(k), str) and v}
+        if named:
+            self._merge({"turn": key[0], "tool_call_id": key[1], **named})
 
     def _tool(self, item: Mapping[str, Any], data: Mapping[str, Any]) -> None:
         key = self._merge(data)

@@ -166,6 +166,28 @@ function locationText(location) {
   return Number.isInteger(where.line) ? `${path}:${where.line}` : path;
 }
 
+/** Whether `value` tells nothing: missing, an empty string, an empty list or an empty map. */
+function blank(value) {
+  if (value === undefined || value === null || value === "") return true;
+  if (Array.isArray(value)) return value.length === 0;
+  return typeof value === "object" && Object.keys(value).length === 0;
+}
+
+/**
+ * What a permission request asks about: the tool call as known before (`known`, from its card)
+ * with the request's own fields over it. A field the request leaves out or sends empty (`[]`,
+ * `{}`, as some agents do for a call they described before) never replaces a known value; one
+ * with something in it does. Attach merges the same way.
+ */
+export function mergeCall(known, fields) {
+  const merged = { ...known };
+  for (const [key, value] of Object.entries(fields)) {
+    if (blank(value) && !blank(merged[key])) continue;
+    if (value !== undefined && value !== null) merged[key] = value;
+  }
+  return merged;
+}
+
 /** The kind badge and title of a tool call. */
 export function toolHead(call, ...more) {
   return el("div", { class: "tool-head" },

@@ -8,7 +8,7 @@ import { CommandCompletion, commandList } from "./completion.js";
 import { arr, el, formatTime, obj, pretty, str } from "./dom.js";
 import { setMarkdown } from "./markdown.js";
 import { SettingsBar, settingsText } from "./settings.js";
-import { ToolTerminals, toolDetails, toolHead } from "./tools.js";
+import { ToolTerminals, mergeCall, toolDetails, toolHead } from "./tools.js";
 import { MAX_NAME_LENGTH, MAX_PROMPT_LENGTH } from "./wire.js";
 
 const ROLE_LABEL = { drive: "driver", view: "viewer" };
@@ -77,6 +77,9 @@ export class View {
     this.isDriver = role === "drive";
     // Tool calls by (turn, tool_call_id): an agent may reuse an id in a later turn.
     this.toolCards = new Map();
+    // Title and kind of tool calls first seen in a permission request, by toolKey: the card an
+    // update of that call makes later is named as the request named it.
+    this.askedTools = new Map();
     this.toolTerminals = new ToolTerminals();
     this.permissions = new Map();
     this.decisions = new Map();
@@ -367,6 +370,7 @@ export class View {
     this.conversation.replaceChildren();
     this.streamArea.replaceChildren();
     this.toolCards.clear();
+    this.askedTools.clear();
     this.toolTerminals.clear();
     this.permissions.clear();
     this.decisions.clear();
@@ -859,7 +863,7 @@ export class View {
         element: el("article", { class: "item tool", testid: "tool-call", "data-tool-call-id": id,
           "data-turn": Number.isInteger(data.turn) ? data.turn : null }),
         call: { title: "", kind: "", status: "pending", input: undefined, content: [],
-          locations: undefined, output: undefined, truncated: false },
+          locations: undefined, output: undefined, truncated: false, ...this.askedTools.get(key) },
         result: null,
         // The permission request that gates this call, shown inside the card.
         permission: null,
@@ -973,8 +977,11 @@ export class View {
     // The tool call it gates, if shown: the request is shown in its card, and what the agent
     // told of the call before (its locations, say) completes what it asks about.
     const card = str(data.tool_call_id) ? this.toolCards.get(this.toolKey(data)) : undefined;
-    const asked = card ? { ...card.call,
-      ...Object.fromEntries(Object.entries(call).filter(([, value]) => value !== null && value !== undefined)) } : call;
+    const asked = card ? mergeCall(card.call, call) : call;
+    if (!card && str(data.tool_call_id)) {
+      this.askedTools.set(this.toolKey(data), Object.fromEntries(
+        ["title", "kind"].filter((field) => str(call[field])).map((field) => [field, call[field]])));
+    }
     // Everything decided on, unfolded while the request is open and folded once answered.
     const context = el("details", { class: "permission-context", open: true },
       el("summary", { text: "What the agent asks to do" }),
