@@ -253,6 +253,8 @@ class FakeAgent:
             await self.client.session_update(
                 session_id, acp.start_tool_call("call_1", "Same id", status="completed")
             )
+        elif text == "bare-ask":
+            await self._bare_ask(session_id)
         elif text == "late":
             await self._say(session_id, "on time")
             self._soon(self._late(session_id))
@@ -309,6 +311,28 @@ class FakeAgent:
             for i, step in enumerate(("read notes", "write out"))
         ]
         await self.client.session_update(session_id, acp.update_plan(entries))
+
+    async def _bare_ask(self, sid: str) -> None:
+        # A command shown whole in its tool call, then asked about with its fields empty, as
+        # Claude's adapter asks to leave plan mode.
+        await self.client.session_update(
+            sid,
+            acp.start_tool_call(
+                "call_bare", "Run a command", kind="execute", raw_input={"command": "rm -rf build"}
+            ),
+        )
+        answer = await self.client.request_permission(
+            session_id=sid,
+            tool_call=schema.ToolCallUpdate(
+                tool_call_id="call_bare", kind="execute", raw_input={}, content=[]
+            ),
+            options=[
+                schema.PermissionOption(option_id="yes", name="Yes", kind="allow_once"),
+                schema.PermissionOption(option_id="no", name="No", kind="reject_once"),
+            ],
+        )
+        outcome = answer.outcome
+        await self._say(sid, f"chose {outcome.option_id if outcome.outcome == 'selected' else ''}")
 
     async def _ask(self, sid: str, *, big: bool) -> None:
         notes = os.path.join(self.cwd, "notes.txt")

@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tunnel.agents import AcpSession, create_session
 from tunnel.agents.acp_updates import MAX_CONTENT_BYTES, MAX_INPUT_BYTES
+from tunnel.agents.workspace import Workspace
 from tunnel.app.entries import MAX_ITEM_BYTES
 from tunnel.app.requests import MAX_REQUEST_SIZE
 from tunnel.log import Log
+from tunnel.policy import parse_policy
 
 from .conftest import running
 from .test_acp import SPEC
@@ -184,3 +187,41 @@ async def test_a_tool_call_id_reused_in_a_later_turn_is_told_apart_by_its_turn(
         ("call_1", prompts[1]),
     ]
     assert [r.data["turn"] for r in results] == prompts
+
+
+async def test_the_policy_judges_a_request_by_its_tool_call_as_far_as_it_is_known(
+    log: Log, workspace: Path
+) -> None:
+    # The agent showed the command in its tool call, then asked with the call's input empty:
+    # a rule on the command still applies, though the recorded request stays as the agent sent
+    # it.
+    policy = parse_policy(
+        """
+        [[rule]]
+        verdict = "allow"
+        kind = "execute"
+
+        [[rule]]
+        verdict = "deny"
+        kind = "execute"
+        command = "rm *"
+        """,
+        source="team.toml",
+    )
+    session = acp_session(log, workspace)
+    session.set_policy(policy, workspace=Workspace(workspace))
+    async with running(session, log) as rec:
+        await session.prompt("bare-ask", by="alice")
+        decision = await rec.wait_item("permission_decision")
+        assert decision.created_by == "policy"
+        assert decision.data["option_id"] == "no"
+        assert decision.data["policy"]["index"] == 2
+        request = rec.of_type("permission_request")[0]
+        assert request.data["tool_call"]["input"] == {}
+        # The agent was told the refusal.
+        with anyio.fail_after(30):
+            while not any(
+                m.data.get("role") == "agent" and "chose no" in m.data.get("text", "")
+                for m in rec.of_type("message")
+            ):
+                await anyio.sleep(0.05)

@@ -42,7 +42,13 @@ from tunnel.process.groups import unwrapped
 from .acp_settings import Change, Settings
 from .acp_terminals import Terminal, TerminalError, Terminals
 from .acp_transport import StdioTransport
-from .acp_updates import apply_update, clip_text, permission_details
+from .acp_updates import (
+    apply_update,
+    call_fields,
+    clip_text,
+    merge_known_call,
+    permission_details,
+)
 from .base import AgentInfo
 from .chat import ChatSession, Prompt
 from .errors import SessionError, check_by
@@ -50,6 +56,9 @@ from .permissions import PermissionOption
 from .workspace import OutsideWorkspace, Workspace
 
 logger = logging.getLogger("tunnel.agents.acp")
+
+MAX_KNOWN_CALLS = 256
+"""Tool calls whose fields a session keeps for the approval policy (a turn rarely has more)."""
 
 READ_BUFFER_BYTES = 16 * 1024 * 1024
 """The agent's stdout reader buffer. A longer JSON-RPC line is joined from several reads
@@ -254,6 +263,10 @@ class AcpSession(ChatSession):
         # message in its own task, created in arrival order, so taking this lock first thing
         # keeps updates in the order the agent sent them.
         self._update_lock = anyio.Lock()
+        # What each tool call has said of itself so far, for the approval policy to judge a
+        # permission request by (an agent may ask with empty fields); the newest
+        # MAX_KNOWN_CALLS only, under the update lock.
+        self._known_calls: dict[str, dict[str, Any]] = {}
         self._change_lock = anyio.Lock()
         self._turn = 0
         self._watchdog_armed = False
@@ -632,6 +645,8 @@ class AcpSession(ChatSession):
                 if isinstance(update, _STATE_UPDATES):
                     await self._on_state_update(update)
                 else:
+                    if isinstance(update, schema.ToolCallStart | schema.ToolCallProgress):
+                        self._know_call(update.tool_call_id, call_fields(update))
                     await apply_update(self._recorder, update)
             except ValueError as exc:
                 # E.g. text with a lone surrogate: the log refuses it; say so, go on.
@@ -682,6 +697,14 @@ class AcpSession(ChatSession):
             async with self._update_lock:
                 await self._recorder.session_event("unsupported_update", by="agent", kind=kind)
 
+    def _know_call(self, tool_call_id: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """Add `fields` to what is known of the call; the newest MAX_KNOWN_CALLS are kept."""
+        known = merge_known_call(self._known_calls.pop(tool_call_id, {}), fields)
+        self._known_calls[tool_call_id] = known
+        while len(self._known_calls) > MAX_KNOWN_CALLS:
+            del self._known_calls[next(iter(self._known_calls))]
+        return known
+
     async def _on_permission(
         self, tool_call: schema.ToolCallUpdate, options: list[schema.PermissionOption]
     ) -> schema.RequestPermissionResponse:
@@ -689,7 +712,11 @@ class AcpSession(ChatSession):
         with self._recorder.writer.admitting() as admitted:
             if admitted:
                 async with self._update_lock:
+                    # The policy judges the call as far as it is known: a request that repeats
+                    # it with empty fields must not slip past a rule on its command or paths.
+                    known = self._know_call(tool_call.tool_call_id, call_fields(tool_call))
                     pending = await self._permissions.open(
+                        judged={"tool_call": known},
                         title=tool_call.title or "The agent asks for permission",
                         tool_call_id=tool_call.tool_call_id,
                         options=[

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from acp import schema
@@ -206,6 +207,27 @@ def permission_details(tool_call: schema.ToolCallUpdate) -> dict[str, Any]:
         )
     )
     return {"tool_call": call}
+
+
+def merge_known_call(known: Mapping[str, Any], seen: Mapping[str, Any]) -> dict[str, Any]:
+    """What is known of a tool call once `seen` (its fields in an update or a permission
+    request) adds to `known`: a field that is missing or empty (`None`, "", [], {}) never
+    replaces a known value, one with something in it does. Claude's adapter asks to leave plan
+    mode with `content: []` and `rawInput: {}` for a call whose plan it already sent."""
+    merged = dict(known)
+    for key, value in seen.items():
+        if value is not None and value != "" and value != [] and value != {}:
+            merged[key] = value
+    return merged
+
+
+def call_fields(update: Any) -> dict[str, Any]:
+    """The fields of a tool call or tool call update an approval policy looks at."""
+    fields: dict[str, Any] = {"title": update.title, "kind": update.kind}
+    fields.update(
+        tool_fields(content=update.content, locations=update.locations, raw_input=update.raw_input)
+    )
+    return fields
 
 
 async def apply_update(recorder: Recorder, update: Any) -> None:

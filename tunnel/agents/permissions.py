@@ -140,11 +140,13 @@ class PermissionBroker:
         tool_call_id: str | None,
         options: Sequence[PermissionOption],
         details: Mapping[str, Any] | None = None,
+        judged: Mapping[str, Any] | None = None,
     ) -> PendingPermission | None:
         """Record a new request; None if too many are open already (the agent is told no).
 
         `details` go into the item's data beside the request's own fields (the tool call the
-        agent asks about, its turn).
+        agent asks about, its turn), as the agent sent them. The policy judges `judged` when
+        given (the tool call as far as the session knows it), else `details`.
         """
         if len(self._open) >= MAX_OPEN_REQUESTS:
             await self._recorder.error(
@@ -159,7 +161,7 @@ class PermissionBroker:
         early: Decision | None = None
         extra: dict[str, Any] = {}
         if self.policy is not None:
-            request = await self._tool_request(details or {})
+            request = await self._tool_request(judged or details or {})
             verdict = decide(self.policy, request)
             key = key_of(verdict, request)
             early, extra = self._decided_early(verdict, key, options)
