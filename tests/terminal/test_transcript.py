@@ -201,3 +201,33 @@ def test_markdown_shows_entities_escaped_and_links_with_their_target() -> None:
     assert "\\u202eright" in shown
     assert "innocent (https://evil.example/)" in shown
     assert "<b>x</b>" in shown  # HTML is text, not dropped
+
+
+def test_a_diff_sent_with_the_call_and_again_with_its_end_is_printed_once() -> None:
+    diff = {"type": "diff", "path": "a.py", "old_text": "x\n", "new_text": "y\n"}
+    for live in (True, False):
+        screen = Screen(live=live)
+        transcript = Transcript(screen)
+        transcript.item(
+            _tool(1, "tool_call", title="Edit a.py", kind="edit", status="pending", content=[diff])
+        )
+        transcript.item(_tool(2, status="completed", content=[diff]))
+        printed = screen.text()
+        assert printed.count("+y") == 1, printed
+        assert "tool Edit a.py · edit · completed" in printed
+
+
+def test_a_diff_shown_in_its_permission_request_is_not_printed_again_by_the_update() -> None:
+    diff = {"type": "diff", "path": "a.py", "old_text": "x\n", "new_text": "y\n"}
+    screen = Screen(live=False)
+    transcript = Transcript(screen)
+    call = {"tool_call_id": "call_1", "title": "Edit a.py", "kind": "edit", "content": [diff]}
+    transcript.item(
+        {
+            "seq": 1,
+            "type": "permission_request",
+            "data": {"tool_call_id": "call_1", "turn": 1, "title": "Edit a.py", "tool_call": call},
+        }
+    )
+    transcript.item(_tool(2, status="completed", content=[diff]))
+    assert screen.text().count("+y") == 1

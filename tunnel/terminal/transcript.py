@@ -44,6 +44,9 @@ MAX_LIVE_TOOLS = 6
 MAX_KNOWN_TOOLS = 512
 """Tool calls remembered (by turn and id), so a late update still shows its call's title."""
 
+MAX_SHOWN_ENTRIES = 32
+"""Content entries remembered as printed per tool call (the latest)."""
+
 MAX_SCREEN_TAIL = 4000
 """Characters of a terminal agent's unfinished last line kept in the live part; a longer line is
 printed for good as it stands."""
@@ -93,6 +96,9 @@ class Transcript:
         self._tools: OrderedDict[tuple[Any, str], dict[str, Any]] = OrderedDict()
         self._live_tools: list[tuple[Any, str]] = []
         self._shown_status: dict[tuple[Any, str], str] = {}
+        self._shown_content: dict[tuple[Any, str], list[Any]] = {}
+        """The content entries printed for each tool call: an update repeating one (an agent
+        sends a diff with the call and again with its end) does not print it again."""
         self._open_line: str | None = None
         """The stream whose text ends the last printed line (screens without a live part), or
         `TERMINAL` for a terminal agent's output."""
@@ -118,6 +124,11 @@ class Transcript:
             return
         if kind == "permission_request":
             self._asked(data)
+            call = data.get("tool_call")
+            if isinstance(call, Mapping):
+                # The request shows the call's content in full: its updates need not again.
+                key = (data.get("turn"), str(data.get("tool_call_id", "")))
+                self._unshown(key, call.get("content"))
         response_id = item.get("response_id")
         if kind in ("message", "reasoning") and isinstance(response_id, str):
             self._stored_stream(item, response_id, data)
@@ -299,6 +310,7 @@ class Transcript:
         while len(self._tools) > MAX_KNOWN_TOOLS:
             old, _ = self._tools.popitem(last=False)
             self._shown_status.pop(old, None)
+            self._shown_content.pop(old, None)
         return key
 
     def _asked(self, data: Mapping[str, Any]) -> None:
@@ -312,11 +324,21 @@ class Transcript:
         if named:
             self._merge({"turn": key[0], "tool_call_id": key[1], **named})
 
+    def _unshown(self, key: tuple[Any, str], content: Any) -> list[Any]:
+        """The entries of `content` not yet printed for tool call `key`, now counted as printed."""
+        if not isinstance(content, list):
+            return []
+        shown = self._shown_content.setdefault(key, [])
+        fresh = [entry for entry in content if entry not in shown]
+        shown.extend(fresh)
+        del shown[:-MAX_SHOWN_ENTRIES]
+        return fresh
+
     def _tool(self, item: Mapping[str, Any], data: Mapping[str, Any]) -> None:
         key = self._merge(data)
         call = self._tools[key]
         status = str(call.get("status", ""))
-        content = tool_content(data)
+        content = tool_content({**data, "content": self._unshown(key, data.get("content"))})
         over = status in FINAL_TOOL_STATUSES or not status
         if self._out.live:
             if over:
