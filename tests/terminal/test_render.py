@@ -238,3 +238,29 @@ def test_the_approval_policy_shows_what_a_request_needs_and_why_it_was_decided()
         }
     ).plain
     assert two.endswith("approved by alice, bob")
+
+
+def test_a_fenced_read_or_bash_result_is_shown_as_its_code_without_the_fences() -> None:
+    read = "```\n1  def f():\n2      return '<b>[bold]x[/bold]</b>'\n```"
+    bash = "```console\n$ echo hi\nhi\n```"
+    call = {
+        "seq": 1,
+        "type": "tool_call_update",
+        "data": {
+            "tool_call_id": "read-1",
+            "status": "completed",
+            "content": [{"type": "text", "text": read}, {"type": "text", "text": bash}],
+        },
+    }
+    shown = render_item(call).plain
+    assert "```" not in shown
+    assert "2      return '<b>[bold]x[/bold]</b>'" in shown  # the code, as text
+    assert "$ echo hi\nhi" in shown
+    result = {"seq": 2, "type": "tool_result", "data": {"ok": True, "output": bash}}
+    assert render_item(result).plain == "result $ echo hi\nhi"
+
+
+def test_text_that_is_not_one_fenced_block_keeps_its_fences() -> None:
+    for text in ("see ```x```", "```\na\n```\nb\n```\nc\n```", "```\nopen only"):
+        result = {"seq": 1, "type": "tool_result", "data": {"ok": True, "output": text}}
+        assert render_item(result).plain == f"result {text}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import textwrap
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -154,7 +155,24 @@ def _append_content(text: Text, content: Any) -> None:
             # The output itself follows as a `tool_terminal` item.
             text.append("\n  (runs a command; its output follows)", style="dim")
         elif "text" in entry:
-            text.append("\n" + _clip(_str(entry, "text")))
+            text.append("\n" + _clip(unfenced(_str(entry, "text"))))
+
+
+_FENCED = re.compile(r"(`{3,})[^`\n]*\n(?:(.*?)\n)?\1[ \t]*\n?", re.DOTALL)
+
+
+def unfenced(text: str) -> str:
+    """The code inside `text` when `text` is one fenced code block whole (Claude's adapter sends
+    a Read or Bash result so, ```` ```console ```` and all); any other text as it is. The page
+    does the same (`unfenced` in tools.js)."""
+    match = _FENCED.fullmatch(text)
+    if match is None:
+        return text
+    code = match[2] or ""
+    # A closing fence inside means two blocks and text between them: not one block.
+    if re.search(rf"^`{{{len(match[1])},}}[ \t]*$", code, re.MULTILINE):
+        return text
+    return code
 
 
 def _json(value: Any) -> str:
@@ -476,7 +494,7 @@ def render_item(item: Mapping[str, Any]) -> Text:
     elif kind == "tool_result":
         ok = data.get("ok") is True
         head.append("result ", style="bold green" if ok else "bold red")
-        head.append(_clip(_str(data, "output")))
+        head.append(_clip(unfenced(_str(data, "output"))))
     elif kind == "tool_terminal":
         _tool_terminal(head, data)
     elif kind == "permission_request":

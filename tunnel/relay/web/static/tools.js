@@ -34,6 +34,24 @@ export function terminalText(text) {
   }).join("\n");
 }
 
+// One fenced code block, whole: its fence, an info string, the code, the same fence.
+const FENCED = /^(`{3,})[^`\n]*\n(?:([\s\S]*?)\n)?\1[ \t]*\n?$/;
+
+/**
+ * The code inside `text` when `text` is one fenced code block whole (Claude's adapter sends a
+ * Read or Bash result so); any other text as it is. Attach does the same (`unfenced` in
+ * tunnel/terminal/render.py). The code is shown as text, never as markup.
+ */
+export function unfenced(text) {
+  const value = String(text ?? "");
+  const match = FENCED.exec(value);
+  if (!match) return value;
+  const code = match[2] ?? "";
+  // A closing fence inside means two blocks and text between them: not one block.
+  if (new RegExp(`^\`{${match[1].length},}[ \t]*$`, "m").test(code)) return value;
+  return code;
+}
+
 function commandLine(command) {
   if (typeof command === "string") return command;
   return arr(command).map((arg) => {
@@ -229,7 +247,7 @@ export function toolDetails(call, terminals, { open = false, showOutput = true, 
         str(block.new_text)));
     } else if (block.type === "text") {
       if (skipText !== null && block.text === skipText) continue;
-      parts.push(el("pre", { class: "tool-text", testid: "tool-text", text: str(block.text) }));
+      parts.push(el("pre", { class: "tool-text", testid: "tool-text", text: unfenced(str(block.text)) }));
     } else if (block.type === "terminal" && str(block.terminal_id)) {
       parts.push(terminals.block(str(block.terminal_id)));
     } else {

@@ -8,7 +8,7 @@ import { CommandCompletion, commandList } from "./completion.js";
 import { arr, el, formatTime, obj, pretty, str } from "./dom.js";
 import { setMarkdown } from "./markdown.js";
 import { SettingsBar, settingsText } from "./settings.js";
-import { ToolTerminals, mergeCall, toolDetails, toolHead } from "./tools.js";
+import { ToolTerminals, mergeCall, toolDetails, toolHead, unfenced } from "./tools.js";
 import { MAX_NAME_LENGTH, MAX_PROMPT_LENGTH } from "./wire.js";
 
 const ROLE_LABEL = { drive: "driver", view: "viewer" };
@@ -889,7 +889,7 @@ export class View {
     if (!card) {
       return el("article", { class: "item tool orphan", testid: "tool-result" },
         el("div", { class: "label", text: data.ok === false ? "Tool failed" : "Tool result" }),
-        el("pre", { text: str(data.output) }));
+        el("pre", { text: unfenced(str(data.output)) }));
     }
     card.result = { ok: data.ok !== false, output: str(data.output) };
     this.renderTool(card);
@@ -918,7 +918,7 @@ export class View {
     if (result) {
       parts.push(el("div", { class: `tool-result ${result.ok ? "ok" : "failed"}`, testid: "tool-result" },
         el("div", { class: "label", text: result.ok ? "Result" : "Failed" }),
-        el("pre", { text: result.output })));
+        el("pre", { text: unfenced(result.output) })));
     }
     element.replaceChildren(...parts);
   }
