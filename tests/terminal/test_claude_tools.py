@@ -72,3 +72,12 @@ async def test_fenced_read_and_bash_results_show_their_code_without_fences(
         assert "```" not in text, text
         assert "2      return '<b>[bold]x[/bold]</b>'" in text
         assert "$ echo hi\nhi" in text
+
+
+async def test_a_diff_sent_with_the_call_its_request_and_its_end_is_printed_once(
+    log: Log, tmp_path: Path
+) -> None:
+    rec = await turn(log, tmp_path, "edit")
+    for live in (True, False):
+        text = shown(rec, live=live)
+        assert text.count("+y = 2") == 1, text

@@ -125,10 +125,13 @@ class Transcript:
         if kind == "permission_request":
             self._asked(data)
             call = data.get("tool_call")
-            if isinstance(call, Mapping):
-                # The request shows the call's content in full: its updates need not again.
+            if isinstance(call, Mapping) and isinstance(call.get("content"), list):
+                # What the call printed already (a diff just above) is not printed again, and
+                # its updates need not print what the request shows.
                 key = (data.get("turn"), str(data.get("tool_call_id", "")))
-                self._unshown(key, call.get("content"))
+                fresh = self._unshown(key, call["content"])
+                if len(fresh) < len(call["content"]):
+                    item = {**item, "data": {**data, "tool_call": {**call, "content": fresh}}}
         response_id = item.get("response_id")
         if kind in ("message", "reasoning") and isinstance(response_id, str):
             self._stored_stream(item, response_id, data)
