@@ -81,3 +81,15 @@ async def test_a_diff_sent_with_the_call_its_request_and_its_end_is_printed_once
     for live in (True, False):
         text = shown(rec, live=live)
         assert text.count("+y = 2") == 1, text
+
+
+async def test_after_a_cancel_the_open_tool_reads_failed_as_on_the_page(
+    log: Log, tmp_path: Path
+) -> None:
+    rec = await turn(log, tmp_path, "wait", cancel=True)
+    for live in (True, False):
+        text = shown(rec, live=live)
+        after = text[text.index("the turn was cancelled") :]
+        assert "tool sleep 60 · execute · failed" in after, text
+        assert "pending" not in after, text
+        assert text.count("· failed") == 1, text

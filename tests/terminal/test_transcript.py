@@ -231,3 +231,37 @@ def test_a_diff_shown_in_its_permission_request_is_not_printed_again_by_the_upda
     )
     transcript.item(_tool(2, status="completed", content=[diff]))
     assert screen.text().count("+y") == 1
+
+
+def test_a_cancelled_turns_open_tool_call_is_shown_failed_and_not_left_pending() -> None:
+    ended = {
+        "seq": 3,
+        "type": "session_event",
+        "created_by": "agent",
+        "data": {"what": "turn_ended", "stop_reason": "cancelled", "turn": 1},
+    }
+    for live in (True, False):
+        screen = Screen(live=live)
+        transcript = Transcript(screen)
+        transcript.event({"kind": "status", "data": {"state": "running", "queued": 0}})
+        transcript.item(_tool(1, "tool_call", title="Run tests", kind="execute", status="pending"))
+        transcript.item(
+            _tool(2, "tool_call", tool_call_id="call_2", title="Done", status="completed")
+        )
+        transcript.item(ended)
+        transcript.event({"kind": "status", "data": {"state": "idle", "queued": 0}})
+        transcript.item(_tool(4, status="failed"))  # the agent says so too, later
+        lines = [line for line in screen.text().splitlines() if not line.startswith("[agent")]
+        after = lines[lines.index("the turn was cancelled") :]
+        assert after == ["the turn was cancelled", "tool Run tests · execute · failed"], lines
+        assert transcript.live_view() == []
+
+
+def test_a_tool_call_of_a_cancelled_turn_in_unshown_history_is_remembered_failed() -> None:
+    screen = Screen(live=True)
+    transcript = Transcript(screen)
+    transcript.remember(_tool(1, "tool_call", title="Run tests", kind="execute", status="pending"))
+    ended = {"what": "turn_ended", "stop_reason": "cancelled", "turn": 1}
+    transcript.remember({"seq": 2, "type": "session_event", "data": ended})
+    transcript.item(_tool(3, status="failed"))
+    assert screen.text() == ""

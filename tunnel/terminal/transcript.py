@@ -122,6 +122,14 @@ class Transcript:
             text = data.get("text")
             self.terminal(text if isinstance(text, str) else "")
             return
+        if (
+            kind == "session_event"
+            and data.get("what") == "turn_ended"
+            and data.get("stop_reason") == "cancelled"
+        ):
+            self._print(render_item(item))
+            self._cancelled(data.get("turn"))
+            return
         if kind == "permission_request":
             self._asked(data)
             call = data.get("tool_call")
@@ -148,6 +156,15 @@ class Transcript:
             self._shown_status[key] = str(self._tools[key].get("status", ""))
         elif kind == "permission_request" and isinstance(data, Mapping):
             self._asked(data)
+        elif (
+            kind == "session_event"
+            and isinstance(data, Mapping)
+            and data.get("what") == "turn_ended"
+            and data.get("stop_reason") == "cancelled"
+        ):
+            for key, call in self._tools.items():
+                if key[0] == data.get("turn") and call.get("status") not in FINAL_TOOL_STATUSES:
+                    call["status"] = self._shown_status[key] = "failed"
 
     def event(self, event: Mapping[str, Any]) -> None:
         """Show an ephemeral event: a streamed chunk, the agent's state, the host's storage."""
@@ -327,6 +344,20 @@ class Transcript:
         if named:
             self._merge({"turn": key[0], "tool_call_id": key[1], **named})
 
+    def _cancelled(self, turn: Any) -> None:
+        """A cancelled turn's tool calls still open are over: each is shown failed, as the page
+        shows them (an agent's own update saying so later adds no line)."""
+        for key, call in self._tools.items():
+            if key[0] != turn or str(call.get("status", "")) in FINAL_TOOL_STATUSES:
+                continue
+            call["status"] = "failed"
+            self._shown_status[key] = "failed"
+            if key in self._live_tools:
+                self._live_tools.remove(key)
+            self._print(tool_line(call))
+        if self._out.live:
+            self._out.changed()
+
     def _unshown(self, key: tuple[Any, str], content: Any) -> list[Any]:
         """The entries of `content` not yet printed for tool call `key`, now counted as printed."""
         if not isinstance(content, list):
@@ -348,7 +379,9 @@ class Transcript:
                 # The call's line first, then what it produced: read as one block.
                 if key in self._live_tools:
                     self._live_tools.remove(key)
-                self._print(tool_line(call))
+                if self._shown_status.get(key) != status or not status:
+                    self._print(tool_line(call))
+                self._shown_status[key] = status
             if content is not None:
                 self._print(content)
             if not over and key not in self._live_tools:

@@ -1,5 +1,6 @@
 """Tools reported as Claude Code's adapter reports them, on the page through the real stack: a
-Read or Bash result wrapped in code fences shows its code as text, without the fences."""
+Read or Bash result wrapped in code fences shows its code as text, without the fences; and a
+tool call a cancelled turn leaves open reads failed, as in attach (tests/terminal)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 AGENT = Path(__file__).resolve().parents[2] / "terminal" / "claude_tools_acp_agent.py"
 
 
-def test_fenced_read_and_bash_results_show_their_code_as_text(
+def test_fenced_results_show_their_code_and_a_cancelled_turns_tool_reads_failed(
     browser: Browser, tmp_path: Path
 ) -> None:
     agent = "acp:" + shlex.join([sys.executable, str(AGENT)])
@@ -44,5 +45,13 @@ def test_fenced_read_and_bash_results_show_their_code_as_text(
             for card in (read, bash):
                 expect(card).not_to_contain_text("```")
                 expect(card.locator("b")).to_have_count(0)  # the code's markup stays text
+
+            expect(page.get_by_test_id("cancel-button")).to_be_disabled(timeout=30_000)
+            box.fill("wait quietly")
+            box.press("Enter")
+            waiting = page.locator("[data-testid=tool-call][data-tool-call-id=bash-2]")
+            expect(waiting).to_have_attribute("data-status", "pending", timeout=30_000)
+            page.get_by_test_id("cancel-button").click()
+            expect(waiting).to_have_attribute("data-status", "failed", timeout=30_000)
     finally:
         context.close()

@@ -783,9 +783,24 @@ export class View {
   }
 
   sessionEvent(item, data) {
+    if (data.what === "turn_ended" && data.stop_reason === "cancelled") this.closeCancelledTools(data.turn);
     const element = this.sessionEventElement(item, data);
     element.dataset.what = str(data.what);
     return element;
+  }
+
+  /**
+   * A cancelled turn's tool calls still open are over: each is shown failed (attach does the
+   * same); an agent's own update saying so later changes nothing.
+   */
+  closeCancelledTools(turn) {
+    if (!Number.isInteger(turn)) return;
+    for (const [key, card] of this.toolCards) {
+      if (!key.startsWith(`${turn}\u0000`)) continue;
+      if (card.call.status === "completed" || card.call.status === "failed") continue;
+      card.call.status = "failed";
+      this.renderTool(card);
+    }
   }
 
   sessionEventElement(item, data) {
