@@ -23,6 +23,10 @@ HOSTILE = (
 
 
 class MarkupAgent:
+    name = "markup-agent"
+    """How the agent introduces itself; the other scripted agents of the page's tests reuse the
+    rest (the handshake and the session)."""
+
     def __init__(self) -> None:
         self.client: Any = None
 
@@ -32,7 +36,7 @@ class MarkupAgent:
     async def initialize(self, protocol_version: int, **kwargs: Any) -> schema.InitializeResponse:
         return schema.InitializeResponse(
             protocol_version=acp.PROTOCOL_VERSION,
-            agent_info=schema.Implementation(name="markup-agent", version="1.0"),
+            agent_info=schema.Implementation(name=self.name, version="1.0"),
         )
 
     async def new_session(self, cwd: str, **kwargs: Any) -> schema.NewSessionResponse:

@@ -9,12 +9,12 @@ title and kind, and afterwards updates that call without them.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from typing import Any
 
 import acp
 from acp import schema
+from markup_acp_agent import MarkupAgent  # beside this script, which Python puts on sys.path
 
 PLAN = "## The plan\n\n1. Read the notes\n2. Write the summary"
 OPTIONS = [
@@ -23,24 +23,10 @@ OPTIONS = [
 ]
 
 
-class PlanAgent:
-    def __init__(self) -> None:
-        self.client: Any = None
+class PlanAgent(MarkupAgent):
+    """The markup agent's handshake and session, with a prompt of its own."""
 
-    def on_connect(self, conn: Any) -> None:
-        self.client = conn
-
-    async def initialize(self, protocol_version: int, **kwargs: Any) -> schema.InitializeResponse:
-        return schema.InitializeResponse(
-            protocol_version=acp.PROTOCOL_VERSION,
-            agent_info=schema.Implementation(name="plan-agent", version="1.0"),
-        )
-
-    async def new_session(self, cwd: str, **kwargs: Any) -> schema.NewSessionResponse:
-        return schema.NewSessionResponse(session_id=f"s{os.getpid()}")
-
-    async def cancel(self, session_id: str, **kwargs: Any) -> None:
-        return None
+    name = "plan-agent"
 
     async def prompt(
         self, session_id: str, prompt: list[Any], **kwargs: Any

@@ -11,18 +11,20 @@ import json
 import os
 import queue
 import re
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
+from playwright.sync_api import Browser, BrowserContext, Page
 
 from tunnel.log import NewItem, SQLiteStore
 
@@ -285,3 +287,30 @@ def running_host(
         yield host
     finally:
         host.process.stop()
+
+
+@contextlib.contextmanager
+def scripted_stack(
+    browser: Browser, tmp_path: Path, script: Path
+) -> Iterator[tuple[Host, Callable[[], Page]]]:
+    """`tunnel relay` and `tunnel host` running the scripted ACP agent `script` for the block,
+    and a maker of fresh pages, each in a browser context of its own (all closed after)."""
+    agent = "acp:" + shlex.join([sys.executable, str(script)])
+    contexts: list[BrowserContext] = []
+
+    def new_page() -> Page:
+        context = browser.new_context(viewport={"width": 1200, "height": 860})
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        return page
+
+    try:
+        with (
+            running_relay(tmp_path / "relay") as relay,
+            running_host(tmp_path / "host", relay.url, agent=agent) as host,
+        ):
+            yield host, new_page
+    finally:
+        for context in contexts:
+            context.close()

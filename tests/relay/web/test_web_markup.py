@@ -8,17 +8,15 @@ agent's reply, to the page that sent it, a teammate watching live and one that j
 
 from __future__ import annotations
 
-import shlex
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
 from .fake_relay import Scenario, fake_relay, wire_item
-from .stack import Host, running_host, running_relay
+from .stack import Host, scripted_stack
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
@@ -205,25 +203,8 @@ def assert_composer_works(page: Page, text: str) -> None:
 def test_markdown_with_the_pages_own_classes_and_ids_renders_inert_live_and_for_a_joiner(
     browser: Browser, tmp_path: Path
 ) -> None:
-    agent = "acp:" + shlex.join([sys.executable, str(MARKUP_AGENT)])
-    contexts: list[BrowserContext] = []
-
-    def new_page() -> Page:
-        context = browser.new_context(viewport={"width": 1200, "height": 860})
-        contexts.append(context)
-        page = context.new_page()
-        page.set_default_timeout(15_000)
-        return page
-
-    try:
-        with (
-            running_relay(tmp_path / "relay") as relay,
-            running_host(tmp_path / "host", relay.url, agent=agent) as host,
-        ):
-            check_live_and_joiner(host, new_page)
-    finally:
-        for context in contexts:
-            context.close()
+    with scripted_stack(browser, tmp_path, MARKUP_AGENT) as (host, new_page):
+        check_live_and_joiner(host, new_page)
 
 
 def check_live_and_joiner(host: Host, new_page: Callable[[], Page]) -> None:

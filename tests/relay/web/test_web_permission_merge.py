@@ -6,14 +6,12 @@ request keeps the request's title and kind when an update of it comes later.
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, Page, expect
 
-from .stack import running_host, running_relay
+from .stack import scripted_stack
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
@@ -44,48 +42,29 @@ def assert_plan_asked(page: Page) -> None:
 def test_an_empty_request_keeps_the_plan_and_a_new_tool_keeps_the_requests_title(
     browser: Browser, tmp_path: Path
 ) -> None:
-    agent = "acp:" + shlex.join([sys.executable, str(PLAN_AGENT)])
-    contexts: list[BrowserContext] = []
+    with scripted_stack(browser, tmp_path, PLAN_AGENT) as (host, new_page):
+        driver = new_page()
+        open_connected(driver, named(host.drive_link, "alice"))
+        box = driver.get_by_test_id("composer-input")
+        box.fill("make a plan")
+        box.press("Enter")
+        assert_plan_asked(driver)
 
-    def new_page() -> Page:
-        context = browser.new_context(viewport={"width": 1200, "height": 860})
-        contexts.append(context)
-        page = context.new_page()
-        page.set_default_timeout(15_000)
-        return page
+        # A teammate who joins while the request is open gets it from the snapshot.
+        joiner = new_page()
+        open_connected(joiner, named(host.view_link, "bob"))
+        assert_plan_asked(joiner)
 
-    try:
-        with (
-            running_relay(tmp_path / "relay") as relay,
-            running_host(tmp_path / "host", relay.url, agent=agent) as host,
-        ):
-            driver = new_page()
-            open_connected(driver, named(host.drive_link, "alice"))
-            box = driver.get_by_test_id("composer-input")
-            box.fill("make a plan")
-            box.press("Enter")
-            assert_plan_asked(driver)
+        driver.locator(
+            "[data-tool-call-id=plan-1] [data-testid=permission-option][data-option-id=yes]"
+        ).click()
+        fresh = driver.locator("[data-testid=permission-request]", has_text="Run the fresh tool")
+        expect(fresh).to_have_count(1, timeout=30_000)
+        fresh.locator("[data-testid=permission-option][data-option-id=yes]").click()
 
-            # A teammate who joins while the request is open gets it from the snapshot.
-            joiner = new_page()
-            open_connected(joiner, named(host.view_link, "bob"))
-            assert_plan_asked(joiner)
-
-            driver.locator(
-                "[data-tool-call-id=plan-1] [data-testid=permission-option][data-option-id=yes]"
-            ).click()
-            fresh = driver.locator(
-                "[data-testid=permission-request]", has_text="Run the fresh tool"
-            )
-            expect(fresh).to_have_count(1, timeout=30_000)
-            fresh.locator("[data-testid=permission-option][data-option-id=yes]").click()
-
-            for page in (driver, joiner):
-                card = page.locator("[data-testid=tool-call][data-tool-call-id=fresh-1]")
-                expect(card).to_have_attribute("data-status", "completed", timeout=30_000)
-                head = card.locator(".tool-head")
-                expect(head.get_by_test_id("tool-title")).to_have_text("Run the fresh tool")
-                expect(head.get_by_test_id("tool-kind")).to_have_text("execute")
-    finally:
-        for context in contexts:
-            context.close()
+        for page in (driver, joiner):
+            card = page.locator("[data-testid=tool-call][data-tool-call-id=fresh-1]")
+            expect(card).to_have_attribute("data-status", "completed", timeout=30_000)
+            head = card.locator(".tool-head")
+            expect(head.get_by_test_id("tool-title")).to_have_text("Run the fresh tool")
+            expect(head.get_by_test_id("tool-kind")).to_have_text("execute")
