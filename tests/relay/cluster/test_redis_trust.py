@@ -88,6 +88,25 @@ async def established(teammates: list[TeammateSession]) -> None:
         assert await echo_roundtrip(teammate, b"hello") == b"hello"
 
 
+@contextlib.asynccontextmanager
+async def forgery_scene(
+    tmp_path: Path, redis_server: RedisServer, haproxy: str
+) -> AsyncIterator[tuple[RelayCluster, Redis, tuple[str, list[str]], Host, list[TeammateSession]]]:
+    """Two nodes on Redis, a client that writes Redis as a forger would, the forger's own relay
+    (its URL, and who reached it), and an echo host with a teammate on each node, established."""
+    async with (
+        relay_cluster(tmp_path, redis_server, haproxy, 2) as cluster,
+        redis_client(redis_server) as redis,
+        forger_relay() as forger,
+        echo_host_and_teammates(cluster, tmp_path, cluster.nodes[0], cluster.nodes[1]) as (
+            host,
+            teammates,
+        ),
+    ):
+        await established(teammates)
+        yield cluster, redis, forger, host, teammates
+
+
 def _record_key(host: Host) -> str:
     return KEY_PREFIX + host.host_id
 
@@ -163,19 +182,11 @@ RECORD_FORGERIES = [
 async def test_a_forged_ownership_record_is_refused_and_the_host_keeps_its_teammates(
     tmp_path: Path, redis_server: RedisServer, haproxy: str, forgery: str
 ) -> None:
-    async with (
-        relay_cluster(tmp_path, redis_server, haproxy, 2) as cluster,
-        redis_client(redis_server) as redis,
-        forger_relay() as (forger_url, reached),
-        echo_host_and_teammates(cluster, tmp_path, cluster.nodes[0], cluster.nodes[1]) as (
-            host,
-            teammates,
-        ),
-    ):
+    async with forgery_scene(tmp_path, redis_server, haproxy) as scene:
+        cluster, redis, (forger_url, reached), host, teammates = scene
         node1, node2 = cluster.nodes
         key = _record_key(host)
         link = host.link
-        await established(teammates)
         genuine = await redis.get(key)
         assert genuine is not None
         now = int(time.time())
@@ -228,18 +239,10 @@ ANNOUNCEMENT_FORGERIES = [
 async def test_a_forged_announcement_is_refused_and_the_host_keeps_its_teammates(
     tmp_path: Path, redis_server: RedisServer, haproxy: str, forgery: str
 ) -> None:
-    async with (
-        relay_cluster(tmp_path, redis_server, haproxy, 2) as cluster,
-        redis_client(redis_server) as redis,
-        forger_relay() as (forger_url, reached),
-        echo_host_and_teammates(cluster, tmp_path, cluster.nodes[0], cluster.nodes[1]) as (
-            host,
-            teammates,
-        ),
-    ):
+    async with forgery_scene(tmp_path, redis_server, haproxy) as scene:
+        cluster, redis, (forger_url, reached), host, teammates = scene
         node1, node2 = cluster.nodes
         link = host.link
-        await established(teammates)
         now = int(time.time())
         said = Announcement(
             host_id=host.host_id,
