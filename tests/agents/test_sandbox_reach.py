@@ -165,6 +165,21 @@ def test_the_test_sockets_are_served_and_reached_without_the_sandbox(
     assert answers(result.stdout) == dict.fromkeys(services.sockets, True)
 
 
+def run_inside(
+    sandbox: Sandbox, command: list[str], workspace: Path, *, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run `command` in `sandbox` from the workspace, bounded in time; its output as text."""
+    return subprocess.run(
+        sandbox.command(command),
+        cwd=workspace,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+    )
+
+
 @pytest.mark.sandbox
 @pytest.mark.anyio
 @pytest.mark.timeout(120)
@@ -229,15 +244,7 @@ def test_a_host_run_as_root_leaves_its_supplementary_groups_outside(
         secret.chmod(0o040)  # the group may read it; its owner, someone else, not even that
     sandbox = prepare_sandbox(SandboxSettings(), argv=["sh"], workspace=workspace)
     script = "grep '^Groups:' /proc/self/status; cat group-only 2>/dev/null || echo unreadable"
-    result = subprocess.run(
-        sandbox.command(["/bin/sh", "-c", script]),
-        cwd=workspace,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = run_inside(sandbox, ["/bin/sh", "-c", script], workspace)
     groups_line, said = result.stdout.splitlines()
     groups = groups_line.split()[1:]
     if IS_ROOT:
@@ -268,15 +275,7 @@ def test_no_process_in_the_sandbox_shows_the_options_of_bwrap(
     assert hidden in options
     assert str(workspace) in options
     script = 'for f in /proc/[0-9]*/cmdline; do tr "\\0" " " < "$f"; echo; done'
-    result = subprocess.run(
-        sandbox.command(["/bin/sh", "-c", script]),
-        cwd=workspace,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = run_inside(sandbox, ["/bin/sh", "-c", script], workspace)
     cmdlines = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(cmdlines) >= 2  # bwrap's pid 1, the shell, and what the shell runs
     for line in cmdlines:
@@ -287,14 +286,6 @@ def test_no_process_in_the_sandbox_shows_the_options_of_bwrap(
 @pytest.mark.sandbox
 def test_the_dns_settings_stay_readable_in_the_private_run(bwrap: str, workspace: Path) -> None:
     sandbox = prepare_sandbox(SandboxSettings(), argv=["cat"], workspace=workspace)
-    result = subprocess.run(
-        sandbox.command(["cat", "/etc/resolv.conf"]),
-        cwd=workspace,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_inside(sandbox, ["cat", "/etc/resolv.conf"], workspace, check=False)
     if os.path.exists("/etc/resolv.conf"):
         assert result.stdout == Path("/etc/resolv.conf").read_text()
