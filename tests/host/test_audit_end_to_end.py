@@ -49,6 +49,16 @@ async def wait_for_request(db: Path, *, after: int) -> str:
             await anyio.sleep(0.05)
 
 
+async def prompt_and_allow(teammate: TeammateSession, db: Path) -> None:
+    """Join with no history, prompt the demo agent, and allow its tool call once."""
+    await teammate.subscribe(tail=0)
+    await teammate.send(encode_request(Prompt(text="hello")))
+    request_id = await wait_for_request(db, after=-1)
+    await teammate.send(
+        encode_request(PermissionAnswer(request_id=request_id, option_id="allow_once"))
+    )
+
+
 async def test_the_host_signs_the_head_after_a_turn_and_on_shutdown(
     relay: RelayProcess, tmp_path: Path, workspace: Path
 ) -> None:
@@ -56,12 +66,7 @@ async def test_the_host_signs_the_head_after_a_turn_and_on_shutdown(
     async with sharing(relay.url, tmp_path, agent="demo", workspace=workspace) as shared:
         host_id = shared.host.identity.host_id
         async with connect_teammate(str(shared.host.drive_link), name="dave") as dave:
-            await dave.subscribe(tail=0)
-            await dave.send(encode_request(Prompt(text="hello")))
-            request_id = await wait_for_request(db, after=-1)
-            await dave.send(
-                encode_request(PermissionAnswer(request_id=request_id, option_id="allow_once"))
-            )
+            await prompt_and_allow(dave, db)
             with anyio.fail_after(30):
                 while True:
                     last, signatures = await stored(db)
@@ -103,12 +108,7 @@ async def test_teammates_get_the_signed_head_and_a_joiner_can_check_the_items_it
     async with sharing(relay.url, tmp_path, agent="demo", workspace=workspace) as shared:
         host_id = shared.host.identity.host_id
         async with connect_teammate(str(shared.host.drive_link), name="dave") as dave:
-            await dave.subscribe(tail=0)
-            await dave.send(encode_request(Prompt(text="hello")))
-            request_id = await wait_for_request(db, after=-1)
-            await dave.send(
-                encode_request(PermissionAnswer(request_id=request_id, option_id="allow_once"))
-            )
+            await prompt_and_allow(dave, db)
             live = await next_head(dave)
             assert "anchor" not in live
             signed = SignedHead.from_wire({"kind": "head_signature", **live})
