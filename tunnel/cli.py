@@ -61,9 +61,10 @@ from tunnel.demo import demo_command  # noqa: E402
 
 app.command("demo")(demo_command)
 
-from tunnel.teammate.command import attach_command  # noqa: E402
+from tunnel.teammate.command import acp_command, attach_command  # noqa: E402
 
 app.command("attach")(attach_command)
+app.command("acp")(acp_command)
 
 
 def main() -> None:

@@ -1,32 +1,39 @@
-"""`tunnel attach`: the share link (an argument, TUNNEL_LINK or a file) and the options become
-`AttachSettings`, then `run_attach` (tunnel/teammate/attach.py) runs the terminal client.
+"""`tunnel attach` and `tunnel acp`: the share link (an argument, TUNNEL_LINK or a file) and the
+options become `AttachSettings`, then `run_attach` (tunnel/teammate/attach.py) runs the terminal
+client; or `AcpSettings`, then `run_acp` (tunnel/teammate/acp_bridge.py) serves an editor.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import configure_logging
 
+if TYPE_CHECKING:
+    from tunnel.e2e.crypto import ShareLink
+
+LinkArgument = Annotated[
+    str | None,
+    typer.Argument(
+        envvar="TUNNEL_LINK",
+        help="The share link (or set TUNNEL_LINK, or use --link-file, to keep it out of ps).",
+        metavar="LINK",
+        show_default=False,
+    ),
+]
+LinkFileOption = Annotated[
+    Path | None,
+    typer.Option(metavar="FILE", help="Read the share link from this file."),
+]
+
 
 def attach_command(
-    link: Annotated[
-        str | None,
-        typer.Argument(
-            envvar="TUNNEL_LINK",
-            help="The share link (or set TUNNEL_LINK, or use --link-file, to keep it out of ps).",
-            metavar="LINK",
-            show_default=False,
-        ),
-    ] = None,
-    link_file: Annotated[
-        Path | None,
-        typer.Option(metavar="FILE", help="Read the share link from this file."),
-    ] = None,
+    link: LinkArgument = None,
+    link_file: LinkFileOption = None,
     name: Annotated[
         str,
         typer.Option(envvar="TUNNEL_NAME", metavar="NAME", help="Your name, as the others see it."),
@@ -71,33 +78,10 @@ def attach_command(
     # The client loads only now, so that `tunnel --help` and the other commands never do.
     import anyio
 
-    from tunnel.e2e.crypto import ShareLink
-    from tunnel.handshake import check_name
     from tunnel.teammate.attach import AttachSettings, run_attach
 
     configure_logging("warning")
-    if link_file is not None:
-        try:
-            link = link_file.read_text().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            typer.echo(f"tunnel attach: cannot read --link-file {link_file}: {reason}", err=True)
-            raise typer.Exit(EXIT_CONFIG) from None
-    if not link:
-        typer.echo(
-            "tunnel attach: give a share link (argument, TUNNEL_LINK or --link-file)", err=True
-        )
-        raise typer.Exit(EXIT_CONFIG)
-    try:
-        parsed = ShareLink.parse(link)
-    except ValueError as exc:
-        typer.echo(f"tunnel attach: {exc}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
-    try:
-        check_name(name)
-    except ValueError as exc:
-        typer.echo(f"tunnel attach: --name: {exc}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
+    parsed = _share_link("attach", link, link_file, name)
     settings = AttachSettings(
         link=parsed,
         name=name,
@@ -107,3 +91,76 @@ def attach_command(
         history=history,
     )
     raise typer.Exit(anyio.run(run_attach, settings))
+
+
+def _share_link(command: str, link: str | None, link_file: Path | None, name: str) -> ShareLink:
+    """The link from the argument, TUNNEL_LINK or --link-file, parsed, and the name checked;
+    a mistake is one line on stderr and exit code 2."""
+    from tunnel.e2e.crypto import ShareLink
+    from tunnel.handshake import check_name
+
+    if link_file is not None:
+        try:
+            link = link_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            typer.echo(f"tunnel {command}: cannot read --link-file {link_file}: {reason}", err=True)
+            raise typer.Exit(EXIT_CONFIG) from None
+    if not link:
+        typer.echo(
+            f"tunnel {command}: give a share link (argument, TUNNEL_LINK or --link-file)", err=True
+        )
+        raise typer.Exit(EXIT_CONFIG)
+    try:
+        parsed = ShareLink.parse(link)
+    except ValueError as exc:
+        typer.echo(f"tunnel {command}: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    try:
+        check_name(name)
+    except ValueError as exc:
+        typer.echo(f"tunnel {command}: --name: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
+    return parsed
+
+
+def acp_command(
+    link: LinkArgument = None,
+    link_file: LinkFileOption = None,
+    name: Annotated[
+        str,
+        typer.Option(envvar="TUNNEL_NAME", metavar="NAME", help="Your name, as the others see it."),
+    ] = "editor",
+    history: Annotated[
+        int | None,
+        typer.Option(
+            envvar="TUNNEL_HISTORY",
+            min=0,
+            metavar="N",
+            help="Replay the last N items of the conversation when the editor loads the"
+            " session. Default: the host's default for a joiner (at most 200 items).",
+            show_default=False,
+        ),
+    ] = None,
+    give_up_after: Annotated[
+        float | None,
+        typer.Option(
+            envvar="TUNNEL_GIVE_UP_AFTER",
+            min=0,
+            metavar="SECONDS",
+            help="End (exit code 4) after this many seconds without being attached: the relay"
+            " unreachable or the host offline. Default: keep trying.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Serve a shared session to an editor as an ACP agent on stdin and stdout (Zed's
+    agent_servers): the editor watches, and drives with a drive link."""
+    import anyio
+
+    from tunnel.teammate.acp_bridge import AcpSettings, run_acp
+
+    configure_logging("warning")
+    parsed = _share_link("acp", link, link_file, name)
+    settings = AcpSettings(link=parsed, name=name, history=history, give_up_after=give_up_after)
+    raise typer.Exit(anyio.run(run_acp, settings))

@@ -1,0 +1,312 @@
+"""`tunnel acp LINK` driven by an editor that is not ours: the ACP TypeScript SDK's client app
+(tests/teammate/acp_editor.mjs) runs it over stdio against a real relay and a real `tunnel host`
+sharing the fake ACP agent, beside a Python teammate (about 15 s).
+
+The SDK is the one scripts/test installs with the real agents (TUNNEL_TEST_AGENTS_BIN), so this
+is part of the required `agents_real` suite: under TUNNEL_REQUIRE_ALL=1 it fails without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.host.host_process import HostProcess
+from tests.host.teammate import Teammate, attached
+from tests.support import RelayProcess, wait_or_kill
+from tunnel.app.requests import PermissionAnswer, Prompt
+
+ROOT = Path(__file__).resolve().parents[2]
+EDITOR = ROOT / "tests" / "teammate" / "acp_editor.mjs"
+FAKE_ACP_AGENT = ROOT / "tests" / "agents" / "fake_acp_agent.py"
+TUNNEL = [sys.executable, "-m", "tunnel.cli"]
+
+Line = dict[str, Any]
+
+
+def acp_sdk() -> Path:
+    """The ACP TypeScript SDK beside the real agents; skips (fails under TUNNEL_REQUIRE_ALL=1)
+    when it or node is missing."""
+    named = os.environ.get("TUNNEL_TEST_AGENTS_BIN")
+    sdk = Path(named).parent / "@agentclientprotocol" / "sdk" if named else None
+    problem = None
+    if sdk is None or not (sdk / "dist" / "v1" / "stable" / "acp.js").exists():
+        problem = f"the ACP TypeScript SDK is not installed (at {sdk}): run ./scripts/test"
+    elif shutil.which("node") is None:
+        problem = "node is not installed"
+    if problem is not None:
+        if os.environ.get("TUNNEL_REQUIRE_ALL") == "1":
+            pytest.fail(problem, pytrace=False)
+        pytest.skip(problem)
+    assert sdk is not None
+    return sdk
+
+
+class Editor:
+    """The SDK's client app running `tunnel acp`: commands in, JSON lines out."""
+
+    def __init__(self, sdk: Path, link: str, name: str) -> None:
+        env = dict(
+            os.environ,
+            ACP_SDK=str(sdk),
+            ACP_COMMAND=json.dumps([*TUNNEL, "acp", "--name", name]),
+            TUNNEL_LINK=link,
+            PYTHONUNBUFFERED="1",
+        )
+        self.proc = subprocess.Popen(
+            ["node", str(EDITOR)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self.lines: list[Line] = []
+        self._changed = threading.Condition()
+        self._next_id = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            with self._changed:
+                self.lines.append(json.loads(raw))
+                self._changed.notify_all()
+
+    def do(self, what: str, **fields: Any) -> int:
+        """Send one command; return its id."""
+        self._next_id += 1
+        assert self.proc.stdin is not None
+        command = {"id": self._next_id, "do": what, **fields}
+        self.proc.stdin.write(json.dumps(command).encode() + b"\n")
+        self.proc.stdin.flush()
+        return self._next_id
+
+    def _wait(self, predicate: Callable[[Line], bool], start: int, within: float) -> Line:
+        with self._changed:
+            index = start
+            ok = self._changed.wait_for(
+                lambda: any(predicate(line) for line in self.lines[index:]), within
+            )
+            if not ok:
+                tail = "\n".join(json.dumps(line) for line in self.lines[-30:])
+                raise AssertionError(f"the editor never printed the line awaited; last:\n{tail}")
+            return next(line for line in self.lines[index:] if predicate(line))
+
+    async def wait(
+        self, predicate: Callable[[Line], bool], *, start: int = 0, within: float = 30.0
+    ) -> Line:
+        return await anyio.to_thread.run_sync(self._wait, predicate, start, within)
+
+    async def call(self, what: str, **fields: Any) -> Line:
+        """Run one command; return its outcome line (a result or an error)."""
+        command_id = self.do(what, **fields)
+        return await self.wait(lambda line: line.get("id") == command_id)
+
+    def mark(self) -> int:
+        with self._changed:
+            return len(self.lines)
+
+    def updates(self, start: int = 0) -> list[dict[str, Any]]:
+        with self._changed:
+            return [line["update"] for line in self.lines[start:] if line["event"] == "update"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        wait_or_kill(self.proc)
+
+
+def said(kind: str, text: str) -> Callable[[Line], bool]:
+    """An update of `kind` whose text holds `text`."""
+    return lambda line: (
+        line["event"] == "update"
+        and line["update"].get("sessionUpdate") == kind
+        and text in line["update"].get("content", {}).get("text", "")
+    )
+
+
+def chosen_option(options: list[dict[str, Any]]) -> str:
+    once = [option for option in options if option["kind"] == "allow_once"]
+    option_id: str = (once or options)[0]["optionId"]
+    return option_id
+
+
+@pytest.fixture
+def host(relay: RelayProcess, tmp_path: Path) -> Iterator[HostProcess]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("remember the milk\n")
+    process = HostProcess(
+        relay.url,
+        tmp_path,
+        agent=f"acp:{sys.executable} {FAKE_ACP_AGENT}",
+        workspace=workspace,
+        log_db=tmp_path / "log.db",
+        interactive=False,
+    ).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+async def _agent_said(teammate: Teammate, text: str) -> None:
+    await teammate.wait_for(
+        lambda t: any(
+            i["type"] == "message"
+            and i["data"].get("role") == "agent"
+            and text in i["data"]["text"]
+            for i in t.items
+        )
+    )
+
+
+@pytest.mark.agents_real
+@pytest.mark.timeout(120)
+@pytest.mark.anyio
+async def test_an_editor_loads_prompts_answers_and_follows_the_shared_session(
+    host: HostProcess,
+) -> None:
+    sdk = acp_sdk()
+    async with attached(host.drive_link, "alice") as alice:
+        await alice.send(Prompt(text="before the editor"))
+        await _agent_said(alice, "echo: before the editor")
+        editor = Editor(sdk, host.drive_link, "zed")
+        try:
+            init = await editor.call("initialize")
+            capabilities = init["result"]["agentCapabilities"]
+            assert capabilities["loadSession"] is True
+            assert capabilities["promptCapabilities"]["image"] is False
+
+            new = (await editor.call("new"))["result"]
+            session = new["sessionId"]
+            assert new["modes"]["currentModeId"] == "default"
+            assert {m["id"] for m in new["modes"]["availableModes"]} == {"default", "plan"}
+
+            # Load: the history arrives before the answer.
+            mark = editor.mark()
+            loaded = await editor.call("load", sessionId=session)
+            assert loaded["event"] == "result", loaded
+            history = editor.updates(mark)
+            assert {"type": "text", "text": "before the editor"} in [
+                u["content"] for u in history if u["sessionUpdate"] == "user_message_chunk"
+            ]
+            replies = "".join(
+                u["content"]["text"] for u in history if u["sessionUpdate"] == "agent_message_chunk"
+            )
+            assert "echo: before the editor" in replies
+
+            # A prompt: the reply streams, the turn ends with end_turn; the editor's own prompt
+            # is not echoed back to it.
+            mark = editor.mark()
+            prompt_id = editor.do("prompt", sessionId=session, text="from the editor")
+            await editor.wait(said("agent_message_chunk", "echo: from the editor"), start=mark)
+            done = await editor.wait(lambda line: line.get("id") == prompt_id, start=mark)
+            assert done["result"] == {"stopReason": "end_turn"}
+            assert not any(u["sessionUpdate"] == "user_message_chunk" for u in editor.updates(mark))
+            await alice.wait_for(
+                lambda t: t.item_of("message", role="user", text="from the editor") is not None
+            )
+            assert alice.item_of("message", role="user", text="from the editor")["created_by"] == (
+                "zed"
+            )
+
+            # A permission request, answered in the editor: the host takes the answer.
+            mark = editor.mark()
+            prompt_id = editor.do("prompt", sessionId=session, text="ask")
+            asked = await editor.wait(lambda line: line["event"] == "permission", start=mark)
+            option_id = chosen_option(asked["params"]["options"])
+            await editor.call("answer", requestId=asked["requestId"], optionId=option_id)
+            done = await editor.wait(lambda line: line.get("id") == prompt_id, start=mark)
+            assert done["result"] == {"stopReason": "end_turn"}
+            decision = alice.item_of("permission_decision", request_id=asked["requestId"])
+            assert decision is not None
+            assert decision["created_by"] == "zed"
+            assert decision["data"]["option_id"] == option_id
+            await editor.wait(said("agent_message_chunk", f"chose {option_id}"), start=mark)
+
+            # Another teammate's prompt and its reply reach the editor as updates.
+            mark = editor.mark()
+            await alice.send(Prompt(text="from alice"))
+            seen = await editor.wait(said("user_message_chunk", "from alice"), start=mark)
+            assert seen["update"]["_meta"] == {"tunnel": {"by": "alice"}}
+            await editor.wait(said("agent_message_chunk", "echo: from alice"), start=mark)
+
+            # First answer wins: alice answers, the editor's question is withdrawn.
+            mark = editor.mark()
+            prompt_id = editor.do("prompt", sessionId=session, text="ask")
+            asked = await editor.wait(lambda line: line["event"] == "permission", start=mark)
+            option_id = chosen_option(asked["params"]["options"])
+            await alice.send(PermissionAnswer(request_id=asked["requestId"], option_id=option_id))
+            await editor.wait(
+                lambda line: (
+                    line["event"] == "withdrawn" and line["requestId"] == asked["requestId"]
+                ),
+                start=mark,
+            )
+            done = await editor.wait(lambda line: line.get("id") == prompt_id, start=mark)
+            assert done["result"] == {"stopReason": "end_turn"}
+            decision = alice.item_of("permission_decision", request_id=asked["requestId"])
+            assert decision is not None
+            assert decision["created_by"] == "alice"
+
+            # Cancel: the turn ends with the stop reason cancelled.
+            mark = editor.mark()
+            prompt_id = editor.do("prompt", sessionId=session, text="wait")
+            await editor.wait(said("agent_message_chunk", "."), start=mark)
+            await editor.call("cancel", sessionId=session)
+            done = await editor.wait(lambda line: line.get("id") == prompt_id, start=mark)
+            assert done["result"] == {"stopReason": "cancelled"}
+
+            # The editor closes stdin: `tunnel acp` ends with 0.
+            quit_ = await editor.call("quit")
+            assert quit_["result"] == {"code": 0}
+        finally:
+            editor.stop()
+
+
+@pytest.mark.agents_real
+@pytest.mark.timeout(120)
+@pytest.mark.anyio
+async def test_a_view_link_editor_watches_and_its_prompt_is_refused(host: HostProcess) -> None:
+    sdk = acp_sdk()
+    async with attached(host.drive_link, "alice") as alice:
+        editor = Editor(sdk, host.view_link, "vera")
+        try:
+            await editor.call("initialize")
+            session = (await editor.call("new"))["result"]["sessionId"]
+            refused = await editor.call("prompt", sessionId=session, text="let me drive")
+            assert refused["event"] == "error"
+            assert refused["code"] == -32600
+            assert "view link" in refused["message"]
+            mark = editor.mark()
+            await alice.send(Prompt(text="watch this"))
+            await editor.wait(said("agent_message_chunk", "echo: watch this"), start=mark)
+            assert alice.item_of("message", role="user", text="let me drive") is None
+        finally:
+            editor.stop()
+
+
+def test_a_bad_link_is_one_line_and_exit_2() -> None:
+    result = subprocess.run(
+        [*TUNNEL, "acp", "https://relay.example/h/nothing"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("tunnel acp: ")
+    assert result.stdout == ""
