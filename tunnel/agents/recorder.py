@@ -14,9 +14,10 @@ part says `continues: <that response id>`. The recorder is not meant to be drive
 tasks at once: each session serialises its calls.
 
 Writing: every append goes through the recorder's `LogWriter` (`.writer`), which holds items and
-retries while the log cannot be written. Agent output waits for its item to be stored; notes of
-the host's own (`error`, permission decisions, `session_event(..., hold=True)`) are held and
-never make their caller wait; a prompt is stored at once or refused (`user_message`).
+retries while the log cannot be written. Agent output waits for its item to be committed (the
+log syncs it to the disk before it leaves the host); notes of the host's own (`error`, permission
+decisions, `session_event(..., hold=True)`) are held and never make their caller wait; a prompt
+is stored, and synced, at once or refused (`user_message`).
 
 Turns: while `turn` is set (the seq of the prompt a chat agent is answering), every item the agent
 produces (messages, reasoning, tool calls, their updates and results, permission requests, plans)

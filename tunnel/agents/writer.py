@@ -184,13 +184,17 @@ class LogWriter:
         """Store `new` and return it as stored; while the log cannot be written, wait until it
         can (in order with everything held before it).
 
+        For the agent's output, which nobody is told of but through the log: it returns once
+        the item is committed (`durable=False`), and the log syncs it before it leaves the
+        host, one sync for a burst of them (docs/log.md, "Durability").
+
         Cancel-safe as `Log.append`: cancelled while held, it is never stored; cancelled while
         being written, it may be. Raises `ValueError` for an invalid item, `StoreError` only
         when `run()` is not running.
         """
         if self._outage is None:
             try:
-                (item,) = await self._log.append(self.conversation_id, new)
+                (item,) = await self._log.append(self.conversation_id, new, durable=False)
                 return item
             except StoreError as exc:
                 if not self._running:

@@ -1,17 +1,20 @@
 """`Log`: the conversation log as the rest of the host sees it: append items, publish ephemeral
 events, query, and subscribe (snapshot plus live tail, exactly once).
 
-The store numbers and persists items and calls back, in commit order, once they are durable;
-the `Log` then pushes them to the conversation's subscribers. Events skip the store and go to
-the subscribers directly, so an event published after an append returned reaches everyone after
-that append's items. The log's `_Feed` keeps the subscribers of each conversation and is all a
-`Subscription` sees of the log (`tunnel.log.subscription.Feed`).
+The store numbers and persists items and calls back, in commit order, once they are committed;
+the `Log` then pushes them to the conversation's subscribers. With a store that syncs to the
+disk later than it commits (`SyncingStore`: the host's SQLite log), nothing committed leaves
+through the log before it is synced: a subscription hands out an item, and `query` returns it,
+only once `sync()` covered it; `append` waits for that too unless told `durable=False`. Events
+skip the store and go to the subscribers directly, so an event published after an append
+returned reaches everyone after that append's items. The log's `_Feed` keeps the subscribers of
+each conversation and is all a `Subscription` sees of the log (`tunnel.log.subscription.Feed`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import NamedTuple
@@ -21,7 +24,7 @@ import anyio.lowlevel
 
 from tunnel.log.errors import LogClosedError
 from tunnel.log.item import Event, Item, NewItem, check_conversation_id
-from tunnel.log.store import ConversationInfo, Order, Store, TypeFilter
+from tunnel.log.store import ConversationInfo, Order, Store, SyncingStore, TypeFilter
 from tunnel.log.subscription import Subscription
 
 __all__ = ["Log", "LogStatistics"]
@@ -67,8 +70,12 @@ class _Feed:
     once the last one leaves.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, durable: Callable[[str, int], bool], sync: Callable[[], Awaitable[None]]
+    ) -> None:
         self._store = store
+        self._durable = durable
+        self._sync = sync
         self.topics: dict[str, _Topic] = {}
         self.closed = False
         self.overflows = 0
@@ -118,6 +125,12 @@ class _Feed:
 
     def overflowed(self) -> None:
         self.overflows += 1
+
+    def durable(self, conversation_id: str, seq: int) -> bool:
+        return self._durable(conversation_id, seq)
+
+    async def sync(self) -> None:
+        await self._sync()
 
     async def query(
         self, conversation_id: str, *, after: int, before: int, limit: int
@@ -181,7 +194,15 @@ class Log:
         self._store = store
         self._buffer_size = buffer_size
         self._page_size = page_size
-        self._feed = _Feed(store)
+        # Set when commits may reach the disk itself only at `sync()`. Then, per conversation
+        # appended to through this log (a few: bounded by the conversations this process
+        # writes), the last seq committed and the last one synced.
+        self._syncer = (
+            store if isinstance(store, SyncingStore) and not store.syncs_on_commit else None
+        )
+        self._committed_seq: dict[str, int] = {}
+        self._durable_seq: dict[str, int] = {}
+        self._feed = _Feed(store, self.durable, self.sync)
         self._closed = False
         self._items_appended = 0
         self._events_published = 0
@@ -202,15 +223,52 @@ class Log:
     ) -> None:
         await self.aclose()
 
-    async def append(self, conversation_id: str, items: NewItem | Sequence[NewItem]) -> list[Item]:
+    async def append(
+        self,
+        conversation_id: str,
+        items: NewItem | Sequence[NewItem],
+        *,
+        durable: bool = True,
+    ) -> list[Item]:
         """Store `items` at consecutive seqs, atomically, and return them as stored.
 
-        Subscribers receive them before this returns. Raises `ValueError` (nothing stored) for
-        an invalid item, `StoreError` if the storage failed, `LogClosedError` once closed.
+        Subscribers are handed them before this returns. With `durable=False` it returns once
+        they are committed, which survives the host process being killed; otherwise once they
+        also survive a power cut (the same with a store that syncs each commit). Either way
+        nothing leaves through the log before it is synced. Raises `ValueError` (nothing
+        stored) for an invalid item, `StoreError` if the storage failed (or, durable, the sync
+        after the commit: the items are then committed but may not survive a power cut),
+        `LogClosedError` once closed.
         """
         self._check_open()
         batch = [items] if isinstance(items, NewItem) else list(items)
-        return await self._store.append(conversation_id, batch, on_commit=self._committed)
+        stored = await self._store.append(conversation_id, batch, on_commit=self._committed)
+        if durable and self._syncer is not None:
+            await self.sync()
+        return stored
+
+    async def sync(self) -> None:
+        """Wait until every item committed through this log so far survives a power cut (at
+        once with a store that syncs each commit)."""
+        if self._syncer is None:
+            await anyio.lowlevel.checkpoint()
+            return
+        reached = dict(self._committed_seq)
+        await self._syncer.sync()
+        for cid, seq in reached.items():
+            if seq > self._durable_seq.get(cid, -1):
+                self._durable_seq[cid] = seq
+
+    def durable(self, conversation_id: str, seq: int) -> bool:
+        """Whether item `seq` may leave the host: synced, or not committed through this log
+        (another process wrote it, with its own store's durability)."""
+        if self._syncer is None:
+            return True
+        return not (
+            self._durable_seq.get(conversation_id, -1)
+            < seq
+            <= self._committed_seq.get(conversation_id, -1)
+        )
 
     async def publish(self, event: Event) -> None:
         """Send an ephemeral event to the conversation's current subscribers; never stored."""
@@ -231,8 +289,17 @@ class Log:
         order: Order = "asc",
         types: TypeFilter = None,
     ) -> list[Item]:
-        """Stored items of one conversation, paginated as `Store.query()` describes."""
+        """Stored items of one conversation, paginated as `Store.query()` describes; only
+        items that may leave the host (`durable`): it syncs first if it must, and leaves out what
+        was committed while it synced."""
         self._check_open()
+        if self._syncer is not None:
+            committed = self._committed_seq.get(conversation_id, -1)
+            if committed > self._durable_seq.get(conversation_id, -1):
+                await self.sync()
+            synced = self._durable_seq.get(conversation_id, -1)
+            if self._committed_seq.get(conversation_id, -1) > synced:
+                before = synced + 1 if before is None else min(before, synced + 1)
         return await self._store.query(
             conversation_id, after=after, before=before, limit=limit, order=order, types=types
         )
@@ -289,4 +356,7 @@ class Log:
 
     def _committed(self, items: list[Item]) -> None:
         self._items_appended += len(items)
+        if self._syncer is not None:
+            cid = items[0].conversation_id
+            self._committed_seq[cid] = max(self._committed_seq.get(cid, -1), items[-1].seq)
         self._feed.push_committed(items)

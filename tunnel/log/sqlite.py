@@ -4,7 +4,10 @@ Durability: WAL journal with `synchronous=FULL` by default. WAL alone already su
 with no gap and no torn row (a transaction is in the WAL or it is not); FULL adds an fsync per
 commit so an append that returned also survives a power cut ("nothing acknowledged is lost").
 Group commit pays for that fsync: appends from many tasks that arrive while a transaction is
-being written are written together in the next one.
+being written are written together in the next one. With `synchronous=NORMAL` (the host's log,
+`open_host_store`) a commit is in the WAL file at once, and `sync()` fsyncs the WAL for every
+commit made so far, one fsync for however many commits: the `Log` calls it before an item
+leaves the process (docs/log.md, "Durability").
 
 Threads: the event loop never touches the disk. Writes run in a worker thread, one transaction
 at a time, driven by whichever appending task is the current "leader" (the others wait on an
@@ -68,7 +71,14 @@ from tunnel.log.store import (
     notify_commit,
 )
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore", "StoreStatistics", "select_sql"]
+__all__ = [
+    "HOST_SYNCHRONOUS",
+    "SCHEMA_VERSION",
+    "SQLiteStore",
+    "StoreStatistics",
+    "open_host_store",
+    "select_sql",
+]
 
 logger = logging.getLogger("tunnel.log.sqlite")
 
@@ -143,6 +153,15 @@ _SEQ_END: Final = 2**63 - 1  # above every seq a log can reach: the bound of an 
 _Row = tuple[str, int, str, str | None, str | None, int, str, str]
 Synchronous = Literal["NORMAL", "FULL", "EXTRA"]
 
+HOST_SYNCHRONOUS: Final[Synchronous] = "NORMAL"
+"""`tunnel host`'s log: commits go to the WAL file without an fsync each, and the log syncs
+them in groups before they leave the host (`SQLiteStore.sync`, docs/log.md, "Durability")."""
+
+
+async def open_host_store(path: str | Path) -> SQLiteStore:
+    """The store `tunnel host` keeps its log in (the benches open theirs with it too)."""
+    return await SQLiteStore.open(path, synchronous=HOST_SYNCHRONOUS)
+
 
 class StoreStatistics(NamedTuple):
     """Counters of one `SQLiteStore` since it was opened."""
@@ -157,6 +176,8 @@ class StoreStatistics(NamedTuple):
     """Appends queued behind the transaction being written right now."""
     read_connections: int
     """Read connections open (idle or in use)."""
+    syncs: int = 0
+    """fsyncs of the WAL by `sync()` (0 when every commit syncs itself)."""
 
 
 class _State(Enum):
@@ -232,6 +253,11 @@ class SQLiteStore:
         self._transactions = 0
         self._appends = 0
         self._items_written = 0
+        # `sync()`: transactions known to be on the disk itself, the fsync under way, how many.
+        self._synced = 0
+        self._syncing: anyio.Event | None = None
+        self._syncs = 0
+        self._dir_synced = False
         # Read connections open with this URI: `mode=ro`, plus `immutable=1` when the log is in
         # a read-only directory (see `_open_readonly`).
         self._reader_uri = _uri(self.path, immutable=False)
@@ -247,6 +273,63 @@ class SQLiteStore:
     async def open(cls, path: str | Path, **options: Any) -> SQLiteStore:
         """Open the store in a worker thread, so the event loop does not wait on the disk."""
         return await anyio.to_thread.run_sync(partial(cls, path, **options))
+
+    # -- durability ----------------------------------------------------------------------------
+
+    @property
+    def syncs_on_commit(self) -> bool:
+        """True when a commit is on the disk itself before `append` returns (FULL or EXTRA);
+        with NORMAL it is once `sync()` returns."""
+        return self._synchronous != "NORMAL"
+
+    async def sync(self) -> None:
+        """Wait until every transaction committed before this call survives a power cut.
+
+        With NORMAL, one fsync of the WAL file covers every commit made before it started:
+        callers that come while one runs share the next. Otherwise nothing to do. Shielded: a
+        cancelled caller leaves, the fsync finishes. Raises `StoreError` if the fsync fails.
+        """
+        target = self._transactions
+        while self._synced < target and not self.syncs_on_commit:
+            running = self._syncing
+            if running is not None:
+                await running.wait()
+                continue
+            self._check_open()
+            done = self._syncing = anyio.Event()
+            reached = self._transactions
+            try:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self._sync_wal)
+                self._synced = max(self._synced, reached)
+                self._syncs += 1
+            finally:
+                self._syncing = None
+                done.set()
+        await anyio.lowlevel.checkpoint()
+
+    def _sync_wal(self) -> None:
+        """Worker thread: fsync the WAL file (what FULL does at each commit), and once its
+        directory, so the file itself survives too."""
+        try:
+            fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+        except FileNotFoundError:
+            return  # checkpointed into the database and removed: SQLite synced it then
+        except OSError as exc:
+            raise StoreError(f"cannot sync the log at {self.path}: {exc.strerror}") from exc
+        try:
+            os.fsync(fd)
+            if not self._dir_synced:
+                directory = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
+                self._dir_synced = True
+        except OSError as exc:
+            raise StoreError(f"cannot sync the log at {self.path}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -592,6 +675,7 @@ class SQLiteStore:
             items_written=self._items_written,
             waiting_appends=len(self._queue),
             read_connections=self._reader_count,
+            syncs=self._syncs,
         )
 
     def _check_open(self) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "Order",
     "Query",
     "Store",
+    "SyncingStore",
     "TypeFilter",
     "notify_commit",
 ]
@@ -178,6 +179,21 @@ class Store(Protocol):
 
     async def aclose(self) -> None:
         """Refuse new calls, wait for appends already accepted to finish, then release."""
+        ...
+
+
+@runtime_checkable
+class SyncingStore(Protocol):
+    """A store that may commit before the disk itself holds the commit (`SQLiteStore` with
+    `synchronous=NORMAL`): the `Log` calls `sync()` before what it committed leaves the host."""
+
+    @property
+    def syncs_on_commit(self) -> bool:
+        """True when every commit is on the disk itself at once, so `sync()` has nothing to do."""
+        ...
+
+    async def sync(self) -> None:
+        """Wait until every commit made before this call survives a power cut."""
         ...
 
 

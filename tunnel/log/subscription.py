@@ -55,6 +55,15 @@ class Feed(Protocol):
         """Count one overflow of a subscription's live buffer (for the log's statistics)."""
         ...
 
+    def durable(self, conversation_id: str, seq: int) -> bool:
+        """Whether item `seq` may be handed out: it survives a power cut (docs/log.md,
+        "Durability"). False only until a `sync()` that began after its commit returns."""
+        ...
+
+    async def sync(self) -> None:
+        """Wait until every item pushed so far is `durable`."""
+        ...
+
     async def query(
         self, conversation_id: str, *, after: int, before: int, limit: int
     ) -> list[Item]:
@@ -193,6 +202,8 @@ class Subscription:
             if self._cursor < self._store_until:
                 if out:
                     break  # never wait while holding entries a cancellation would lose
+                if not self._feed.durable(self.conversation_id, self._store_until):
+                    await self._feed.sync()
                 await self._read_page(max(self._page_size, max_items))
                 continue
             if self._live:
@@ -204,6 +215,12 @@ class Subscription:
                     if entry.seq > self._cursor + 1:
                         # Items are missing before this one (written elsewhere): read them.
                         self._store_until = entry.seq - 1
+                        continue
+                    if not self._feed.durable(self.conversation_id, entry.seq):
+                        # Nothing leaves before it is synced; the entries behind it wait too.
+                        if out:
+                            break
+                        await self._feed.sync()
                         continue
                     self._cursor = entry.seq
                 out.append(self._live.popleft())
