@@ -42,7 +42,8 @@ from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE
 from tunnel.host.runner import Host
 from tunnel.host.session import ReplayBudget, SessionChannelHandler
 from tunnel.host.settings import HostSettings
-from tunnel.log import Log, SQLiteStore, StoreError, default_db_path
+from tunnel.log import Log, StoreError, default_db_path
+from tunnel.log.sqlite import open_host_store
 from tunnel.policy import Policy
 
 
@@ -190,7 +191,7 @@ async def run_share(
     if stdin is None and settings.interactive:
         stdin = sys.stdin
     try:
-        store = await SQLiteStore.open(db)
+        store = await open_host_store(db)
     except StoreError as exc:
         # The command says a ValueError in one line (run_host_command): the file is the mistake.
         raise ValueError(f"cannot use the log database: {exc}") from None
