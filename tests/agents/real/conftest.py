@@ -77,10 +77,21 @@ class Agent:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
 class Claude(Agent):
     """claude-agent-acp, the ACP adapter that runs Claude Code (the Agent SDK's native binary)."""
 
+    default_mode: str = "default"
+    """`permissions.defaultMode` in the user's Claude settings: the mode a session starts in."""
+
     def environment(self, model_url: str, home: Path, workspace: Path) -> dict[str, str]:
+        claude_dir = home / ".claude"
+        claude_dir.mkdir(parents=True, exist_ok=True)
+        # claude-agent-acp 0.101.0 starts a session in "auto" (Claude's own classifier approves tool
+        # calls, nobody is asked) unless the user's settings name a mode: these tests are about
+        # what the people sharing the agent are asked, as a user who chose "default" sees it.
+        settings = {"permissions": {"defaultMode": self.default_mode}}
+        (claude_dir / "settings.json").write_text(json.dumps(settings))
         return {
             "ANTHROPIC_BASE_URL": model_url,
             "ANTHROPIC_API_KEY": "dummy",

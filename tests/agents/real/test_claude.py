@@ -31,11 +31,11 @@ from .model_server import ModelServer, Text, ToolCall, reply
 pytestmark = [pytest.mark.anyio, pytest.mark.agents_real, pytest.mark.timeout(120)]
 
 CLAUDE_OPTIONS = [
-    ("allow_always", "allow_always"),
-    ("allow", "allow_once"),
+    ("allow-once", "allow_once"),
+    ("allow-with-updates", "allow_always"),
     ("reject", "reject_once"),
 ]
-"""Claude's permission options (id, kind), in its order; their names name the tool."""
+"""Claude's permission options (id, kind), in its order; the second's name names the scope."""
 
 
 def _script_edit(model: ModelServer, key: str, path: Path, old: str, new: str) -> None:
@@ -54,7 +54,7 @@ async def test_a_prompt_typed_in_attach_streams_the_models_reply_to_everyone(
     async with driven(share(CLAUDE)) as (_, vera, alice):
         text = "Hello from the fake model, streamed in chunks."
         started = await scenarios.prompt_streams_to_everyone(alice, vera, model, text)
-        assert (started["agent"], started["version"]) == ("Claude Agent", "0.49.0")
+        assert (started["agent"], started["version"]) == ("Claude Agent", "0.101.0")
         deltas = [e["data"] for e in vera.events if e["kind"] == "delta"]
         assert any(d.get("channel") == "message" for d in deltas), vera.events[:10]
         # Nothing left loopback.
@@ -79,16 +79,16 @@ async def test_allow_once_applies_the_edit_once_and_the_next_edit_asks_again(
         assert notes.read_text() == "remember the milk\n"
         alice.type("/allow")
         await vera.wait_for(agent_said("EDIT-ONCE-1 done."))
-        assert decisions(vera)[0]["option_id"] == "allow"
+        assert decisions(vera)[0]["option_id"] == "allow-once"
         assert notes.read_text() == "remember the bread\n"
         result = model.tool_results("EDIT-ONCE-1")[-1]
         assert (result.name, result.is_error) == ("Edit", False)
 
         # Allowed once: the next edit asks again.
         await asked(alice, vera, "EDIT-ONCE-2", count=2)
-        alice.type("/allow 2")  # the second option as listed: "Allow", once
+        alice.type("/allow 1")  # the first option as listed: "Yes", once
         await vera.wait_for(agent_said("EDIT-ONCE-2 done."))
-        assert decisions(vera)[1]["option_id"] == "allow"
+        assert decisions(vera)[1]["option_id"] == "allow-once"
         assert notes.read_text() == "remember the butter\n"
 
 
@@ -112,7 +112,7 @@ async def test_allow_always_lets_later_edits_through_without_asking(
     share: StartSession, model: ModelServer
 ) -> None:
     await scenarios.allow_always_passes_the_next_edit(
-        share, CLAUDE, model, _script_edit, "allow_always"
+        share, CLAUDE, model, _script_edit, "allow-with-updates"
     )
 
 
@@ -140,7 +140,7 @@ async def test_a_new_file_and_a_shell_command_run_once_allowed(
         alice.type("/allow")
         await vera.wait_for(agent_said("RUN-SHELL done."))
         assert (workspace / "shell.txt").read_text() == "ran\n"
-        assert [d["option_id"] for d in decisions(vera)] == ["allow", "allow"]
+        assert [d["option_id"] for d in decisions(vera)] == ["allow-once", "allow-once"]
 
 
 async def test_read_only_approvals_let_reads_pass_and_refuse_edits_and_commands(
@@ -177,10 +177,13 @@ async def test_a_drivers_mode_switch_takes_effect_and_a_viewers_is_refused(
         await asked(alice, vera, "PLAN-TURN")
         assert model.saw_text("Plan mode is active")
         options = permission_requests(vera)[0]["data"]["options"]
-        assert {"default", "acceptEdits", "plan"} <= {o["option_id"] for o in options}
+        # Leave plan mode asking before each edit (allow once), or in a mode that does not.
+        assert {"exit-plan-default", "exit-plan-auto", "reject"} <= {
+            o["option_id"] for o in options
+        }
         alice.type("/allow")  # the allow-once option: "manually approve edits", mode default
         await vera.wait_for(agent_said("PLAN-TURN done."))
-        assert decisions(vera)[0]["option_id"] == "default"
+        assert decisions(vera)[0]["option_id"] == "exit-plan-default"
         await vera.wait_for(lambda t: settings_events(t)[-1]["modes"]["current"] == "default")
         assert (workspace / "notes.txt").read_text() == "remember the milk\n"
 
