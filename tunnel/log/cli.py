@@ -191,32 +191,103 @@ def export_command(
             "a placeholder of type corrupt for it.",
         ),
     ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            help="Write the conversation to FILE as one self-contained HTML page that shows it "
+            "as the web page does, offline, with the host's signatures checked, instead of "
+            "NDJSON to standard output.",
+            dir_okay=False,
+            show_default=False,
+        ),
+    ] = None,
+    upto: Annotated[
+        int | None,
+        typer.Option(
+            "--upto",
+            metavar="SEQ",
+            help="With --html: only the items up to this seq.",
+            min=0,
+            show_default=False,
+        ),
+    ] = None,
     db: DbOption = None,
 ) -> None:
-    """Write a conversation to standard output as NDJSON, one item per line."""
+    """Write a conversation to standard output as NDJSON, one item per line, or with --html to
+    an HTML file.
+
+    With --html the file is written even when the audit chain or a signature does not verify:
+    the page says so at its top, and the exit status is 5.
+    """
     from tunnel.log.ndjson import export_conversation
 
+    if upto is not None and html is None:
+        _fail("--upto needs --html")
     path = db or default_db_path()
     _require_db(path)
+    if html is not None:
+        _export_html(path, conversation_id, html, upto=upto, strict=strict)
+        return
     out = typer.get_binary_stream("stdout")
 
     async def export(store: SQLiteStore) -> ExportSummary:
         if await store.get_conversation(conversation_id) is None:
             _fail(f"no conversation {conversation_id!r}")
         if strict:
-            report = await store.check(conversation_id, quick_check=False)
-            if not report.clean:
-                first = report.problems[0]
-                _fail(
-                    f"not exported, nothing was written: {report.problem_count} problem(s), "
-                    f"the first {first}; `tunnel log check` lists them",
-                    EXIT_CORRUPT,
-                )
+            await _refuse_unreadable(store, conversation_id)
         return await export_conversation(store, conversation_id, out)
 
     summary = _run(path, export)
     typer.echo(f"exported {summary.items} items of {printable(conversation_id)}", err=True)
     _say_unreadable(summary.corrupt, "exported")
+
+
+def _export_html(
+    path: Path, conversation_id: str, file: Path, *, upto: int | None, strict: bool
+) -> None:
+    """`tunnel log export --html FILE`: the excerpt read, checked by verify, written as HTML."""
+    import os
+    from datetime import UTC, datetime
+
+    from tunnel.log.excerpt import Excerpt, read_excerpt
+    from tunnel.log.item import CorruptItem
+    from tunnel.relay.web.export import export_html
+
+    if not file.parent.is_dir():
+        _fail(f"cannot write {file}: its directory does not exist")
+
+    async def read(store: SQLiteStore) -> Excerpt:
+        if await store.get_conversation(conversation_id) is None:
+            _fail(f"no conversation {conversation_id!r}")
+        if strict:
+            await _refuse_unreadable(store, conversation_id)
+        return await read_excerpt(store, conversation_id, upto=upto)
+
+    excerpt = _run(path, read)
+    page = export_html(excerpt, exported_at=datetime.now(UTC))
+    # Written beside the file, then renamed over it: a reader never sees half a page.
+    partial = file.with_name(f".{file.name}.partial")
+    try:
+        partial.write_bytes(page)
+        os.replace(partial, file)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        _fail(f"cannot write {file}: {exc.strerror or exc}")
+    shown = (
+        f"items {excerpt.items[0].seq}..{excerpt.items[-1].seq}" if excerpt.items else "no items"
+    )
+    typer.echo(f"wrote {file}: {shown} of {printable(conversation_id)}", err=True)
+    _say_unreadable(sum(isinstance(item, CorruptItem) for item in excerpt.items), "exported")
+    report = excerpt.report
+    if excerpt.items and not report.ok:
+        typer.echo(
+            f"tunnel log: {file}: the audit chain does not verify ({report.problem_count} "
+            f"problem(s), the first: {printable(report.problems[0])}); the page says so",
+            err=True,
+        )
+        raise typer.Exit(EXIT_CORRUPT)
 
 
 @log_app.command("import")
@@ -374,6 +445,18 @@ def render_item(item: Item) -> str:
     else:
         body = json.dumps(item.data, ensure_ascii=False)
     return header + "\n" + "\n".join("    " + printable(line) for line in body.splitlines() or [""])
+
+
+async def _refuse_unreadable(store: SQLiteStore, conversation_id: str) -> None:
+    """`export --strict`: exit with 5, nothing written, if an item cannot be read."""
+    report = await store.check(conversation_id, quick_check=False)
+    if not report.clean:
+        first = report.problems[0]
+        _fail(
+            f"not exported, nothing was written: {report.problem_count} problem(s), "
+            f"the first {first}; `tunnel log check` lists them",
+            EXIT_CORRUPT,
+        )
 
 
 def _require_db(path: Path) -> None:
