@@ -22,9 +22,11 @@ What it does depends on the prompt:
 - anything else: echoes it back (`/compact` too).
 
 Environment: FAKE_ACP_STATE=DIR keeps sessions there and advertises loadSession (session/load
-replays the history); FAKE_ACP_AUTH=1 requires a login first (methods `fake-key`, which needs
-FAKE_ACP_KEY set, and `browser`, which always fails); FAKE_ACP_FLAVOR=config offers the model as
-a config option (as Claude Code does) instead of the unstable `models` (as Gemini CLI does).
+replays the history; with FAKE_ACP_REPLAY=after it answers first and replays after, bit by bit,
+as Gemini CLI does); FAKE_ACP_RESUME=1 offers session/resume too (no replay); FAKE_ACP_AUTH=1
+requires a login first (methods `fake-key`, which needs FAKE_ACP_KEY set, and `browser`, which
+always fails); FAKE_ACP_FLAVOR=config offers the model as a config option (as Claude Code does)
+instead of the unstable `models` (as Gemini CLI does).
 Sessions offer the modes `default` and `plan` and advertise the commands `compact` and `review`.
 """
 
@@ -46,6 +48,8 @@ from acp.router import Route
 STATE = os.environ.get("FAKE_ACP_STATE")
 NEEDS_AUTH = os.environ.get("FAKE_ACP_AUTH") == "1"
 FLAVOR = os.environ.get("FAKE_ACP_FLAVOR", "models")
+REPLAY_AFTER = os.environ.get("FAKE_ACP_REPLAY") == "after"
+RESUME = os.environ.get("FAKE_ACP_RESUME") == "1"
 
 MODES = schema.SessionModeState(
     current_mode_id="default",
@@ -80,6 +84,7 @@ class FakeAgent:
         self.model = "fast"
         self.thinking = False
         self.authenticated = not NEEDS_AUTH
+        self.resumed = False
         self.background: set[asyncio.Task[None]] = set()
 
     def on_connect(self, conn: Any) -> None:
@@ -103,7 +108,12 @@ class FakeAgent:
         return schema.InitializeResponse(
             protocol_version=acp.PROTOCOL_VERSION,
             agent_info=schema.Implementation(name="fake-agent", version="1.0"),
-            agent_capabilities=schema.AgentCapabilities(load_session=STATE is not None),
+            agent_capabilities=schema.AgentCapabilities(
+                load_session=STATE is not None,
+                session_capabilities=schema.SessionCapabilities(
+                    resume=schema.SessionResumeCapabilities() if RESUME else None
+                ),
+            ),
             auth_methods=methods,
         )
 
@@ -154,21 +164,37 @@ class FakeAgent:
         return self._session_result(session_id)
 
     async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        self._restore(cwd, session_id)
+        if REPLAY_AFTER:
+            self._soon(self._replay(session_id, pause=0.02))
+        else:
+            await self._replay(session_id)
+        self._soon(self._advertise(session_id))
+        return self._session_result(None)
+
+    async def resume_session(self, cwd: str, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        self._restore(cwd, session_id)
+        self.resumed = True
+        self._soon(self._advertise(session_id))
+        return self._session_result(None)
+
+    def _restore(self, cwd: str, session_id: str) -> None:
         path = self._state_file(session_id)
         if path is None or not os.path.exists(path):
             raise acp.RequestError.resource_not_found(session_id)
         self.cwd = cwd
         with open(path) as file:
             self.history[session_id] = json.load(file)
+
+    async def _replay(self, session_id: str, pause: float = 0.0) -> None:
         for n, text in enumerate(self.history[session_id]):
             await self.client.session_update(session_id, acp.update_user_message_text(text))
             await self.client.session_update(
                 session_id, acp.start_tool_call(f"old_{n}", "An old tool call", status="completed")
             )
+            await asyncio.sleep(pause)
             await self._say(session_id, f"echo: {text}")
         await self.client.session_update(session_id, update_current_mode(self.mode))
-        self._soon(self._advertise(session_id))
-        return self._session_result(None)
 
     def _state_file(self, session_id: str) -> str | None:
         return os.path.join(STATE, f"{session_id}.json") if STATE else None
@@ -278,7 +304,10 @@ class FakeAgent:
         elif text == "settings":
             await self._say(session_id, f"mode {self.mode} model {self.model}")
         elif text == "remember":
-            await self._say(session_id, f"I remember {len(self.history[session_id]) - 1} prompts")
+            how = " (resumed)" if self.resumed else ""
+            await self._say(
+                session_id, f"I remember {len(self.history[session_id]) - 1} prompts{how}"
+            )
         elif word == "count":
             for i in range(int(rest)):
                 await self._say(session_id, f"{i},")
@@ -463,7 +492,9 @@ class FakeAgent:
 async def main() -> None:
     agent = FakeAgent()
     output, input_ = await acp.stdio_streams(limit=50 * 1024 * 1024)
-    conn = AgentSideConnection(cast(acp.Agent, agent), input_, output, listening=False)
+    conn = AgentSideConnection(
+        cast(acp.Agent, agent), input_, output, listening=False, use_unstable_protocol=RESUME
+    )
     # session/set_model is unstable: the package routes no such method, so add it.
     conn._conn._handler.add_route(
         Route(method="session/set_model", func=agent.set_model, kind="request")

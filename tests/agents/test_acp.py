@@ -8,6 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tunnel.agents import AcpSession, SessionError, create_session
@@ -224,6 +225,35 @@ async def test_a_killed_agent_is_recorded_and_the_next_prompt_restarts_it(
         "again",
         "echo: again",
     ]
+
+
+WRAPPER = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
+"""A launcher that runs the agent as its child, sharing its stdio (as npm's wrapper of
+codex-acp runs the real binary)."""
+
+
+async def test_a_killed_launcher_is_an_exit_and_the_agent_it_started_is_stopped(
+    log: Log, workspace: Path
+) -> None:
+    argv = [sys.executable, "-c", WRAPPER, sys.executable, str(FAKE_AGENT)]
+    session = AcpSession(argv=argv, log=log, workspace=workspace, conversation_id="c1")
+    async with running(session, log) as rec:
+        await session.prompt("hello", by="alice")
+        await rec.wait_item("message", text="echo: hello")
+        launcher = session.agent_pid
+        assert launcher is not None
+        [agent] = psutil.Process(launcher).children()
+
+        # Only the launcher dies; its child still holds the pipes and would go on answering.
+        os.kill(launcher, signal.SIGKILL)
+        exited = await rec.wait_item("session_event", what="agent_exited")
+        assert exited.data["code"] == -signal.SIGKILL
+        assert not await process_exists(agent.pid)
+
+        await session.prompt("again", by="bob")
+        await rec.wait_item("message", text="echo: again")
+        assert session.agent_pid not in (None, launcher)
+        assert [s.data["what"] for s in rec.of_type("session_event")].count("agent_started") == 2
 
 
 async def test_an_agent_crashing_mid_turn_ends_the_turn(log: Log, workspace: Path) -> None:

@@ -164,13 +164,17 @@ async def test_text_after_the_turn_is_stored_with_that_turn_at_once(
         assert [m.data["text"] for m in rec.of_type("message")] == ["late", "on time", "late text"]
 
 
+@pytest.mark.parametrize("replay", ["during", "after"])
 async def test_a_restarted_agent_resumes_its_session_without_recording_the_replay(
-    any_log: Log, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    any_log: Log, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replay: str
 ) -> None:
+    # "after": the agent answers session/load first and replays after, bit by bit (Gemini CLI),
+    # while the prompt that restarted it is about to be sent.
     log = any_log
     state = tmp_path / "agent-state"
     state.mkdir()
     monkeypatch.setenv("FAKE_ACP_STATE", str(state))
+    monkeypatch.setenv("FAKE_ACP_REPLAY", replay)
     session = acp_session(log, workspace)
     async with running(session, log) as rec:
         started = await rec.wait_item("session_event", what="agent_started")
@@ -204,8 +208,47 @@ async def test_a_restarted_agent_resumes_its_session_without_recording_the_repla
     async with running(session, log) as rec:
         resumed = await rec.wait_item("session_event", what="agent_started", count=3)
         assert resumed.data["resumed"] is True
+        assert resumed.data["resumed_with"] == "session/load"
         await session.prompt("remember", by="carol")
         await rec.wait_item("message", text="I remember 3 prompts")
+        await rec.wait_idle()
+        # Each earlier message is in the conversation once, each tool call never.
+        texts = [m.data["text"] for m in rec.of_type("message")]
+        assert texts == [
+            "one",
+            "two",
+            "echo: one",
+            "echo: two",
+            "remember",
+            "I remember 2 prompts",
+            "remember",
+            "I remember 3 prompts",
+        ]
+        assert rec.of_type("tool_call") == []
+
+
+async def test_an_agent_that_offers_session_resume_is_resumed_with_it(
+    log: Log, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "agent-state"
+    state.mkdir()
+    monkeypatch.setenv("FAKE_ACP_STATE", str(state))
+    monkeypatch.setenv("FAKE_ACP_RESUME", "1")
+    session = acp_session(log, workspace)
+    async with running(session, log) as rec:
+        started = await rec.wait_item("session_event", what="agent_started")
+        await session.prompt("one", by="alice")
+        await rec.wait_item("message", text="echo: one")
+        await rec.wait_idle()
+    session = acp_session(log, workspace)
+    async with running(session, log) as rec:
+        again = await rec.wait_item("session_event", what="agent_started", count=2)
+        assert again.data["session_id"] == started.data["session_id"]
+        assert (again.data["resumed"], again.data["resumed_with"]) == (True, "session/resume")
+        # Resumed, not loaded: the agent replayed nothing.
+        await session.prompt("remember", by="bob")
+        await rec.wait_item("message", text="I remember 1 prompts (resumed)")
+        assert [m.data["text"] for m in rec.of_type("message")].count("echo: one") == 1
 
 
 async def test_a_session_the_agent_cannot_load_starts_anew_and_says_so(

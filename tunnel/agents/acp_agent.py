@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import time
 import typing
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -93,6 +94,21 @@ MAX_TERMINAL_ITEM_CHARS = 64 * 1024
 AUTH_REQUIRED = -32000
 """The JSON-RPC error code of ACP's auth_required."""
 
+REPLAY_QUIET = 0.5
+"""After a session/load, the first prompt waits until the agent has sent nothing for this long:
+a replay it sends after answering the load (Gemini CLI does) ends before the turn begins."""
+
+REPLAY_WAIT = 5.0
+"""Longest the first prompt after a session/load waits for the agent's replay to end."""
+
+EXIT_POLL = 0.2
+"""Seconds between looks at whether the agent's own process has exited (`_wait_exit`)."""
+
+MINUTE_SESSION_FILES = frozenset({"gemini-cli"})
+"""Agents (by `agentInfo.name`) that name a session's file after the minute a process opens it:
+a session/load in the same minute as the session's last start overwrites its history (Gemini
+CLI 0.61), so the host waits for the next minute first. docs/agents.md, "Resuming"."""
+
 KNOWN_UPDATES: frozenset[str] = frozenset(
     kind
     for model in typing.get_args(schema.SessionNotification.model_fields["update"].annotation)
@@ -119,6 +135,7 @@ class _Live:
     transport: StdioTransport
     process: asyncio.subprocess.Process
     session_id: str
+    screen: _Screen
     exited: anyio.Event = field(default_factory=anyio.Event)
 
 
@@ -305,6 +322,7 @@ class AcpSession(ChatSession):
         live = await self._ensure_agent()
         if live is None:
             return
+        await live.screen.end_replay()
         try:
             response = await live.conn.prompt(
                 session_id=live.session_id, prompt=[text_block(prompt.text)]
@@ -468,7 +486,7 @@ class AcpSession(ChatSession):
             process.stdout,
             process.stdin,
             on_notification=screen,
-            keep_results_of=("session/new", "session/load"),
+            keep_results_of=("session/new", "session/load", "session/resume"),
         )
         screen.transport = transport
         conn: ClientSideConnection | None = None
@@ -481,10 +499,14 @@ class AcpSession(ChatSession):
                 terminals.sandbox = self.sandbox  # the agent's commands run in its sandbox too
                 conn = connect_to_agent(cast(Client, _Client(self, terminals)), transport)
                 tg.start_soon(_drain_stderr, process, tail)
-                with anyio.fail_after(self._start_timeout):
-                    session_id, details = await self._open_session(conn, transport)
+                with anyio.fail_after(self._start_timeout) as deadline:
+                    session_id, details = await self._open_session(conn, screen, deadline)
                 live = self._live = _Live(
-                    conn=conn, transport=transport, process=process, session_id=session_id
+                    conn=conn,
+                    transport=transport,
+                    process=process,
+                    session_id=session_id,
+                    screen=screen,
                 )
                 await self._recorder.session_event("agent_started", **details)
                 async with self._update_lock:
@@ -492,7 +514,11 @@ class AcpSession(ChatSession):
                     if self._settings.commands:
                         await self._record_commands()
                 task_status.started(live)
-                code = await process.wait()
+                code = await _wait_exit(process)
+                # What it started may live on, holding its pipes (npm's wrapper of codex-acp
+                # runs the real agent as its child): stop them now, as after a crash.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGTERM)
                 terminals.release_all()
                 tg.cancel_scope.cancel()
             assert live is not None
@@ -512,12 +538,15 @@ class AcpSession(ChatSession):
                 await _stop_process(process)
 
     async def _open_session(
-        self, conn: ClientSideConnection, transport: StdioTransport
+        self, conn: ClientSideConnection, screen: _Screen, deadline: anyio.CancelScope
     ) -> tuple[str, dict[str, Any]]:
-        """initialize, authenticate if need be, then session/load or session/new.
+        """initialize, authenticate if need be, then session/resume, session/load or session/new.
 
-        Returns the ACP session id and the details of the `agent_started` event.
+        Returns the ACP session id and the details of the `agent_started` event. A wait for
+        the next minute (`MINUTE_SESSION_FILES`) moves `deadline` on by as much.
         """
+        assert screen.transport is not None
+        transport = screen.transport
         init = await conn.initialize(
             protocol_version=PROTOCOL_VERSION,
             client_capabilities=schema.ClientCapabilities(
@@ -540,23 +569,53 @@ class AcpSession(ChatSession):
             details["auth_method"] = self._auth_method
         self._settings = Settings()
         caps = init.agent_capabilities
-        previous = await self._previous_session(agent_id) if caps and caps.load_session else None
+        # session/resume does not replay the history (the log has it): preferred when offered.
+        resume = bool(caps and caps.session_capabilities and caps.session_capabilities.resume)
+        can_load = bool(caps and caps.load_session)
+        previous = await self._previous_session(agent_id) if resume or can_load else None
         if previous is not None:
+            session_id, started_at = previous
+            method = "session/resume" if resume else "session/load"
+            if not resume and agent_id in MINUTE_SESSION_FILES:
+                wait = _next_minute_wait(started_at, time.time())
+                if wait > 0:
+                    logger.info(
+                        "waiting %.1f s for the next minute before %s loads its session",
+                        wait,
+                        self.info.name,
+                    )
+                    deadline.deadline += wait
+                    await anyio.sleep(wait)
             try:
-                loaded = await conn.load_session(
-                    cwd=self._workspace.root, session_id=previous, mcp_servers=[]
-                )
+                if resume:
+                    loaded: Any = await conn.resume_session(
+                        cwd=self._workspace.root, session_id=session_id, mcp_servers=[]
+                    )
+                else:
+                    # Set before the answer is read: a replay may follow it at once.
+                    screen.hold_replay()
+                    loaded = await conn.load_session(
+                        cwd=self._workspace.root, session_id=session_id, mcp_servers=[]
+                    )
             except RequestError as exc:
                 # The agent forgot it (or never kept it): a new session it is, and everyone
                 # is told the agent does not remember the earlier turns.
+                screen.drop_replay()
                 details["load_failed"] = _error_text(exc)
             else:
+                if not resume:
+                    screen.hold_replay()  # the quiet is counted from the answer on
                 self._settings.start(
                     loaded.modes if loaded else None,
                     loaded.config_options if loaded else None,
-                    transport.results.get("session/load"),
+                    transport.results.get(method),
                 )
-                return previous, {**details, "session_id": previous, "resumed": True}
+                return session_id, {
+                    **details,
+                    "session_id": session_id,
+                    "resumed": True,
+                    "resumed_with": method,
+                }
         try:
             new = await conn.new_session(cwd=self._workspace.root, mcp_servers=[])
         except RequestError as exc:
@@ -576,8 +635,9 @@ class AcpSession(ChatSession):
             raise _AuthNeeded(f"it offers no login method {method_id!r}; {_methods_text(methods)}")
         await conn.authenticate(method_id=method_id)
 
-    async def _previous_session(self, agent_id: str | None) -> str | None:
-        """The ACP session id of the latest `agent_started` of this agent, if it had one."""
+    async def _previous_session(self, agent_id: str | None) -> tuple[str, float] | None:
+        """The ACP session id of the latest `agent_started` of this agent, if it had one, and
+        when that start was recorded (a Unix time)."""
         before = None
         while True:
             page = await self._log.query(
@@ -590,8 +650,9 @@ class AcpSession(ChatSession):
             for item in page:
                 if item.data.get("what") == "agent_started":
                     session_id = item.data.get("session_id")
-                    same = item.data.get("agent_id") == agent_id
-                    return session_id if isinstance(session_id, str) and same else None
+                    if isinstance(session_id, str) and item.data.get("agent_id") == agent_id:
+                        return session_id, item.created_at.timestamp()
+                    return None
             if len(page) < 100:
                 return None
             before = page[-1].seq
@@ -831,12 +892,19 @@ class AcpSession(ChatSession):
             logger.exception("could not record the end of terminal %s", terminal.terminal_id)
 
 
+_STATE_KINDS = frozenset(
+    {"current_mode_update", "config_option_update", "available_commands_update"}
+)
+
+
 class _Screen:
     """Sees every notification from the agent before the acp package does (in arrival order).
 
     It takes for the session what the package would drop with a traceback (update kinds it does
-    not know) and what must not be recorded again (updates replayed while session/load runs:
-    those of the session's state still update it).
+    not know) and what must not be recorded again: the history an agent replays for session/load,
+    while the load runs and, since some agents replay after answering it (Gemini CLI), from the
+    answer until the first prompt of the loaded session is sent (`hold_replay`, `end_replay`).
+    Updates of the session's state (mode, config options, commands) still update it.
     """
 
     def __init__(self, session: AcpSession) -> None:
@@ -844,6 +912,30 @@ class _Screen:
         self.transport: StdioTransport | None = None
         self.task_group: anyio.abc.TaskGroup | None = None
         self._unsupported: set[str] = set()
+        self._replaying = False
+        self._last_replayed = 0.0
+
+    def hold_replay(self) -> None:
+        """session/load is sent or answered: hold its replay back until `end_replay`."""
+        self._replaying = True
+        self._last_replayed = anyio.current_time()
+
+    def drop_replay(self) -> None:
+        """session/load failed: there is no replay to hold back."""
+        self._replaying = False
+
+    async def end_replay(self) -> None:
+        """Before the first prompt after a load: wait until the agent has been quiet for
+        REPLAY_QUIET (at most REPLAY_WAIT), then let its updates be recorded again."""
+        if not self._replaying:
+            return
+        give_up = anyio.current_time() + REPLAY_WAIT
+        while (now := anyio.current_time()) < give_up:
+            quiet_at = self._last_replayed + REPLAY_QUIET
+            if now >= quiet_at:
+                break
+            await anyio.sleep(min(quiet_at, give_up) - now)
+        self._replaying = False
 
     def __call__(self, message: dict[str, Any]) -> bool:
         if message.get("method") != "session/update":
@@ -851,11 +943,16 @@ class _Screen:
         params = message.get("params")
         update = params.get("update") if isinstance(params, dict) else None
         kind = update.get("sessionUpdate") if isinstance(update, dict) else None
-        if self.transport is not None and self.transport.waiting_for("session/load"):
-            if kind in ("current_mode_update", "config_option_update", "available_commands_update"):
+        if self.transport is not None and self.transport.waiting_for(
+            "session/load", "session/resume"
+        ):
+            if kind in _STATE_KINDS:
                 with contextlib.suppress(ValidationError):
                     notification = schema.SessionNotification.model_validate(params)
                     self._session._settings_from(notification.update)
+            return True
+        if self._replaying and kind not in _STATE_KINDS:
+            self._last_replayed = anyio.current_time()
             return True
         if isinstance(kind, str) and kind not in KNOWN_UPDATES:
             if kind not in self._unsupported and len(self._unsupported) < 64:
@@ -932,6 +1029,29 @@ async def _stop_process(process: asyncio.subprocess.Process) -> None:
     # Children it left behind in its group go too.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+async def _wait_exit(process: asyncio.subprocess.Process) -> int:
+    """The exit status of the agent's own process, as soon as it exits.
+
+    Not `process.wait()`: asyncio returns from it only once the pipes are closed too, and a
+    child the agent started with them (npm's wrapper runs codex-acp's binary so) keeps them
+    open, serving on, after the process we started died. The status is there before that,
+    with no event to wait on (the child watcher sets it), hence the look every EXIT_POLL.
+    """
+    while True:
+        code = process.returncode
+        if code is not None:
+            return code
+        await anyio.sleep(EXIT_POLL)
+
+
+def _next_minute_wait(started_at: float, now: float) -> float:
+    """Seconds until the minute after `started_at`'s (UTC) begins, 0 if it has begun."""
+    if int(now // 60) != int(started_at // 60):
+        return 0.0
+    # A little past the turn of the minute, so the agent's clock is past it too.
+    return (int(now // 60) + 1) * 60 - now + 0.5
 
 
 def _exit_text(code: int) -> str:

@@ -93,13 +93,14 @@ class StdioTransport:
         self._fail_own(ConnectionError("the connection to the agent is closed"))
         self._writer.close()
 
-    def waiting_for(self, method: str) -> bool:
-        """Whether a request for `method` (one of `keep_results_of`) is still unanswered.
+    def waiting_for(self, *methods: str) -> bool:
+        """Whether a request for one of `methods` (of `keep_results_of`) is still unanswered.
 
         Checked by `on_notification`, in the order the agent's messages arrive: an update read
-        before the answer to session/load is a replayed one, an update read after it is not.
+        before the answer to session/load is a replayed one (one read after it may be too:
+        tunnel.agents.acp_agent holds those back until the next prompt).
         """
-        return method in self._watched.values()
+        return any(method in self._watched.values() for method in methods)
 
     # -- requests of our own -------------------------------------------------------------------
 
