@@ -31,7 +31,13 @@ from tests.terminal.hostile import (
     hostile_host_argv,
     without_drawing,
 )
-from tests.terminal.pty_process import TERMINAL_ENV, pty_process, screen_process
+from tests.terminal.pty_process import (
+    TERMINAL_ENV,
+    bells,
+    pty_process,
+    screen_process,
+    titles,
+)
 from tunnel.app.requests import Prompt
 from tunnel.host.console import HostConsole
 from tunnel.host.presence import Member, Presence
@@ -141,7 +147,9 @@ async def test_the_host_console_on_a_terminal_receives_no_control_sequence(
 
     text = received.decode("utf-8")  # strict: no stray byte a terminal could read as C1
     assert b"\x1b" not in received
-    assert dangerous(text.replace("\r\n", "\n")) == []
+    # One bell, ours, for the one permission request; none of the BELs the agent sent.
+    assert bells(received) == 1
+    assert dangerous(text.replace("\r\n", "\n").replace("\x07", "", 1)) == []
     assert_every_label_shown_escaped(text, extra=("refusal",))
     presence = [line for line in text.splitlines() if line.rstrip().endswith(") joined")]
     for name in NAMES[:2]:
@@ -182,7 +190,11 @@ async def test_the_host_console_with_a_prompt_line_receives_no_control_sequence_
     received = host.received
 
     text = received.decode("utf-8")  # strict: no stray byte a terminal could read as C1
-    assert dangerous(without_drawing(text)) == []
+    # Ours: one bell for the one permission request, and the title saying how many wait.
+    assert bells(received) == 1
+    assert set(titles(received)) == {"[1 waiting] tunnel host", "tunnel host", ""}
+    ours = re.sub(r"\x1b\]2;[^\x07\x1b]*\x07", "", text).replace("\x07", "", 1)
+    assert dangerous(without_drawing(ours)) == []
     assert_every_label_shown_escaped(screen, extra=("refusal",), markdown=("message",))
     presence = [line for line in screen.splitlines() if line.rstrip().endswith(") joined")]
     for name in NAMES[:2]:

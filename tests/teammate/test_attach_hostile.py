@@ -34,7 +34,13 @@ from tests.terminal.hostile import (
     hostile_host_argv,
     without_drawing,
 )
-from tests.terminal.pty_process import TERMINAL_ENV, pty_process, screen_process
+from tests.terminal.pty_process import (
+    TERMINAL_ENV,
+    bells,
+    pty_process,
+    screen_process,
+    titles,
+)
 from tunnel.app.host_messages import (
     Error,
     EventMessage,
@@ -235,7 +241,9 @@ async def test_tunnel_attach_on_a_terminal_receives_no_control_sequence(
 
     text = received.decode("utf-8")  # strict: no stray byte a terminal could read as C1
     assert b"\x1b" not in received
-    assert dangerous(text.replace("\r\n", "\n")) == []
+    # One bell, ours, for the one permission request; none of the BELs the agent sent.
+    assert bells(received) == 1
+    assert dangerous(text.replace("\r\n", "\n").replace("\x07", "", 1)) == []
     # Each surface showed its hostile text, escaped (so the check above checked something).
     assert_every_label_shown_escaped(text)
     for name in NAMES:
@@ -279,7 +287,11 @@ async def test_tunnel_attach_with_a_prompt_line_receives_no_control_sequence_fro
         _stop(host)
 
     text = received.decode("utf-8")  # strict: no stray byte a terminal could read as C1
-    assert dangerous(without_drawing(text)) == []
+    # Ours: one bell for the one permission request, and the title saying how many wait.
+    assert bells(received) == 1
+    assert set(titles(received)) == {"[1 waiting] tunnel attach", "tunnel attach", ""}
+    ours = re.sub(r"\x1b\]2;[^\x07\x1b]*\x07", "", text).replace("\x07", "", 1)
+    assert dangerous(without_drawing(ours)) == []
     # Each surface showed its hostile text, escaped; the reply as markdown, beside its label.
     assert_every_label_shown_escaped(screen, markdown=("message",))
     assert re.search(r"^agent +echo: <prompt>", screen, re.MULTILINE)

@@ -225,3 +225,17 @@ def pty_process(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path) -> It
         yield process
     finally:
         process.stop()
+
+
+_TITLE = re.compile(rb"\x1b\]2;([^\x07\x1b]*)\x07")
+"""OSC 2, a window title, as the commands set it (ended by BEL)."""
+
+
+def bells(received: bytes) -> int:
+    """The bells a terminal rang: its BELs but those that end a title."""
+    return _TITLE.sub(b"", received).count(b"\x07")
+
+
+def titles(received: bytes) -> list[str]:
+    """Every window title set, in order."""
+    return [match.group(1).decode() for match in _TITLE.finditer(received)]

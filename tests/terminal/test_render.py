@@ -264,3 +264,10 @@ def test_text_that_is_not_one_fenced_block_keeps_its_fences() -> None:
     for text in ("see ```x```", "```\na\n```\nb\n```\nc\n```", "```\nopen only"):
         result = {"seq": 1, "type": "tool_result", "data": {"ok": True, "output": text}}
         assert render_item(result).plain == f"result {text}"
+
+
+def test_a_tool_result_with_no_output_says_so_rather_than_an_empty_result() -> None:
+    failed = {"seq": 1, "type": "tool_result", "data": {"ok": False, "output": ""}}
+    assert render_item(failed).plain == "result: failed, no output"
+    empty = {"seq": 2, "type": "tool_result", "data": {"ok": True, "output": "\n"}}
+    assert render_item(empty).plain == "result: none"

@@ -265,3 +265,19 @@ def test_a_tool_call_of_a_cancelled_turn_in_unshown_history_is_remembered_failed
     transcript.remember({"seq": 2, "type": "session_event", "data": ended})
     transcript.item(_tool(3, status="failed"))
     assert screen.text() == ""
+
+
+def test_a_failed_or_empty_tool_result_prints_no_empty_result_line() -> None:
+    for live in (True, False):
+        screen = Screen(live=live)
+        transcript = Transcript(screen)
+        transcript.item(_tool(1, "tool_call", title="Run make", status="in_progress"))
+        transcript.item(_tool(2, status="failed"))
+        transcript.item({"seq": 3, "type": "tool_result", "data": {"ok": False, "output": ""}})
+        transcript.item({"seq": 4, "type": "tool_result", "data": {"ok": True, "output": " \n"}})
+        transcript.item({"seq": 5, "type": "tool_result", "data": {"ok": True, "output": "42"}})
+        lines = screen.text().splitlines()
+        assert "result 42" in lines, live
+        assert [line for line in lines if line.startswith("result")] == ["result 42"], live
+        # The call's own line says how it ended.
+        assert any("Run make" in line and "failed" in line for line in lines), live

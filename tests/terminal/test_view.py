@@ -41,3 +41,11 @@ def test_an_earlier_request_queues_before_the_ones_held() -> None:
     view.absorb_earlier(_request(3, "early"))
     # /allow answers the latest request: still the one that came last.
     assert list(view.pending) == ["early", "late"]
+
+
+def test_a_request_the_policy_decided_at_once_is_never_open() -> None:
+    view = ConversationView()
+    for seq, decided in enumerate(({"policy": {"source": "preset:ask"}}, {"remembered": {}}), 1):
+        request = {"request_id": f"r{seq}", "title": "t", "options": [], **decided}
+        assert view.accept({"seq": seq, "type": "permission_request", "data": request})
+    assert view.pending == {}

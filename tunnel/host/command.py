@@ -181,6 +181,15 @@ def host_command(
         bool,
         typer.Option(help="Read prompts and answers from standard input."),
     ] = True,
+    no_bell: Annotated[
+        bool,
+        typer.Option(
+            "--no-bell",
+            envvar="TUNNEL_HOST_NO_BELL",
+            help="Do not ring the console's terminal bell when a permission request starts"
+            " waiting (the prompt and the window title still show how many wait).",
+        ),
+    ] = False,
     ping_interval: Annotated[
         float,
         typer.Option(
@@ -256,6 +265,7 @@ def host_command(
         sandbox=sandbox_settings,
         agent_auth=agent_auth,
         policy=approval_policy,
+        bell=not no_bell,
     )
     confined = ""
     if sandbox_settings is not None:

@@ -29,6 +29,7 @@ from tunnel.host.presence import Presence
 from tunnel.log import Event, Log
 from tunnel.terminal.commands import HELP, Invite, People, Quit, Revoke, Say, parse_line
 from tunnel.terminal.completion import CommandCompleter
+from tunnel.terminal.notify import TerminalSignals, WaitingRequests
 from tunnel.terminal.presence import change_lines
 from tunnel.terminal.sanitize import printable
 from tunnel.terminal.screen import PlainScreen, PromptScreen, Screen, interactive_terminal
@@ -80,6 +81,7 @@ class HostConsole:
         host_name: str,
         console: Console,
         stdin: TextIO | None,
+        bell: bool = True,
     ) -> None:
         self._session = session
         self._log = log
@@ -88,6 +90,12 @@ class HostConsole:
         self._console = console
         self._stdin = stdin
         self._questions: deque[_Question] = deque()
+        # The console's file now, before the prompt screen puts its proxy in sys.stdout's place.
+        # Without a prompt line nobody here answers: no bell then.
+        self._signals = TerminalSignals(
+            console.file, program="tunnel host", bell=bell and stdin is not None
+        )
+        self._waiting = WaitingRequests()
         self._screen: Screen
         if stdin is not None and interactive_terminal(stdin, console.file):
             self._screen = PromptScreen(
@@ -115,6 +123,7 @@ class HostConsole:
         finally:
             if isinstance(self._screen, PromptScreen):
                 self._screen.exit()
+            self._signals.close()
 
     async def approve_join(self, who: str, role: str) -> bool:
         """Ask the host user whether `who` may join; False when refused or unanswered in time."""
@@ -136,7 +145,7 @@ class HostConsole:
             if question in self._questions:
                 self._questions.remove(question)
             if not self._questions:
-                self._screen.set_prompt("> ")
+                self._screen.set_prompt(self._waiting.prompt("> "))
         return question.admit
 
     async def _show_log(self) -> None:
@@ -149,6 +158,17 @@ class HostConsole:
                     self._transcript.event(entry.to_wire())
                 else:
                     self._transcript.item(entry.to_wire())
+                    # A request is open before its item is stored: its item announces it.
+                    self._signal_waiting()
+
+    def _signal_waiting(self) -> None:
+        """Show how many permission requests wait, and ring for each new one."""
+        before = self._waiting.count
+        ids = [str(data.get("request_id")) for data in self._session.open_permissions()]
+        new = self._waiting.update(ids)
+        if self._waiting.count != before and not self._questions:
+            self._screen.set_prompt(self._waiting.prompt("> "))
+        self._signals.show(self._waiting, new)
 
     async def _show_presence(self) -> None:
         seen = self._presence.version
@@ -194,7 +214,7 @@ class HostConsole:
             verdict = "admitted" if question.admit else "refused"
             self._screen.print(Text(f"{printable(question.who)} {verdict}", style="dim"))
             if not self._questions:
-                self._screen.set_prompt("> ")
+                self._screen.set_prompt(self._waiting.prompt("> "))
             return
         command = parse_line(line, self._view())
         try:

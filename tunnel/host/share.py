@@ -91,6 +91,10 @@ class ShareSettings:
     """The approval policy every permission request of the agent is decided by first
     (`--policy FILE`, `--approvals PRESET`; docs/policy.md); None: the first answer wins."""
 
+    bell: bool = True
+    """Ring the console's terminal bell once for each new permission request that waits
+    (`--no-bell` turns it off)."""
+
     @property
     def resolved_log_db(self) -> Path:
         return self.log_db if self.log_db is not None else default_db_path()
@@ -214,6 +218,7 @@ async def run_share(
             host_name=settings.host.name,
             console=console,
             stdin=stdin if settings.interactive else None,
+            bell=settings.bell,
         )
 
         # One for the whole host: late joiners' replays take turns (tunnel/host/session.py).

@@ -65,6 +65,7 @@ from tunnel.terminal.commands import (
     parse_line,
 )
 from tunnel.terminal.completion import CommandCompleter
+from tunnel.terminal.notify import TerminalSignals, WaitingRequests
 from tunnel.terminal.presence import change_lines, whole_line
 from tunnel.terminal.raw import ESCAPE_NAME, RawTerminal
 from tunnel.terminal.render import render_item
@@ -129,6 +130,10 @@ class AttachSettings:
     """How many items of the conversation so far to print on attach (and of what was missed
     after a reconnect); None: as many as the terminal has rows."""
 
+    bell: bool = True
+    """Ring the terminal's bell once for each new permission request that waits (a drive link
+    only: a viewer cannot answer)."""
+
     def __post_init__(self) -> None:
         check_name(self.name)
         if self.give_up_after is not None and not self.give_up_after >= 0:
@@ -153,6 +158,7 @@ class Attachment:
         status: Console | None = None,
         screen: Screen | None = None,
         stdout_fd: int | None = None,
+        signals: TerminalSignals | None = None,
     ) -> None:
         self._settings = settings
         self._console = console
@@ -193,6 +199,9 @@ class Attachment:
         """A terminal agent's size on the host (`ready`, then `terminal_size` events)."""
         self._left = anyio.Event()
         self._tg: TaskGroup | None = None
+        self._signals = signals
+        self._waiting = WaitingRequests()
+        self._prompt = "> " if self._driver else "(view) > "
 
     @property
     def view(self) -> ConversationView:
@@ -208,7 +217,7 @@ class Attachment:
         code = EXIT_OK
         if not self._driver:
             self._screen.note("view-only link: you can watch but not drive")
-            self._screen.set_prompt("(view) > ")
+        self._screen.set_prompt(self._prompt)
 
         async def attach() -> None:
             nonlocal code
@@ -317,6 +326,7 @@ class Attachment:
                 try:
                     while True:
                         self._show(await channel.receive())
+                        self._signal_waiting()
                 finally:
                     self._connection = None
 
@@ -324,18 +334,22 @@ class Attachment:
         """Read earlier items, unprinted, for the state they hold: the agent's commands and
         settings, open permission requests. Stops once both are known or after
         `MAX_BACKFILL_PAGES` pages."""
-        for _ in range(MAX_BACKFILL_PAGES):
-            if self._view.complete:
-                return
-            page = await channel.history(before=before)
-            for item in reversed(page.items):
-                self._view.absorb_earlier(item)
-            if not page.more or not page.items:
-                return
-            seq = page.items[0].get("seq")
-            if not isinstance(seq, int):
-                return
-            before = seq
+        try:
+            for _ in range(MAX_BACKFILL_PAGES):
+                if self._view.complete:
+                    return
+                page = await channel.history(before=before)
+                for item in reversed(page.items):
+                    self._view.absorb_earlier(item)
+                if not page.more or not page.items:
+                    return
+                seq = page.items[0].get("seq")
+                if not isinstance(seq, int):
+                    return
+                before = seq
+        finally:
+            # A request from before the replayed end still waits: it counts, and is new here.
+            self._signal_waiting()
 
     async def _forward_lines(self, channel: TeammateSession) -> None:
         async for line in self._lines_receive:
@@ -411,6 +425,18 @@ class Attachment:
                 logger.warning("dropped a message from the host: %s", event.reason)
             case CatchingUp():
                 logger.info("catching up after seq %d: %s", event.after, event.reason)
+
+    def _signal_waiting(self) -> None:
+        """Show how many permission requests wait, and ring for each new one. Not while a
+        replay is being read: a request it holds may be answered further on."""
+        if self._replaying or self._raw is not None:
+            return
+        before = self._waiting.count
+        new = self._waiting.update(self._view.pending)
+        if self._waiting.count != before:
+            self._screen.set_prompt(self._waiting.prompt(self._prompt))
+        if self._signals is not None:
+            self._signals.show(self._waiting, new if self._driver else 0)
 
     def _note(self, text: str, style: str = "dim") -> None:
         if self._raw is not None:
@@ -600,6 +626,8 @@ async def run_attach(settings: AttachSettings) -> int:
     Runs until the user quits, the link is refused, attach gives up, or SIGINT/SIGTERM.
     """
     console = Console(highlight=False)
+    # The real standard output, taken before the prompt screen puts its proxy in its place.
+    signals = TerminalSignals(sys.stdout, program="tunnel attach", bell=settings.bell)
     screen: Screen
     if interactive_terminal(sys.stdin, sys.stdout):
         local = [name for name in LOCAL_COMMANDS if name not in HOST_COMMANDS]
@@ -613,6 +641,7 @@ async def run_attach(settings: AttachSettings) -> int:
         stdin=sys.stdin,
         screen=screen,
         stdout_fd=sys.stdout.fileno() if screen.live else None,
+        signals=signals,
     )
     code = EXIT_OK
 
@@ -621,5 +650,8 @@ async def run_attach(settings: AttachSettings) -> int:
         code = await attachment.run()
         tg.cancel_scope.cancel()
 
-    stopped_by = await run_until_signal(main)
+    try:
+        stopped_by = await run_until_signal(main)
+    finally:
+        signals.close()
     return code if stopped_by is None else exit_code_after(stopped_by)

@@ -73,6 +73,15 @@ def attach_command(
             show_default=False,
         ),
     ] = None,
+    no_bell: Annotated[
+        bool,
+        typer.Option(
+            "--no-bell",
+            envvar="TUNNEL_NO_BELL",
+            help="Do not ring the terminal's bell when a permission request starts waiting"
+            " (the prompt and the window title still show how many wait).",
+        ),
+    ] = False,
 ) -> None:
     """Attach to a shared session from this terminal: watch, and drive with a drive link."""
     # The client loads only now, so that `tunnel --help` and the other commands never do.
@@ -89,6 +98,7 @@ def attach_command(
         give_up_after=give_up_after,
         raw=raw,
         history=history,
+        bell=not no_bell,
     )
     raise typer.Exit(anyio.run(run_attach, settings))
 

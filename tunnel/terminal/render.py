@@ -493,8 +493,13 @@ def render_item(item: Mapping[str, Any]) -> Text:
             head.append(content)
     elif kind == "tool_result":
         ok = data.get("ok") is True
-        head.append("result ", style="bold green" if ok else "bold red")
-        head.append(_clip(unfenced(_str(data, "output"))))
+        output = unfenced(_str(data, "output"))
+        if output.strip():
+            head.append("result ", style="bold green" if ok else "bold red")
+            head.append(_clip(output))
+        else:
+            head.append("result", style="bold green" if ok else "bold red")
+            head.append(": none" if ok else ": failed, no output", style="dim")
     elif kind == "tool_terminal":
         _tool_terminal(head, data)
     elif kind == "permission_request":

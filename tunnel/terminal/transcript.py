@@ -140,6 +140,9 @@ class Transcript:
                 fresh = self._unshown(key, call["content"])
                 if len(fresh) < len(call["content"]):
                     item = {**item, "data": {**data, "tool_call": {**call, "content": fresh}}}
+        if kind == "tool_result" and not str(data.get("output") or "").strip():
+            # Nothing came out: the call's line above already says how it ended.
+            return
         response_id = item.get("response_id")
         if kind in ("message", "reasoning") and isinstance(response_id, str):
             self._stored_stream(item, response_id, data)

@@ -130,7 +130,14 @@ class ConversationView:
         request_id = data.get("request_id")
         if not isinstance(request_id, str):
             return
-        if kind == "permission_request" and request_id not in self.closed:
+        if (
+            kind == "permission_request"
+            and request_id not in self.closed
+            # Decided by the approval policy, or by an answer remembered, before anyone saw it:
+            # never open (its decision follows it).
+            and "policy" not in data
+            and "remembered" not in data
+        ):
             request = PendingPermission.from_data(request_id, data)
             if newest:
                 self.pending[request_id] = request
