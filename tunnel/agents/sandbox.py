@@ -400,14 +400,19 @@ def _package_name(package: str) -> str:
 
 
 def host_private_paths(
-    *, key_file: Path, secrets_file: Path, log_db: Path, invitations_file: Path | None = None
+    *,
+    key_file: Path,
+    secrets_file: Path,
+    log_db: Path,
+    invitations_file: Path | None = None,
+    others: tuple[Path, ...] = (),
 ) -> tuple[Path, ...]:
     """The host's own files, hidden from every sandboxed agent: its key, its share secrets and
-    personal links, the conversation log with SQLite's companion files, and agent-tunnel's
-    config and data directories."""
+    personal links, the conversation log with SQLite's companion files, agent-tunnel's config
+    and data directories, and `others` (the push key and subscriptions)."""
     import platformdirs
 
-    paths = [key_file, secrets_file, log_db]
+    paths = [key_file, secrets_file, log_db, *others]
     if invitations_file is not None:
         paths.append(invitations_file)
     paths += [log_db.with_name(log_db.name + suffix) for suffix in ("-wal", "-shm", "-journal")]

@@ -26,6 +26,7 @@ __all__ = [
     "Member",
     "PresenceDelta",
     "PresenceMessage",
+    "PushState",
     "Ready",
     "SandboxInfo",
     "Snapshot",
@@ -79,6 +80,9 @@ class Ready:
     """A terminal agent's size now; None for a chat agent, or from a host too old to say."""
     verified: bool = False
     """Whether `name` is the host's (a personal link's invited name), not the one sent."""
+    push_key: str | None = None
+    """The host's VAPID public key (base64url, 65 bytes decoded): a browser subscribes to Web
+    Push with it (docs/application.md, "Notifications"); None when the host sends no pushes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,6 +183,15 @@ class BroadcastStart:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PushState:
+    """The answer to `push_on` and `push_off`: whether the host now pushes to `endpoint`.
+    Only the page follows it; a Python teammate skips it as an unknown op."""
+
+    on: bool
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Error:
     """A request was refused; nothing happened."""
 
@@ -205,7 +218,7 @@ def pack(message: Mapping[str, Any]) -> bytes:
     return packed
 
 
-def encode(message: HostMessage) -> bytes:
+def encode(message: HostMessage | PushState) -> bytes:
     """Return the plaintext of `message`."""
     wire: dict[str, Any]
     match message:
@@ -227,6 +240,8 @@ def encode(message: HostMessage) -> bytes:
                 wire["terminal"] = {"cols": message.terminal.cols, "rows": message.terminal.rows}
             if message.verified:
                 wire["verified"] = True
+            if message.push_key is not None:
+                wire["push_key"] = message.push_key
         case Snapshot():
             wire = {
                 "op": "snapshot",
@@ -273,6 +288,8 @@ def encode(message: HostMessage) -> bytes:
             }
         case Error():
             wire = {"op": "error", "code": message.code, "message": message.message}
+        case PushState():
+            wire = {"op": "push", "on": message.on, "endpoint": message.endpoint}
     return pack(wire)
 
 
@@ -318,6 +335,7 @@ def parse_map(message: Mapping[str, Any]) -> HostMessage:
             sandbox=_sandbox(message.get("sandbox")),
             terminal=_terminal(message.get("terminal")),
             verified=message.get("verified") is True,
+            push_key=_optional(message, "push_key", str),
         )
     if op == "snapshot":
         return Snapshot(

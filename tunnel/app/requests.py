@@ -7,11 +7,13 @@ and raises nothing but `BadRequest`, whatever the bytes.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from tunnel.app.errors import BadRequest
 
@@ -33,6 +35,16 @@ MAX_HISTORY_ITEMS = 200
 """Most items one `history` request may ask for (its `limit`), and the default limit."""
 MAX_SEQ = 2**63 - 1
 """Largest seq a cursor may name: the log's seqs are msgpack's signed 64-bit integers."""
+MAX_PUSH_ENDPOINT_LENGTH = 2048
+"""Longest push endpoint a `push_on` may name: the browsers' are a few hundred characters."""
+PUSH_KEY_SIZE = 65
+"""A subscription's `p256dh`: an uncompressed P-256 point (RFC 8291 section 3.2)."""
+PUSH_AUTH_SIZE = 16
+"""A subscription's `auth` secret (RFC 8291 section 3.2)."""
+MIN_BROWSER_ID_LENGTH = 16
+MAX_BROWSER_ID_LENGTH = 64
+"""A `browser` id: random url-safe characters the page keeps per host (docs/application.md)."""
+_URL_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,6 +133,35 @@ class Resize:
     rows: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PushOn:
+    """Send this browser approval notifications through Web Push (docs/application.md,
+    "Notifications"); any role. `endpoint`, `p256dh` and `auth` are the browser's
+    PushSubscription; `browser` the page's own id for it."""
+
+    endpoint: str
+    p256dh: bytes
+    """The uncompressed P-256 point, decoded from base64url."""
+    auth: bytes
+    """The 16-byte auth secret, decoded from base64url."""
+    browser: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PushOff:
+    """Stop pushing to `endpoint`; any role."""
+
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Focus:
+    """Whether this page is in front of its person now (no push while one is); any role."""
+
+    focused: bool
+    browser: str
+
+
 Request = (
     Subscribe
     | History
@@ -132,6 +173,9 @@ Request = (
     | SetConfig
     | Input
     | Resize
+    | PushOn
+    | PushOff
+    | Focus
 )
 
 # Ops that change the session: a viewer sending one is refused with `forbidden`.
@@ -159,6 +203,38 @@ def _expect_keys(message: Mapping[str, Any], allowed: set[str]) -> None:
     extra = set(message) - allowed
     if extra:
         raise BadRequest(f"unexpected field(s): {', '.join(sorted(map(str, extra)))}")
+
+
+def _push_key(message: Mapping[str, Any], name: str, size: int) -> bytes:
+    """A base64url field (padded or not) that decodes to exactly `size` bytes."""
+    text = _bounded_str(message, name, 4 * size // 3 + 4)
+    stripped = text.rstrip("=")
+    if not stripped or any(c not in _URL_SAFE for c in stripped):
+        raise BadRequest(f"field {name!r} must be base64url")
+    try:
+        value = base64.urlsafe_b64decode(stripped + "=" * (-len(stripped) % 4))
+    except ValueError:
+        raise BadRequest(f"field {name!r} must be base64url") from None
+    if len(value) != size:
+        raise BadRequest(f"field {name!r} must decode to {size} bytes")
+    return value
+
+
+def _browser(message: Mapping[str, Any]) -> str:
+    browser = _bounded_str(message, "browser", MAX_BROWSER_ID_LENGTH)
+    if len(browser) < MIN_BROWSER_ID_LENGTH or any(c not in _URL_SAFE for c in browser):
+        raise BadRequest(
+            f"field 'browser' must be {MIN_BROWSER_ID_LENGTH} to {MAX_BROWSER_ID_LENGTH}"
+            " url-safe characters"
+        )
+    return browser
+
+
+def _endpoint(message: Mapping[str, Any]) -> str:
+    endpoint = _bounded_str(message, "endpoint", MAX_PUSH_ENDPOINT_LENGTH)
+    if not endpoint:
+        raise BadRequest("field 'endpoint' is empty")
+    return endpoint
 
 
 def decode_request(plaintext: bytes) -> Request:
@@ -246,7 +322,33 @@ def decode_request(plaintext: bytes) -> Request:
         if not (1 <= cols <= MAX_TERMINAL_SIDE and 1 <= rows <= MAX_TERMINAL_SIDE):
             raise BadRequest("terminal size out of range")
         return Resize(cols=cols, rows=rows)
+    if op == "push_on":
+        _expect_keys(message, {"op", "endpoint", "p256dh", "auth", "browser"})
+        endpoint = _endpoint(message)
+        p256dh = _push_key(message, "p256dh", PUSH_KEY_SIZE)
+        if p256dh[0] != 4:
+            raise BadRequest("field 'p256dh' must be an uncompressed P-256 point")
+        try:
+            ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), p256dh)
+        except ValueError:
+            raise BadRequest("field 'p256dh' is not a point on P-256") from None
+        return PushOn(
+            endpoint=endpoint,
+            p256dh=p256dh,
+            auth=_push_key(message, "auth", PUSH_AUTH_SIZE),
+            browser=_browser(message),
+        )
+    if op == "push_off":
+        _expect_keys(message, {"op", "endpoint"})
+        return PushOff(endpoint=_endpoint(message))
+    if op == "focus":
+        _expect_keys(message, {"op", "focused", "browser"})
+        return Focus(focused=_field(message, "focused", bool), browser=_browser(message))
     raise BadRequest("unknown op")
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
 def encode_request(request: Request) -> bytes:
@@ -275,5 +377,17 @@ def encode_request(request: Request) -> bytes:
             message = {"op": "input", "data": data}
         case Resize(cols=cols, rows=rows):
             message = {"op": "resize", "cols": cols, "rows": rows}
+        case PushOn(endpoint=endpoint, p256dh=p256dh, auth=auth, browser=browser):
+            message = {
+                "op": "push_on",
+                "endpoint": endpoint,
+                "p256dh": _b64url(p256dh),
+                "auth": _b64url(auth),
+                "browser": browser,
+            }
+        case PushOff(endpoint=endpoint):
+            message = {"op": "push_off", "endpoint": endpoint}
+        case Focus(focused=focused, browser=browser):
+            message = {"op": "focus", "focused": focused, "browser": browser}
     packed: bytes = msgpack.packb(message, use_bin_type=True)
     return packed

@@ -44,10 +44,13 @@ from tunnel.app.requests import (
     DEFAULT_HISTORY_ITEMS,
     DRIVING_REQUESTS,
     Cancel,
+    Focus,
     History,
     Input,
     PermissionAnswer,
     Prompt,
+    PushOff,
+    PushOn,
     Request,
     Resize,
     SetConfig,
@@ -59,10 +62,12 @@ from tunnel.app.requests import (
 from tunnel.host.presence import Member, Presence
 from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE, ReplayLimit
 from tunnel.log import Event, Item, Log, StoreError
+from tunnel.notify.subscriptions import Owner, Subscription
 from tunnel.process.groups import unwrap_group
 
 if TYPE_CHECKING:
     from tunnel.host.broadcast import Broadcaster
+    from tunnel.notify.service import Notifier
 
 logger = logging.getLogger("tunnel.session")
 
@@ -179,14 +184,17 @@ class SessionChannelHandler:
         replay_burst: int = REPLAY_BURST,
         replay_rate: float = REPLAY_RATE,
         heads: HeadSource | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         """`replay` is the host's budget shared by every channel; None gives this channel one
         of its own. `replay_burst` and `replay_rate` bound this channel's catch-up
         (`ReplayLimit`). With `broadcast`, the live tail and presence go to this channel as casts
         once its snapshot is sent (docs/application.md, "The broadcast"); without, on the
         channel itself. `heads` gives a joiner the latest signed chain head after its snapshot
-        (docs/log.md, "The audit chain")."""
+        (docs/log.md, "The audit chain"). `notifier` takes the teammate's push subscriptions
+        and focus (docs/application.md, "Notifications")."""
         self._channel = channel
+        self._notifier = notifier
         self._session = session
         self._log = log
         self._presence = presence
@@ -215,6 +223,7 @@ class SessionChannelHandler:
                 agent_kind=self._session.info.kind,
                 sandbox=_sandbox_info(self._session),
                 terminal=_terminal_size(self._session),
+                push_key=None if self._notifier is None else self._notifier.push_key,
             )
         )
         # Only a message that decrypted proves the keys, and with them the role and the name:
@@ -229,10 +238,12 @@ class SessionChannelHandler:
                 tg.cancel_scope.cancel()
         finally:
             self._presence.leave(key)
+            if self._notifier is not None:
+                self._notifier.left(self)
             if self._broadcast is not None:
                 self._broadcast.left(self._channel)
 
-    async def _send(self, message: out.HostMessage) -> None:
+    async def _send(self, message: out.HostMessage | out.PushState) -> None:
         await self._send_plaintext(out.encode(message))
 
     async def _send_plaintext(self, plaintext: bytes) -> None:
@@ -261,6 +272,9 @@ class SessionChannelHandler:
             # of its own: one history read per channel at a time, and a teammate that asks
             # faster than it reads the answers waits for them.
             await self._send_history(request)
+        elif isinstance(request, PushOn | PushOff | Focus):
+            # Any role: a viewer may want to know that a request waits, too.
+            await self._notifications(request)
         elif isinstance(request, DRIVING_REQUESTS) and self._channel.role != "drive":
             await self._send(out.Error(code="forbidden", message="this link can only view"))
         else:
@@ -275,6 +289,47 @@ class SessionChannelHandler:
                 await self._send(
                     out.Error(code="agent_unavailable", message="the log cannot be written")
                 )
+
+    async def _notifications(self, request: PushOn | PushOff | Focus) -> None:
+        """A teammate's push subscription or focus (docs/application.md, "Notifications")."""
+        notifier = self._notifier
+        if notifier is None or notifier.push_key is None:
+            await self._send(
+                out.Error(code="not_supported", message="this host sends no push notifications")
+            )
+            return
+        # A personal link's person is the host's; a role link's holder is only their browser.
+        person = self._channel.name if self._verified else None
+        match request:
+            case Focus(focused=focused, browser=browser):
+                owner = (
+                    Owner(kind="person", id=person) if person else Owner(kind="browser", id=browser)
+                )
+                notifier.focus(self, owner, focused)
+            case PushOn(endpoint=endpoint, p256dh=p256dh, auth=auth, browser=browser):
+                owner = (
+                    Owner(kind="person", id=person) if person else Owner(kind="browser", id=browser)
+                )
+                subscription = Subscription(
+                    owner=owner,
+                    endpoint=endpoint,
+                    p256dh=p256dh,
+                    auth=auth,
+                    role=self._channel.role,
+                    browser=browser,
+                )
+                try:
+                    notifier.subscribe(subscription)
+                except ValueError as exc:
+                    # Said to the teammate as is: every such message is written for them.
+                    logger.info("refused a push subscription of %s: %s", self._channel.name, exc)
+                    await self._send(out.Error(code="forbidden", message=str(exc)))
+                    return
+                await self._send(out.PushState(on=True, endpoint=endpoint))
+            case PushOff(endpoint=endpoint):
+                notifier.unsubscribe(endpoint, person=person)
+                held = notifier.subscriptions.get(endpoint) is not None
+                await self._send(out.PushState(on=held, endpoint=endpoint))
 
     async def _drive(self, request: Request) -> None:
         by = self._channel.name
@@ -297,8 +352,8 @@ class SessionChannelHandler:
                 await self._session.input(data, by=by)
             case Resize(cols=cols, rows=rows):
                 await self._session.resize(cols, rows, by=by)
-            case Subscribe() | History():  # handled by the caller; here for exhaustiveness
-                pass
+            case Subscribe() | History() | PushOn() | PushOff() | Focus():
+                pass  # handled by the caller; here for exhaustiveness
 
     async def _restart_stream(self, tg: anyio.abc.TaskGroup, request: Subscribe) -> None:
         # A new subscribe replaces the old stream: the client starts over from `after`.

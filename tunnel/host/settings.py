@@ -100,3 +100,15 @@ class HostSettings:
         `K.secrets.invitations` with `--key-file K`)."""
         secrets = self.resolved_secrets_file
         return secrets.with_name(secrets.name + ".invitations")
+
+    @property
+    def resolved_vapid_file(self) -> Path:
+        """The Web Push (VAPID) key: beside the host key (`host_key.vapid`, `K.vapid`)."""
+        key = self.resolved_key_file
+        return key.with_name(key.name + ".vapid")
+
+    @property
+    def resolved_subscriptions_file(self) -> Path:
+        """The teammates' push subscriptions: beside the host key (`host_key.push`, `K.push`)."""
+        key = self.resolved_key_file
+        return key.with_name(key.name + ".push")

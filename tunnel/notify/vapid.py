@@ -24,10 +24,6 @@ JWT_LIFETIME = 12 * 3600
 """Seconds a VAPID JWT is valid: RFC 8292 section 2 allows at most 24 hours; half leaves room
 for a host's clock running ahead of the push service's."""
 
-DEFAULT_CONTACT = "mailto:agent-tunnel@localhost"
-"""The JWT's `sub` when the host names no contact (`--push-contact`): RFC 8292 asks for a
-mailto: or https: URI a push service operator could reach; some services want a real one."""
-
 
 def b64url(data: bytes) -> str:
     """base64url without padding, as Web Push writes keys (RFC 8291 section 3.2)."""

@@ -1,0 +1,205 @@
+"""`Notifier`: the host's notifications, running beside the session.
+
+It follows the conversation log (`Notable` turns entries into events) and, for each request
+that starts waiting, pushes to every subscription whose person has no page in front of them
+(`focus`), once more after the reminder delay if it still waits, and a withdrawal to each
+subscription pushed to once it ends. Webhooks and local commands get every event. Nothing here
+waits on a push service, a webhook or a command: they run in their senders' own tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import anyio
+
+from tunnel.log import Log
+from tunnel.notify.endpoints import check_endpoint
+from tunnel.notify.events import Decided, Notable, NotifyEvent, Waiting
+from tunnel.notify.push import PushJob, PushSender
+from tunnel.notify.settings import NotifySettings
+from tunnel.notify.subscriptions import Owner, Subscription, Subscriptions
+from tunnel.notify.vapid import VapidKey
+from tunnel.notify.webpush import Option, request_payload, tag_of, topic_of, withdraw_payload
+
+logger = logging.getLogger("tunnel.notify")
+
+MAX_FOCUS_CHANNELS = 4096
+"""Channels whose focus the notifier remembers; a host has at most as many channels open."""
+
+
+class Listener(Protocol):
+    """A sender told of every event (webhooks, commands): never waits."""
+
+    def notify_nowait(self, event: NotifyEvent) -> None: ...
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = ...) -> None: ...
+
+
+class Notifier:
+    """One host's notifications; `run` it beside the session."""
+
+    def __init__(
+        self,
+        settings: NotifySettings,
+        *,
+        host_id: str,
+        vapid: VapidKey | None,
+        subscriptions: Subscriptions,
+        agent_name: Callable[[], str],
+        listeners: Sequence[Listener] = (),
+    ) -> None:
+        self.settings = settings
+        self.subscriptions = subscriptions
+        self._host_id = host_id
+        self._vapid = vapid if settings.push else None
+        self._agent_name = agent_name
+        self._listeners = tuple(listeners)
+        self._notable = Notable()
+        self._focus: dict[object, tuple[Owner, bool]] = {}
+        self._pushed: dict[str, set[str]] = {}
+        """Per waiting request, the endpoints pushed to: each gets the withdrawal."""
+        self._reminders: dict[str, anyio.CancelScope] = {}
+        self._pusher: PushSender | None = None
+        if self._vapid is not None:
+            self._pusher = PushSender(
+                vapid=self._vapid,
+                subscriptions=subscriptions,
+                contact=settings.push_contact,
+                extra_origins=settings.push_services,
+                timeout=settings.send_timeout,
+                concurrency=settings.max_sends,
+                queue_size=settings.queue_size,
+            )
+
+    @property
+    def push_key(self) -> str | None:
+        """The VAPID public key for `ready`, None when this host sends no pushes."""
+        return None if self._vapid is None else self._vapid.application_server_key
+
+    # -- what teammates ask ---------------------------------------------------------------------
+
+    def subscribe(self, subscription: Subscription) -> None:
+        """Keep `subscription`; EndpointRefused or subscriptions.Refused (ValueErrors whose
+        message is for the teammate) if not."""
+        if self._vapid is None:
+            raise ValueError("this host sends no push notifications")
+        check_endpoint(subscription.endpoint, self.settings.push_services)
+        self.subscriptions.add(subscription)
+
+    def unsubscribe(self, endpoint: str, *, person: str | None) -> bool:
+        """Drop the subscription of `endpoint` if the asker may: the invited `person` their
+        own, a role link's holder (None) any role link's (knowing the endpoint, a capability)."""
+        held = self.subscriptions.get(endpoint)
+        if held is None:
+            return False
+        if person is not None:
+            return self.subscriptions.remove(endpoint, owner=Owner(kind="person", id=person))
+        return held.owner.kind == "browser" and self.subscriptions.remove(endpoint)
+
+    def focus(self, channel: object, owner: Owner, focused: bool) -> None:
+        """`channel`'s page is (or is no longer) in front of `owner`."""
+        if channel not in self._focus and len(self._focus) >= MAX_FOCUS_CHANNELS:
+            return
+        self._focus[channel] = (owner, focused)
+
+    def left(self, channel: object) -> None:
+        """`channel` ended: its focus no longer counts."""
+        self._focus.pop(channel, None)
+
+    def focused(self, owner: Owner) -> bool:
+        """Whether a page of `owner` says it is in front of them."""
+        return any(o == owner and f for o, f in self._focus.values())
+
+    def forget_person(self, name: str) -> None:
+        """`/revoke NAME`: their subscriptions go with their link."""
+        removed = self.subscriptions.remove_person(name)
+        if removed:
+            logger.info("dropped %d push subscription(s) of %s", removed, name)
+
+    def forget_role_links(self) -> None:
+        """`/revoke`: every role link's subscriptions go with the links."""
+        removed = self.subscriptions.remove_role_links()
+        if removed:
+            logger.info("dropped %d push subscription(s) of the role links", removed)
+
+    # -- running --------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        log: Log,
+        conversation_id: str,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Follow `log` from its end and notify until cancelled."""
+        info = await log.get_conversation(conversation_id)
+        after = -1 if info is None else info.last_seq
+        async with anyio.create_task_group() as tg:
+            if self._pusher is not None:
+                await tg.start(self._pusher.run)
+            for listener in self._listeners:
+                await tg.start(listener.run)
+            async with log.subscribe(conversation_id, after=after) as sub:
+                task_status.started()
+                while True:
+                    for entry in await sub.receive_batch():
+                        for event in self._notable.receive(entry):
+                            self._on_event(event, tg)
+
+    def _on_event(self, event: NotifyEvent, tg: anyio.abc.TaskGroup) -> None:
+        for listener in self._listeners:
+            listener.notify_nowait(event)
+        if self._pusher is None:
+            return
+        if isinstance(event, Waiting):
+            self._push_request(event, reminder=False)
+            if self.settings.reminder > 0:
+                scope = anyio.CancelScope()
+                self._reminders[event.request_id] = scope
+                tg.start_soon(self._remind, event, scope)
+        elif isinstance(event, Decided):
+            if event.request_id in self._reminders:
+                self._reminders.pop(event.request_id).cancel()
+            payload = withdraw_payload(host_id=self._host_id, request_id=event.request_id)
+            topic = topic_of(tag_of(self._host_id, event.request_id))
+            for endpoint in self._pushed.pop(event.request_id, set()):
+                subscription = self.subscriptions.get(endpoint)
+                if subscription is not None:
+                    self._pusher.send_nowait(
+                        PushJob(subscription=subscription, payload=payload, topic=topic)
+                    )
+
+    async def _remind(self, waiting: Waiting, scope: anyio.CancelScope) -> None:
+        with scope:
+            await anyio.sleep(self.settings.reminder)
+            if self._reminders.get(waiting.request_id) is scope:
+                del self._reminders[waiting.request_id]
+            if self._notable.waiting(waiting.request_id) is not None:
+                self._push_request(waiting, reminder=True)
+
+    def _push_request(self, waiting: Waiting, *, reminder: bool) -> None:
+        assert self._pusher is not None
+        topic = topic_of(tag_of(self._host_id, waiting.request_id))
+        pushed = self._pushed.setdefault(waiting.request_id, set())
+        options = [Option(option_id=o.option_id, name=o.name, kind=o.kind) for o in waiting.options]
+        for subscription in self.subscriptions.all():
+            if self.focused(subscription.owner):
+                continue
+            person = subscription.owner.id if subscription.owner.kind == "person" else None
+            answerable = waiting.may_answer(role=subscription.role, person=person)
+            payload = request_payload(
+                host_id=self._host_id,
+                request_id=waiting.request_id,
+                agent=self._agent_name(),
+                title=waiting.title,
+                kind=waiting.kind,
+                command=waiting.command,
+                options=options if answerable else [],
+                reminder=reminder,
+            )
+            job = PushJob(subscription=subscription, payload=payload, topic=topic)
+            if self._pusher.send_nowait(job):
+                pushed.add(subscription.endpoint)

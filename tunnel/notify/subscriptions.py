@@ -1,0 +1,195 @@
+"""The push subscriptions a host keeps: whose each one is, saved in a 0600 file beside the host
+key so they outlive a restart, bounded per person and in all.
+
+A subscription belongs to a person: the invited name of a personal link (the host bound it), or
+for a role link the `browser` id its page sent (anyone holding the link could say any name, so
+the typed name owns nothing). `/revoke NAME` drops that person's; `/revoke` drops every role
+link's, with the links themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tunnel.e2e.identity import KeyFileError, read_private_file, write_private_file
+from tunnel.notify.vapid import b64url, b64url_decode
+
+logger = logging.getLogger("tunnel.notify")
+
+MAX_PER_OWNER = 4
+"""Subscriptions of one person (or one role-link browser): a new one beyond replaces their
+oldest, so one person's browsers cannot crowd out everyone else's."""
+MAX_SUBSCRIPTIONS = 256
+"""Subscriptions a host keeps in all; `push_on` beyond is refused."""
+
+OwnerKind = Literal["person", "browser"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Owner:
+    """Whose a subscription is: an invited `person`'s name, or a role link's `browser` id."""
+
+    kind: OwnerKind
+    id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subscription:
+    """One browser's push subscription (its PushSubscription) and whose it is."""
+
+    owner: Owner
+    endpoint: str
+    p256dh: bytes
+    auth: bytes
+    role: str
+    """The role of the link it came through ("view" or "drive"): a viewer's pushes offer no
+    answers."""
+    browser: str
+    """The page's id for this browser."""
+
+
+class Refused(ValueError):
+    """A subscription the host does not keep; the message is for the teammate."""
+
+
+class Subscriptions:
+    """Every subscription, by endpoint; saved to `path` on each change (None: in memory)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._path = path
+        self._by_endpoint: dict[str, Subscription] = {}
+
+    @classmethod
+    def load(cls, path: Path | None) -> Subscriptions:
+        """The subscriptions saved at `path` (an empty file made if there is none). Raises
+        KeyFileError for a file others may read; an entry that does not read is dropped with a
+        warning."""
+        subscriptions = cls(path)
+        if path is None:
+            return subscriptions
+        if not path.exists():
+            # Made now, empty: a sandboxed agent's layout hides only files that exist.
+            subscriptions._save()
+            return subscriptions
+        data = read_private_file(path)
+        try:
+            entries = json.loads(data)
+            if not isinstance(entries, list):
+                raise TypeError
+        except (ValueError, TypeError):
+            raise KeyFileError(
+                f"{path} holds no push subscriptions; move it away (teammates then turn"
+                " notifications on again)"
+            ) from None
+        dropped = 0
+        for entry in entries[:MAX_SUBSCRIPTIONS]:
+            subscription = _from_json(entry)
+            if subscription is None:
+                dropped += 1
+            else:
+                subscriptions._by_endpoint[subscription.endpoint] = subscription
+        if dropped:
+            logger.warning("dropped %d unreadable push subscription(s) from %s", dropped, path)
+        return subscriptions
+
+    def __len__(self) -> int:
+        return len(self._by_endpoint)
+
+    def all(self) -> list[Subscription]:
+        """Every subscription, oldest first."""
+        return list(self._by_endpoint.values())
+
+    def get(self, endpoint: str) -> Subscription | None:
+        return self._by_endpoint.get(endpoint)
+
+    def add(self, subscription: Subscription) -> None:
+        """Keep `subscription` (replacing its owner's one with the same endpoint); beyond
+        `MAX_PER_OWNER` the owner's oldest goes. Raises Refused for an endpoint another owner
+        holds, or a host holding `MAX_SUBSCRIPTIONS` already."""
+        held = self._by_endpoint.get(subscription.endpoint)
+        if held is not None and held.owner != subscription.owner:
+            raise Refused("this push endpoint is subscribed by someone else")
+        if held is None and len(self._by_endpoint) >= MAX_SUBSCRIPTIONS:
+            raise Refused("the host keeps no more push subscriptions")
+        self._by_endpoint.pop(subscription.endpoint, None)
+        self._by_endpoint[subscription.endpoint] = subscription
+        mine = [s for s in self._by_endpoint.values() if s.owner == subscription.owner]
+        for old in mine[: max(0, len(mine) - MAX_PER_OWNER)]:
+            del self._by_endpoint[old.endpoint]
+        self._save()
+
+    def remove(self, endpoint: str, *, owner: Owner | None = None) -> bool:
+        """Drop the subscription of `endpoint` (only if it is `owner`'s, when given)."""
+        held = self._by_endpoint.get(endpoint)
+        if held is None or (owner is not None and held.owner != owner):
+            return False
+        del self._by_endpoint[endpoint]
+        self._save()
+        return True
+
+    def remove_person(self, name: str) -> int:
+        """Drop every subscription of the invited person `name`; how many."""
+        return self._remove_where(lambda s: s.owner == Owner(kind="person", id=name))
+
+    def remove_role_links(self) -> int:
+        """Drop every subscription made through a role link; how many."""
+        return self._remove_where(lambda s: s.owner.kind == "browser")
+
+    def _remove_where(self, predicate: Any) -> int:
+        gone = [s.endpoint for s in self._by_endpoint.values() if predicate(s)]
+        for endpoint in gone:
+            del self._by_endpoint[endpoint]
+        if gone:
+            self._save()
+        return len(gone)
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        data = json.dumps([_to_json(s) for s in self._by_endpoint.values()], indent=1)
+        try:
+            write_private_file(self._path, data.encode("utf-8"), overwrite=True)
+        except OSError as exc:
+            # Kept in memory all the same: only a restart would lose the change.
+            logger.warning("cannot save the push subscriptions to %s: %s", self._path, exc)
+
+
+def _to_json(subscription: Subscription) -> dict[str, str]:
+    return {
+        "owner_kind": subscription.owner.kind,
+        "owner": subscription.owner.id,
+        "endpoint": subscription.endpoint,
+        "p256dh": b64url(subscription.p256dh),
+        "auth": b64url(subscription.auth),
+        "role": subscription.role,
+        "browser": subscription.browser,
+    }
+
+
+def _from_json(entry: Any) -> Subscription | None:
+    if not isinstance(entry, dict):
+        return None
+    fields = ("owner_kind", "owner", "endpoint", "p256dh", "auth", "role", "browser")
+    if not all(isinstance(entry.get(name), str) for name in fields):
+        return None
+    kind = entry["owner_kind"]
+    if kind not in ("person", "browser") or entry["role"] not in ("view", "drive"):
+        return None
+    try:
+        p256dh, auth = b64url_decode(entry["p256dh"]), b64url_decode(entry["auth"])
+    except ValueError:
+        return None
+    if len(p256dh) != 65 or len(auth) != 16:
+        return None
+    return Subscription(
+        owner=Owner(kind=kind, id=entry["owner"]),
+        endpoint=entry["endpoint"],
+        p256dh=p256dh,
+        auth=auth,
+        role=entry["role"],
+        browser=entry["browser"],
+    )
