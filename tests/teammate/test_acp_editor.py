@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,8 +25,11 @@ import pytest
 
 from tests.host.host_process import HostProcess
 from tests.host.teammate import Teammate, attached
-from tests.support import RelayProcess, wait_or_kill
+from tests.support import RelayProcess, wait_online, wait_or_kill
 from tunnel.app.requests import PermissionAnswer, Prompt
+from tunnel.e2e.crypto import ShareLink
+from tunnel.e2e.identity import HostIdentity
+from tunnel.teammate.client import TeammateSession
 
 ROOT = Path(__file__).resolve().parents[2]
 EDITOR = ROOT / "tests" / "teammate" / "acp_editor.mjs"
@@ -310,3 +315,74 @@ def test_a_bad_link_is_one_line_and_exit_2() -> None:
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("tunnel acp: ")
     assert result.stdout == ""
+
+
+async def _ready(session: TeammateSession) -> None:
+    await session.receive()  # the host's `ready`: the session channel works
+
+
+@pytest.mark.agents_real
+@pytest.mark.timeout(120)
+@pytest.mark.anyio
+async def test_the_editor_stays_attached_across_a_relay_restart(
+    relay: RelayProcess, host: HostProcess, tmp_path: Path
+) -> None:
+    sdk = acp_sdk()
+    editor = Editor(sdk, host.drive_link, "zed")
+    restarted: RelayProcess | None = None
+    try:
+        await editor.call("initialize")
+        session = (await editor.call("new"))["result"]["sessionId"]
+        mark = editor.mark()
+        relay.kill()
+        await editor.wait(
+            lambda line: line["event"] == "stderr" and "retrying" in line["line"], start=mark
+        )
+        restarted = RelayProcess(tmp_path, port=relay.port).start()
+        await wait_online(host.drive_link, probe=_ready)
+        async with attached(host.drive_link, "bob") as bob:
+            await bob.send(Prompt(text="after the restart"))
+            await editor.wait(said("user_message_chunk", "after the restart"), start=mark)
+            await editor.wait(said("agent_message_chunk", "echo: after the restart"), start=mark)
+        mark = editor.mark()
+        prompt_id = editor.do("prompt", sessionId=session, text="back again")
+        done = await editor.wait(lambda line: line.get("id") == prompt_id, start=mark)
+        assert done["result"] == {"stopReason": "end_turn"}
+        assert editor.updates(mark)  # the reply came as updates
+    finally:
+        editor.stop()
+        if restarted is not None:
+            restarted.stop()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_a_signal_ends_it_with_the_code_every_command_gives(
+    signum: signal.Signals, code: int
+) -> None:
+    with socket.socket() as sock:  # a loopback port where nothing listens
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    link = ShareLink(
+        relay_url=f"http://127.0.0.1:{port}",
+        host_id=HostIdentity.generate().host_id,
+        role="drive",
+        secret=os.urandom(32),
+    )
+    proc = subprocess.Popen(
+        [*TUNNEL, "acp"],
+        cwd=ROOT,
+        env=dict(os.environ, TUNNEL_LINK=str(link)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        assert "retrying" in proc.stderr.readline().decode()  # running, waiting for the relay
+        proc.send_signal(signum)
+        assert proc.wait(15) == code
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        wait_or_kill(proc)

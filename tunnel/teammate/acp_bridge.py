@@ -52,6 +52,7 @@ from tunnel.e2e.crypto import ShareLink
 from tunnel.process.backoff import TEAMMATE_MAX_BACKOFF, Backoff
 from tunnel.process.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
 from tunnel.process.groups import unwrap_group
+from tunnel.process.signals import exit_code_after, run_until_signal
 from tunnel.proto.codes import FINAL_CODES
 from tunnel.teammate.acp_mirror import (
     PROMPT_CAPABILITIES,
@@ -642,15 +643,23 @@ class AcpBridge:
 
 async def run_acp(settings: AcpSettings) -> int:
     """Serve ACP on stdin and stdout as a teammate of the link's shared session, until the
-    editor closes stdin (0) or the link is refused (3) or the host stays out of reach past
-    `give_up_after` (4)."""
+    editor closes stdin (0), the link is refused (3), the host stays out of reach past
+    `give_up_after` (4), or SIGINT (130) or SIGTERM (0)."""
     reader, writer = await stdio_streams(limit=16 * 1024 * 1024)
     bridge = AcpBridge(settings)
     router = build_agent_router(bridge)  # type: ignore[arg-type]
     router.add_route(Route(method="session/set_model", func=bridge.set_model, kind="request"))
     conn = Connection(router, writer, reader, listening=False, observers=[bridge._observe])
+    code = EXIT_OK
+
+    async def main(tg: TaskGroup) -> None:
+        nonlocal code
+        code = await bridge.run(conn)
+        tg.cancel_scope.cancel()
+
     try:
-        return await bridge.run(conn)
+        stopped_by = await run_until_signal(main)
     finally:
         with anyio.move_on_after(2, shield=True):
             await conn.close()
+    return code if stopped_by is None else exit_code_after(stopped_by)
