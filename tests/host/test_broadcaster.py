@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import pytest
 
@@ -116,3 +118,55 @@ async def test_a_large_presence_change_goes_in_deltas_that_each_fit_a_message() 
             assert len(delta.joined) <= MAX_LISTED_MEMBERS
             told += [member.id for member in delta.joined if member.id is not None]
     assert told == list(range(joiners))
+
+
+class CountingLink(FakeLink):
+    """A fake link that counts the messages each cast makes: one per joined channel."""
+
+    def __init__(self, readers: Callable[[], int]) -> None:
+        super().__init__()
+        self.readers = readers
+        self.messages = 0
+
+    def cast(self, data: bytes) -> None:
+        super().cast(data)
+        self.messages += self.readers()
+
+
+async def presence_messages_per_join(joiners: int, pause: float) -> float:
+    """Presence messages the joined channels get per join while `joiners` join one after
+    another, `pause` seconds apart (a slower machine attaches them further apart)."""
+    presence = Presence()
+    joined: set[object] = set()
+    link = CountingLink(lambda: len(joined))
+    async with Log(MemoryStore()) as log:
+        cast = Broadcaster(
+            identity=HostIdentity.generate(),
+            log=log,
+            conversation_id="main",
+            presence=presence,
+            link=lambda: link,  # type: ignore[arg-type,return-value]
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(cast.run)
+            for n in range(joiners):
+                presence.join(Member(name=f"t{n}", role="view"))
+                channel = object()
+                cast.joined(channel)
+                joined.add(channel)
+                await anyio.sleep(pause)
+            with anyio.fail_after(10):
+                while cast.start_message(you=0).count(b"t%d" % (joiners - 1)) == 0:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    return link.messages / joiners
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_a_join_costs_a_few_presence_messages_however_slow_the_joins_come() -> None:
+    # The pauses stand for machines of different speeds: the count of presence messages per
+    # join must not grow with them (a pacing by time would cast more often per join).
+    per_join = [await presence_messages_per_join(120, pause) for pause in (0.0, 0.004, 0.03)]
+    assert all(cost <= 4.0 for cost in per_join), per_join
+    assert max(per_join) - min(per_join) <= 1.5, per_join

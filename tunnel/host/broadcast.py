@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Callable
 
 import anyio
@@ -53,15 +54,18 @@ entry is cast at once, a burst (a replayed turn, a fast stream) in a few casts. 
 verifies every cast's signature (about 0.1 ms in Python), so the number of casts, not of items,
 is what a burst costs each of them; 5 ms is far below what a reader notices."""
 
-PRESENCE_INTERVAL = 0.1
-"""Seconds between two presence casts at least (plus PRESENCE_INTERVAL_PER_CHANNEL for each
-joined channel): changes meanwhile go in the next one."""
+PRESENCE_SHARE = 0.5
+"""A presence cast waits until the changes it carries number this share of the joined channels
+(at least one). Each cast is a message to every joined channel, so a cast carrying at least
+half as many changes as it has readers costs each change at most two messages: as a room
+fills, each cast waits for half again as many joins as the room held at the last one, and a
+burst of N joins costs about 3 N presence messages in all (besides each joiner's `broadcast`
+message), however fast or slow the machine and however many attach at once."""
 
-PRESENCE_INTERVAL_PER_CHANNEL = 0.001
-"""What each joined channel adds to the pause after a presence cast. Each cast is checked by every
-teammate, so the relay's and the teammates' work for presence stays about a thousand checks a
-second, however many attach at once: a thousand people attaching make about one cast a second,
-not one per join to each of them."""
+PRESENCE_QUIET = 0.1
+"""Seconds without a change after which the changes waiting are cast, however few: the last
+joins of a burst, or a lone join into a large room, are told this long after at most. While
+changes keep coming, their count (PRESENCE_SHARE), not the clock, decides when to cast."""
 
 
 class Broadcaster:
@@ -170,11 +174,18 @@ class Broadcaster:
             self._cast(messages, last)
 
     async def _follow_presence(self) -> None:
-        """Cast who came and went, all changes since the last cast in one, with a pause after
-        each that grows with the number of joined channels."""
+        """Cast who came and went, all changes since the last cast in one, once they number
+        PRESENCE_SHARE of the joined channels or stop coming for PRESENCE_QUIET."""
         seen = self._presence.version
         while True:
             await self._presence.wait_changed(seen)
+            while self._presence.version - seen < max(
+                1, math.ceil(len(self._joined) * PRESENCE_SHARE)
+            ):
+                with anyio.move_on_after(PRESENCE_QUIET) as quiet:
+                    await self._presence.wait_changed(self._presence.version)
+                if quiet.cancelled_caught:
+                    break
             await self._writable()
             seen = self._presence.version
             now = self._presence.keyed()
@@ -190,8 +201,6 @@ class Broadcaster:
                     some = joined[start : start + MAX_LISTED_MEMBERS]
                     delta = out.PresenceDelta(joined=some, left=left if start == 0 else [])
                     self._cast([out.encode(delta)], None, members=now)
-                joined_now = len(self._joined)
-                await anyio.sleep(PRESENCE_INTERVAL + PRESENCE_INTERVAL_PER_CHANNEL * joined_now)
 
     async def _writable(self) -> None:
         # Casts take no channel window: while the relay reads the host's link slower than the
