@@ -248,6 +248,7 @@ def _export_html(
     path: Path, conversation_id: str, file: Path, *, upto: int | None, strict: bool
 ) -> None:
     """`tunnel log export --html FILE`: the excerpt read, checked by verify, written as HTML."""
+    import contextlib
     import os
     from datetime import UTC, datetime
 
@@ -273,7 +274,8 @@ def _export_html(
         partial.write_bytes(page)
         os.replace(partial, file)
     except OSError as exc:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
         _fail(f"cannot write {file}: {exc.strerror or exc}")
     shown = (
         f"items {excerpt.items[0].seq}..{excerpt.items[-1].seq}" if excerpt.items else "no items"

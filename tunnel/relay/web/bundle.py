@@ -43,7 +43,9 @@ _DECLARED_NAME: Final = re.compile(
     r"(?:async\s+)?(?:function\s*\*?|class|const|let|var)\s+([\w$]+)"
 )
 # `export { a as b };`: at a line's start in the page's modules, after a `;` in a minified one.
-_EXPORT_LIST: Final = re.compile(r"(?:^|(?<=;))export\s*\{(?P<names>[^}]*)\}\s*;?", re.M)
+_EXPORT_LIST: Final = re.compile(
+    r"(?:^|(?<=;))export\s*\{(?P<names>[^}]*)\}(?!\s*from\b)\s*;?", re.M
+)
 _SOURCE_MAP: Final = re.compile(r"^//# sourceMappingURL=.*$", re.M)
 # What is left of an import or export the patterns above did not take.
 _LEFT_OVER: Final = re.compile(
