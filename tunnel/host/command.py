@@ -15,6 +15,7 @@ from tunnel.process.logs import LogLevel, configure_logging
 
 if TYPE_CHECKING:
     from tunnel.agents.sandbox import SandboxSettings
+    from tunnel.notify.settings import NotifySettings
     from tunnel.policy import Policy
 
 
@@ -190,6 +191,69 @@ def host_command(
             " waiting (the prompt and the window title still show how many wait).",
         ),
     ] = False,
+    push: Annotated[
+        bool,
+        typer.Option(
+            envvar="TUNNEL_HOST_PUSH",
+            help="Send approval notifications to the browsers whose page turned them on (Web"
+            " Push, end-to-end encrypted to each browser).",
+        ),
+    ] = True,
+    push_service: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--push-service",
+            metavar="ORIGIN",
+            show_default=False,
+            help="Also push to this origin (scheme://host[:port]) besides the browsers' own push"
+            " services (repeatable).",
+        ),
+    ] = None,
+    push_contact: Annotated[
+        str,
+        typer.Option(
+            envvar="TUNNEL_HOST_PUSH_CONTACT",
+            metavar="URI",
+            help="A mailto: or https: contact push services may reach you at (the VAPID 'sub').",
+        ),
+    ] = "mailto:agent-tunnel@localhost",
+    notify: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notify",
+            metavar="URL",
+            show_default=False,
+            help="POST a small JSON to URL when a request waits or is answered, or a turn ends"
+            " (repeatable); ntfy+https://SERVER/TOPIC posts ntfy's plain text instead.",
+        ),
+    ] = None,
+    notify_details: Annotated[
+        bool,
+        typer.Option(
+            "--notify-details",
+            envvar="TUNNEL_HOST_NOTIFY_DETAILS",
+            help="Put the request's title and command in what --notify posts (left out by"
+            " default).",
+        ),
+    ] = False,
+    notify_command: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TUNNEL_HOST_NOTIFY_COMMAND",
+            metavar="CMD",
+            show_default=False,
+            help="Run CMD (split like a shell line, run without a shell) for each of those"
+            " events, with TUNNEL_EVENT, TUNNEL_KIND, TUNNEL_TITLE... in its environment.",
+        ),
+    ] = None,
+    notify_reminder: Annotated[
+        float,
+        typer.Option(
+            envvar="TUNNEL_HOST_NOTIFY_REMINDER",
+            metavar="SECONDS",
+            help="Push once more after this long if a request still waits; 0: never.",
+        ),
+    ] = 300.0,
     ping_interval: Annotated[
         float,
         typer.Option(
@@ -247,6 +311,15 @@ def host_command(
     try:
         sandbox_settings = _sandbox_settings(sandbox, sandbox_allow or [], sandbox_net)
         approval_policy = _approval_policy(policy, approvals)
+        notify_settings = _notify_settings(
+            push=push,
+            services=push_service or [],
+            contact=push_contact,
+            webhooks=notify or [],
+            details=notify_details,
+            command=notify_command,
+            reminder=notify_reminder,
+        )
     except ValueError as exc:
         typer.echo(f"tunnel host: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
@@ -265,6 +338,7 @@ def host_command(
         sandbox=sandbox_settings,
         agent_auth=agent_auth,
         policy=approval_policy,
+        notify=notify_settings,
         bell=not no_bell,
     )
     confined = ""
@@ -298,6 +372,41 @@ def _sandbox_settings(sandbox: bool, allow: list[str], net: SandboxNet) -> Sandb
         except ValueError as exc:
             raise ValueError(f"--sandbox-allow: {exc}") from None
     return SandboxSettings(allow=tuple(allowances), network=net != SandboxNet.none)
+
+
+def _notify_settings(
+    *,
+    push: bool,
+    services: list[str],
+    contact: str,
+    webhooks: list[str],
+    details: bool,
+    command: str | None,
+    reminder: float,
+) -> NotifySettings:
+    """The notification options as settings; ValueError (one line) for one that cannot work."""
+    from tunnel.notify.command import parse_command
+    from tunnel.notify.endpoints import normalize_origin
+    from tunnel.notify.settings import NotifySettings
+    from tunnel.notify.webhook import parse_webhook_url
+
+    if not contact.startswith(("mailto:", "https://")):
+        raise ValueError("--push-contact: give a mailto: or https: URI")
+    if not reminder >= 0:
+        raise ValueError("--notify-reminder: give 0 or more seconds")
+    for url in webhooks:
+        parse_webhook_url(url)
+    if command is not None:
+        parse_command(command)
+    return NotifySettings(
+        push=push,
+        push_services=frozenset(normalize_origin(origin) for origin in services),
+        push_contact=contact,
+        reminder=reminder,
+        webhooks=tuple(webhooks),
+        details=details,
+        command=command,
+    )
 
 
 def _approval_policy(path: Path | None, approvals: Approvals | None) -> Policy | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -44,6 +44,8 @@ from tunnel.host.session import ReplayBudget, SessionChannelHandler
 from tunnel.host.settings import HostSettings
 from tunnel.log import Log, StoreError, default_db_path
 from tunnel.log.sqlite import open_host_store
+from tunnel.notify.service import Notifier
+from tunnel.notify.settings import NotifySettings
 from tunnel.policy import Policy
 
 
@@ -95,6 +97,9 @@ class ShareSettings:
     """Ring the console's terminal bell once for each new permission request that waits
     (`--no-bell` turns it off)."""
 
+    notify: NotifySettings = field(default_factory=NotifySettings)
+    """Approval notifications: Web Push, webhooks, a local command (docs/notifications.md)."""
+
     @property
     def resolved_log_db(self) -> Path:
         return self.log_db if self.log_db is not None else default_db_path()
@@ -109,9 +114,12 @@ def print_links(host: Host) -> None:
 class HostPeople:
     """The console's /invite, /revoke NAME and /people, on a running host."""
 
-    def __init__(self, host: Host, broadcast: Broadcaster) -> None:
+    def __init__(
+        self, host: Host, broadcast: Broadcaster, notifier: Notifier | None = None
+    ) -> None:
         self._host = host
         self._broadcast = broadcast
+        self._notifier = notifier
 
     async def invite(self, name: str, role: str) -> str:
         """Invite `name` in `role`; return their link."""
@@ -127,6 +135,8 @@ class HostPeople:
         # Before their channels close: the key they hold reads nothing cast after.
         self._broadcast.new_epoch()
         await self._host.revoke_person(name)
+        if self._notifier is not None:
+            self._notifier.forget_person(name)
 
     def listing(self) -> list[str]:
         """One line per invitation: name, role, attached now or when last seen."""
@@ -162,6 +172,7 @@ class Shared:
     log: Log
     presence: Presence
     console: HostConsole
+    notifier: Notifier | None = None
 
 
 async def run_share(
@@ -235,6 +246,7 @@ async def run_share(
                 replay_burst=settings.replay_burst,
                 replay_rate=settings.replay_rate,
                 heads=signer,
+                notifier=notifier,
             ).run()
 
         async def approve(channel: HostChannel) -> bool:
@@ -263,10 +275,14 @@ async def run_share(
             # Before the revoked channels close: the key they hold reads nothing cast after.
             broadcast.new_epoch()
             await host.revoke()
+            if notifier is not None:
+                notifier.forget_role_links()
             print_links(host)
 
+        notifier = _notifier(settings, host, session)
+
         host_console.revoke = revoke
-        host_console.people = HostPeople(host, broadcast)
+        host_console.people = HostPeople(host, broadcast, notifier)
         # The host user co-drives from the console: they are attached too.
         presence.join(Member(name=settings.host.name, role="host"))
         try:
@@ -274,11 +290,18 @@ async def run_share(
                 await tg.start(signer.run)
                 await tg.start(session.run)
                 await tg.start(broadcast.run)
+                if notifier is not None:
+                    await tg.start(notifier.run, log, session.conversation_id)
                 await tg.start(host.run)
                 tg.start_soon(host_console.run)
                 task_status.started(
                     Shared(
-                        host=host, session=session, log=log, presence=presence, console=host_console
+                        host=host,
+                        session=session,
+                        log=log,
+                        presence=presence,
+                        console=host_console,
+                        notifier=notifier,
                     )
                 )
                 await host_console.quit_requested.wait()
@@ -286,6 +309,44 @@ async def run_share(
         finally:
             # The agent has stopped: what it wrote while stopping is signed too.
             await signer.close()
+
+
+def _notifier(settings: ShareSettings, host: Host, session: AgentSession) -> Notifier | None:
+    """The host's notifications (tunnel/notify), its push key and subscriptions beside the host
+    key; None when there is nothing to notify (no pushes, webhooks nor command)."""
+    from tunnel.notify.command import CommandRunner
+    from tunnel.notify.subscriptions import Subscriptions
+    from tunnel.notify.vapid import VapidKey
+    from tunnel.notify.webhook import WebhookSender
+
+    notify = settings.notify
+    if not (notify.push or notify.webhooks or notify.command):
+        return None
+    vapid = VapidKey.load_or_create(settings.host.resolved_vapid_file) if notify.push else None
+    subscriptions = Subscriptions.load(
+        settings.host.resolved_subscriptions_file if notify.push else None
+    )
+    listeners: list[WebhookSender | CommandRunner] = [
+        WebhookSender(url, notify, conversation_id=session.conversation_id, host_id=host.host_id)
+        for url in notify.webhooks
+    ]
+    if notify.command is not None:
+        listeners.append(
+            CommandRunner(
+                notify.command,
+                notify,
+                conversation_id=session.conversation_id,
+                host_id=host.host_id,
+            )
+        )
+    return Notifier(
+        notify,
+        host_id=host.host_id,
+        vapid=vapid,
+        subscriptions=subscriptions,
+        agent_name=lambda: session.info.name,
+        listeners=listeners,
+    )
 
 
 async def _prepare_sandbox(settings: ShareSettings, workspace: Path) -> Sandbox:
@@ -300,6 +361,10 @@ async def _prepare_sandbox(settings: ShareSettings, workspace: Path) -> Sandbox:
         secrets_file=settings.host.resolved_secrets_file,
         invitations_file=settings.host.resolved_invitations_file,
         log_db=settings.resolved_log_db,
+        others=(
+            settings.host.resolved_vapid_file,
+            settings.host.resolved_subscriptions_file,
+        ),
     )
     prepare = functools.partial(
         prepare_sandbox,

@@ -1,0 +1,266 @@
+"""Web Push end to end: a sharing host (in process) behind a real relay, teammates' pages as
+Python channels, and a push service on loopback that checks every push as a browser and a
+real service would (tests/notify/push_service.py)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgpack
+import pytest
+from rich.console import Console
+
+from tests.host.conftest import wait_online
+from tests.host.teammate import Teammate, attached
+from tests.notify.push_keys import BrowserKeys
+from tests.notify.push_service import PushService, push_service
+from tests.support import RelayProcess, host_settings
+from tunnel.app.host_messages import decode_host_message
+from tunnel.app.requests import Focus, PermissionAnswer, Prompt, PushOff, PushOn, encode_request
+from tunnel.e2e.crypto import ShareLink
+from tunnel.host.share import Shared, ShareSettings, run_share
+from tunnel.notify.settings import NotifySettings
+from tunnel.notify.vapid import b64url_decode
+from tunnel.teammate.client import TeammateSession, connect_teammate
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+
+
+@contextlib.asynccontextmanager
+async def notifying_share(
+    relay: RelayProcess, tmp_path: Path, service: PushService, **notify: Any
+) -> AsyncIterator[Shared]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("one\ntwo\n")
+    settings = ShareSettings(
+        host=host_settings(relay.url, tmp_path),
+        workspace=workspace,
+        log_db=tmp_path / "log.db",
+        interactive=False,
+        demo_delay=0,
+        notify=NotifySettings(push_services=frozenset({service.origin}), reminder=0, **notify),
+    )
+    async with anyio.create_task_group() as tg:
+
+        async def share(*, task_status: anyio.abc.TaskStatus[Shared]) -> None:
+            with open(os.devnull, "w") as sink:
+                await run_share(settings, console=Console(file=sink), task_status=task_status)
+
+        shared: Shared = await tg.start(share)
+        await wait_online(shared.host.view_link)
+        assert shared.notifier is not None
+        assert shared.notifier.push_key is not None
+        service.vapid_key = b64url_decode(shared.notifier.push_key)
+        try:
+            yield shared
+        finally:
+            tg.cancel_scope.cancel()
+
+
+@dataclass
+class Page:
+    """A teammate's page as far as notifications go: its channel, never subscribed to the log."""
+
+    session: TeammateSession
+    ready: dict[str, Any]
+    browser: str
+
+    async def ask(self, request: PushOn | PushOff | dict[str, Any]) -> dict[str, Any]:
+        """Send a request and return the host's answer (a `push` or an `error`)."""
+        packed = msgpack.packb(request) if isinstance(request, dict) else encode_request(request)
+        await self.session.send(packed)
+        return decode_host_message(await self.session.receive_plaintext())
+
+    async def push_on(self, endpoint: str, keys: BrowserKeys) -> dict[str, Any]:
+        return await self.ask(
+            PushOn(endpoint=endpoint, p256dh=keys.public, auth=keys.auth, browser=self.browser)
+        )
+
+    async def focus(self, focused: bool) -> None:
+        await self.session.send(encode_request(Focus(focused=focused, browser=self.browser)))
+        # Requests are served in order: once this is answered, the focus was taken.
+        answer = await self.ask(PushOff(endpoint="https://fcm.googleapis.com/fcm/send/none"))
+        assert answer == {"op": "push", "on": False, "endpoint": answer["endpoint"]}
+
+
+@contextlib.asynccontextmanager
+async def page(link: str | ShareLink, name: str) -> AsyncIterator[Page]:
+    async with connect_teammate(link, name=name) as session:
+        ready = decode_host_message(await session.receive_plaintext())
+        assert ready["op"] == "ready"
+        browser = base64.urlsafe_b64encode(os.urandom(18)).decode()
+        yield Page(session=session, ready=ready, browser=browser)
+
+
+async def request_waits(driver: Teammate, n: int) -> str:
+    """Prompt, and return the id of the `n`th permission request of the session."""
+    await driver.send(Prompt(text="count the lines"))
+    await driver.wait_for(
+        lambda t: len([i for i in t.items if i["type"] == "permission_request"]) >= n
+    )
+    requests = [i for i in driver.items if i["type"] == "permission_request"]
+    return str(requests[n - 1]["data"]["request_id"])
+
+
+def kinds(service: PushService, endpoint: str) -> list[str]:
+    return [push.message["type"] for push in service.to(endpoint)]
+
+
+async def test_a_waiting_request_is_pushed_to_whoever_is_away_and_withdrawn_when_answered(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    async with push_service() as service, notifying_share(relay, tmp_path, service) as shared:
+        assert shared.console.people is not None
+        alice_link = await shared.console.people.invite("alice", "drive")
+        alice_endpoint, alice_keys = service.subscribe()
+        viewer_endpoint, viewer_keys = service.subscribe()
+        async with (
+            page(alice_link, "alice") as alice,
+            page(shared.host.view_link, "vera") as vera,
+            attached(shared.host.drive_link, "dan") as dan,
+        ):
+            assert alice.ready["push_key"] == shared.notifier.push_key  # type: ignore[union-attr]
+            on = await alice.push_on(alice_endpoint, alice_keys)
+            assert on == {"op": "push", "on": True, "endpoint": alice_endpoint}
+            assert (await vera.push_on(viewer_endpoint, viewer_keys))["on"] is True
+            await dan.wait_for(lambda t: t.snapshot_done)
+
+            request_id = await request_waits(dan, 1)
+            await service.wait_for(
+                lambda s: len(s.to(alice_endpoint)) == 1 and len(s.to(viewer_endpoint)) == 1
+            )
+            pushed = service.to(alice_endpoint)[0].message
+            host_id = shared.host.host_id
+            assert pushed["type"] == "request"
+            assert pushed["v"] == 1
+            assert pushed["tag"] == f"{host_id}/{request_id}"
+            assert pushed["host"] == host_id
+            assert pushed["request_id"] == request_id
+            assert pushed["agent"] == "demo"
+            assert "README.md" in pushed["title"]
+            assert pushed["reminder"] is False
+            assert [o["option_id"] for o in pushed["options"]] == ["allow_once", "reject_once"]
+            # A viewer is told, and offered nothing to answer.
+            assert service.to(viewer_endpoint)[0].message["options"] == []
+
+            await dan.send(PermissionAnswer(request_id=request_id, option_id="allow_once"))
+            await service.wait_for(
+                lambda s: (
+                    kinds(s, alice_endpoint) == ["request", "withdraw"]
+                    and kinds(s, viewer_endpoint) == ["request", "withdraw"]
+                )
+            )
+            withdrawn = service.to(alice_endpoint)[1].message
+            assert withdrawn == {
+                "v": 1,
+                "type": "withdraw",
+                "tag": f"{host_id}/{request_id}",
+                "host": host_id,
+                "request_id": request_id,
+            }
+            # Both keep the same Topic, so a queued request push is replaced by its withdrawal.
+            topics = {push.headers["topic"] for push in service.to(alice_endpoint)}
+            assert len(topics) == 1
+
+            # Alice has the page in front of her: the next request is pushed to the viewer only.
+            await alice.focus(True)
+            await dan.wait_for(lambda t: t.item_of("permission_decision") is not None)
+            second = await request_waits(dan, 2)
+            await service.wait_for(lambda s: len(s.to(viewer_endpoint)) == 3)
+            await dan.send(PermissionAnswer(request_id=second, option_id="reject_once"))
+            await service.wait_for(lambda s: len(s.to(viewer_endpoint)) == 4)
+            assert kinds(service, alice_endpoint) == ["request", "withdraw"]
+            assert service.errors == []
+
+            # /revoke alice: her subscription goes with her link, the viewer's stays.
+            await shared.console.people.revoke("alice")
+            held = [s.endpoint for s in shared.notifier.subscriptions.all()]  # type: ignore[union-attr]
+            assert held == [viewer_endpoint]
+            saved = json.loads(shared.host.settings.resolved_subscriptions_file.read_text())
+            assert [s["endpoint"] for s in saved] == [viewer_endpoint]
+            # /revoke: the role links' subscriptions go with the links.
+            assert shared.console.revoke is not None
+            await shared.console.revoke()
+            assert shared.notifier.subscriptions.all() == []  # type: ignore[union-attr]
+
+
+async def test_a_gone_subscription_is_dropped_and_a_hanging_service_delays_nothing(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    # The hanging push would be given up only after a minute: the answer cannot wait for that.
+    async with (
+        push_service() as service,
+        notifying_share(relay, tmp_path, service, send_timeout=60.0) as shared,
+    ):
+        gone_endpoint, gone_keys = service.subscribe("gone")
+        hang_endpoint, hang_keys = service.subscribe("hang")
+        async with (
+            page(shared.host.view_link, "gone") as gone,
+            page(shared.host.view_link, "hang") as hang,
+            attached(shared.host.drive_link, "dan") as dan,
+        ):
+            assert (await gone.push_on(gone_endpoint, gone_keys))["on"] is True
+            assert (await hang.push_on(hang_endpoint, hang_keys))["on"] is True
+            await dan.wait_for(lambda t: t.snapshot_done)
+            request_id = await request_waits(dan, 1)
+            await service.wait_for(lambda s: s.hanging == 1 and len(s.to(gone_endpoint)) == 1)
+
+            await dan.send(PermissionAnswer(request_id=request_id, option_id="allow_once"))
+            await dan.wait_for(lambda t: t.item_of("tool_result") is not None)
+            # The turn went on while the push service still held the push.
+            assert service.hanging >= 1
+            assert shared.notifier is not None
+            await service.wait_for(
+                lambda s: shared.notifier.subscriptions.get(gone_endpoint) is None
+            )  # type: ignore[union-attr]
+            assert shared.notifier.subscriptions.get(hang_endpoint) is not None
+            assert service.errors == []
+
+
+async def test_an_endpoint_outside_the_push_services_and_malformed_subscriptions_are_refused(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    async with push_service() as service, notifying_share(relay, tmp_path, service) as shared:
+        endpoint, keys = service.subscribe()
+        async with page(shared.host.drive_link, "mallory") as mallory:
+            good = {
+                "op": "push_on",
+                "endpoint": endpoint,
+                "p256dh": base64.urlsafe_b64encode(keys.public).decode().rstrip("="),
+                "auth": base64.urlsafe_b64encode(keys.auth).decode().rstrip("="),
+                "browser": mallory.browser,
+            }
+            # Where the host would POST for an attacker: its own network, loopback, a lookalike.
+            for target in (
+                "http://127.0.0.1:1/push/x",
+                f"http://localhost:{service.port}/push/x",
+                "https://169.254.169.254/latest/meta-data/",
+                "https://fcm.googleapis.com.evil.example/fcm/send/x",
+            ):
+                answer = await mallory.ask({**good, "endpoint": target})
+                assert answer["op"] == "error", target
+                assert answer["code"] == "forbidden"
+                assert "push endpoint" in answer["message"]
+            for bad in (
+                {"endpoint": "https://fcm.googleapis.com/" + "x" * 5000},
+                {"p256dh": good["auth"]},
+                {"auth": "A" * 100_000},
+                {"browser": "../../etc"},
+                {"extra": True},
+            ):
+                answer = await mallory.ask({**good, **bad})
+                assert answer["op"] == "error"
+                assert answer["code"] == "bad_request"
+            # The channel survives all of it, and the host posted nowhere.
+            assert (await mallory.ask(good)) == {"op": "push", "on": True, "endpoint": endpoint}
+            assert service.pushes == []
+            assert [s.endpoint for s in shared.notifier.subscriptions.all()] == [endpoint]  # type: ignore[union-attr]
