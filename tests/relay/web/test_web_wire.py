@@ -98,6 +98,9 @@ def python_values() -> dict[str, Any]:
         "MAX_INPUT_SIZE": app_requests.MAX_INPUT_SIZE,
         "MAX_PROMPT_LENGTH": app_requests.MAX_PROMPT_LENGTH,
         "MAX_TERMINAL_SIDE": app_requests.MAX_TERMINAL_SIDE,
+        "MIN_BROWSER_ID_LENGTH": app_requests.MIN_BROWSER_ID_LENGTH,
+        "MAX_BROWSER_ID_LENGTH": app_requests.MAX_BROWSER_ID_LENGTH,
+        "MAX_PUSH_ENDPOINT_LENGTH": app_requests.MAX_PUSH_ENDPOINT_LENGTH,
     }
 
 

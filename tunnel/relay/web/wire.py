@@ -142,6 +142,9 @@ def _groups() -> list[tuple[str, dict[str, JsonValue]]]:
                 "MAX_INPUT_SIZE": requests.MAX_INPUT_SIZE,
                 "MAX_PROMPT_LENGTH": requests.MAX_PROMPT_LENGTH,
                 "MAX_TERMINAL_SIDE": requests.MAX_TERMINAL_SIDE,
+                "MIN_BROWSER_ID_LENGTH": requests.MIN_BROWSER_ID_LENGTH,
+                "MAX_BROWSER_ID_LENGTH": requests.MAX_BROWSER_ID_LENGTH,
+                "MAX_PUSH_ENDPOINT_LENGTH": requests.MAX_PUSH_ENDPOINT_LENGTH,
             },
         ),
     ]
