@@ -432,24 +432,37 @@ async def our_session(wd: Path, host_role: str = "session-host") -> AsyncIterato
         yield Setup("ours", link, relay, int(url.rsplit(":", 1)[1]), host)
 
 
+def have_uvloop() -> bool:
+    """Whether uvloop is installed (the `bench` extra): the bare baselines then run on it too."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 @contextlib.asynccontextmanager
-async def bare_broadcast(wd: Path, *, with_host: bool = True) -> AsyncIterator[Setup]:
-    """The bare websockets relay (greeting each teammate), and its bare host."""
-    async with peer("ws-relay", "bare-relay", wd, "--greet") as relay:
+async def bare_broadcast(
+    wd: Path, *, with_host: bool = True, uvloop: bool = False
+) -> AsyncIterator[Setup]:
+    """The bare websockets relay (greeting each teammate), and its bare host; with `uvloop`,
+    both on uvloop's event loop (their `kind` is then "bare-uvloop", their swarm's "bare")."""
+    kind, loop = ("bare-uvloop", ["--uvloop"]) if uvloop else ("bare", [])
+    async with peer(f"ws-relay-{kind}", "bare-relay", wd, "--greet", *loop) as relay:
         url = (await ready(relay))["url"]
         port = int(url.rsplit(":", 1)[1])
         if not with_host:
-            yield Setup("bare", url, relay, port, None)
+            yield Setup(kind, url, relay, port, None)
             return
-        async with peer("ws-host", "bare-host", wd, "--url", url) as host:
+        async with peer(f"ws-host-{kind}", "bare-host", wd, "--url", url, *loop) as host:
             await ready(host)
-            yield Setup("bare", url, relay, port, host)
+            yield Setup(kind, url, relay, port, host)
 
 
 @contextlib.asynccontextmanager
-async def swarm(name: str, wd: Path) -> AsyncIterator[Child]:
-    """A bench/swarm.py process: many teammates in one process."""
-    async with child(name, [str(SWARM)], wd) as proc:
+async def swarm(name: str, wd: Path, *, uvloop: bool = False) -> AsyncIterator[Child]:
+    """A bench/swarm.py process: many teammates in one process (on uvloop's loop if asked)."""
+    async with child(name, [str(SWARM), *(["--uvloop"] if uvloop else [])], wd) as proc:
         await ready(proc)
         yield proc
 

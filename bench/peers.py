@@ -9,14 +9,17 @@ Roles:
 - `host`: our host (`tunnel.host.Host`, end-to-end encrypted channels) whose channels run the
   bench protocol below.
 - `session-host`: our host as `tunnel host` serves a session: a `SessionChannelHandler` per
-  channel over one log (in memory: the relay path is measured, not SQLite), the demo agent's
-  session, presence, and the host's broadcast (`Broadcaster`: the live tail and presence sealed
-  once and cast to every joined channel); command `append` appends items to the log.
-- `bare-relay`: a websockets server, no mux, no crypto: `/host` takes one host, `/attach` any
-  number of teammates; a host message goes to every teammate (one teammate: awaited send, so
-  the relay has backpressure; more: `websockets.broadcast`), a teammate message to the host.
-- `bare-host`: a websockets client of `bare-relay` running the bench protocol; command `append`
-  sends messages, each once, for the relay to broadcast.
+  channel over one log (the SQLite file `tunnel host` writes, opened as it opens it:
+  `open_host_store`), the demo agent's session, presence, and the host's broadcast
+  (`Broadcaster`: the live tail and presence sealed once and cast to every joined channel);
+  command `append` appends items as the agent's output is (a `Recorder` on the log), command
+  `casts` says how many casts the broadcast has sent.
+- `bare-relay` (`--uvloop`: on uvloop's event loop): a websockets server, no mux, no crypto:
+  `/host` takes one host, `/attach` any number of teammates; a host message goes to every
+  teammate (one teammate: awaited send, so the relay has backpressure; more:
+  `websockets.broadcast`), a teammate message to the host.
+- `bare-host` (`--uvloop` too): a websockets client of `bare-relay` running the bench protocol;
+  command `append` sends messages, each once, for the relay to broadcast.
 - `tcp-relay`, `tcp-host`: the floor: plain asyncio TCP, a 4-byte length before each message;
   the relay pairs one host with one teammate and copies bytes both ways.
 
@@ -107,6 +110,16 @@ async def until_stdin_closes(
         tg.cancel_scope.cancel()
 
 
+def run_peer(
+    main: Callable[[anyio.abc.TaskGroup], Coroutine[Any, Any, None]],
+    commands: Commands,
+    *,
+    uvloop: bool = False,
+) -> None:
+    """`until_stdin_closes(main, commands)` on asyncio's event loop, or uvloop's."""
+    anyio.run(until_stdin_closes, main, commands, backend_options={"use_uvloop": uvloop})
+
+
 async def stop_at_signal(scope: anyio.CancelScope) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for _ in signals:
@@ -139,17 +152,22 @@ def run_host(args: argparse.Namespace) -> None:
 
 def run_session_host(args: argparse.Namespace) -> None:
     from tunnel.agents import create_session
+    from tunnel.agents.recorder import Recorder
+    from tunnel.app.host_messages import BroadcastStart, parse
     from tunnel.host import Host, HostSettings
     from tunnel.host.broadcast import Broadcaster
     from tunnel.host.channel import HostChannel
     from tunnel.host.presence import Presence
     from tunnel.host.session import ReplayBudget, SessionChannelHandler
     from tunnel.link import ChannelClosedError
-    from tunnel.log import Log, MemoryStore, NewItem
+    from tunnel.log import Log
+    from tunnel.log.sqlite import open_host_store
 
     workdir = Path(args.workdir)
-    log = Log(MemoryStore())
-    session = create_session("demo", log, workspace=workdir, conversation_id=CONVERSATION)
+    # As tunnel/host/share.py opens the log; the store is opened in `main`, in the event loop.
+    logs: list[Log] = []
+    sessions: list[Any] = []
+    recorders: list[Recorder] = []
     presence = Presence()
     replay = ReplayBudget()
     # Built in `main` once the host is (it signs with the host's key), before any channel opens.
@@ -158,8 +176,8 @@ def run_session_host(args: argparse.Namespace) -> None:
     async def handler(channel: HostChannel) -> None:
         handler = SessionChannelHandler(
             channel,
-            session=session,
-            log=log,
+            session=sessions[0],
+            log=logs[0],
             presence=presence,
             replay=replay,
             broadcast=casting[0],
@@ -170,6 +188,12 @@ def run_session_host(args: argparse.Namespace) -> None:
             return
 
     async def main(tg: anyio.abc.TaskGroup) -> None:
+        log = Log(await open_host_store(workdir / "host-log.db"))
+        session = create_session("demo", log, workspace=workdir, conversation_id=CONVERSATION)
+        logs.append(log)
+        sessions.append(session)
+        # What the agent's output goes through (tunnel/agents/recorder.py), beside the session's.
+        recorders.append(Recorder(log, CONVERSATION))
         await tg.start(session.run)
         settings = HostSettings(relay_url=args.relay, key_file=workdir / "host_key")
         # As tunnel/host/share.py: the host first, then its broadcast, started before the link.
@@ -190,14 +214,19 @@ def run_session_host(args: argparse.Namespace) -> None:
         text = "x" * size
         start = time.monotonic()
         for _ in range(count):
-            item = NewItem(type="message", data={"text": text}, created_by="agent")
-            await log.append(CONVERSATION, item)
+            await recorders[0].append("message", {"role": "agent", "text": text})
         return {"t0": start, "t1": time.monotonic()}
 
     async def members() -> dict[str, Any]:
         return {"members": len(presence.members())}
 
-    anyio.run(until_stdin_closes, main, {"append": append, "members": members})
+    async def casts() -> dict[str, Any]:
+        # The counter the next cast will carry: casts sent so far in this epoch.
+        start = parse(casting[0].start_message(you=0))
+        assert isinstance(start, BroadcastStart)
+        return {"casts": start.counter}
+
+    run_peer(main, {"append": append, "members": members, "casts": casts})
 
 
 # -- the bare websockets baseline -----------------------------------------------------------------
@@ -242,7 +271,7 @@ def run_bare_relay(args: argparse.Namespace) -> None:
     async def clients() -> dict[str, Any]:
         return {"teammates": len(teammates)}
 
-    anyio.run(until_stdin_closes, main, {"clients": clients})
+    run_peer(main, {"clients": clients}, uvloop=args.uvloop)
 
 
 def run_bare_host(args: argparse.Namespace) -> None:
@@ -270,7 +299,7 @@ def run_bare_host(args: argparse.Namespace) -> None:
             await connected[0].send(payload)
         return {"t0": start, "t1": time.monotonic()}
 
-    anyio.run(until_stdin_closes, main, {"append": append})
+    run_peer(main, {"append": append}, uvloop=args.uvloop)
 
 
 # -- the TCP floor --------------------------------------------------------------------------------
@@ -361,6 +390,9 @@ def main() -> None:
     parser.add_argument("--url", help="the bare relay's ws:// URL")
     parser.add_argument("--port", type=int, help="the TCP relay's port")
     parser.add_argument("--greet", action="store_true", help="bare relay: greet each teammate")
+    parser.add_argument(
+        "--uvloop", action="store_true", help="bare relay and host: run on uvloop's event loop"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     ROLES[args.role](args)

@@ -1,6 +1,7 @@
 """Many teammates in one process, each a real WebSocket connection: ours or bare websockets.
 
-Run by the benches as `python bench/swarm.py`; it prints `{"ready": true}`, then answers one
+Run by the benches as `python bench/swarm.py [--uvloop]` (`--uvloop`: on uvloop's event loop, for
+the bare baseline that runs on it); it prints `{"ready": true}`, then answers one
 JSON line for each JSON command line on stdin, and exits when stdin closes.
 
 Commands:
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -224,11 +226,7 @@ def main() -> None:
     # The teammates' own lines (a link closed at exit) would only be noise here.
     logging.basicConfig(level=logging.ERROR)
     raise_fd_limit(20_000)
-    anyio.run(Swarm().run)
-
-
-if __name__ == "__main__":
-    main()
+    anyio.run(Swarm().run, backend_options={"use_uvloop": "--uvloop" in sys.argv[1:]})
 
 
 def _wire(event: FollowerEvent) -> dict[str, Any]:
@@ -248,3 +246,7 @@ def _wire(event: FollowerEvent) -> dict[str, Any]:
 
 def _member(member: Member) -> dict[str, Any]:
     return {"id": member.id, "name": member.name, "role": member.role}
+
+
+if __name__ == "__main__":
+    main()
