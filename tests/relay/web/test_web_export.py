@@ -294,6 +294,12 @@ def hostile_items(markdown: str) -> list[NewItem]:
             created_by="agent",
         ),
         NewItem(type="error", data={"message": script}, created_by="host"),
+        # A terminal agent's screen: its text only, the sequences that draw it dropped.
+        NewItem(
+            type="terminal",
+            data={"text": "\x1b]0;pwned\x07\x1b[31mred\x1b[0m " + script + "\r\n"},
+            created_by="agent",
+        ),
         NewItem(type=script[:40].replace("<", "x"), data={"text": script}, created_by="host"),
     ]
 
@@ -329,5 +335,9 @@ def test_the_pages_hostile_markdown_stays_inert_in_an_export(
     state: dict[str, Any] = page.evaluate(MARKDOWN_STATE, names)
     assert state["blocks"] == 3
     expect(page.get_by_test_id("tool-call")).to_contain_text("</script><script>window.__pwned = 5")
+    terminal = page.get_by_test_id("terminal-text")
+    expect(terminal).to_have_text(
+        "red " + "</script><script>window.__pwned = 5</script><!--<script>\n"
+    )
     assert opened.requests == [out.as_uri()]
     assert opened.errors == []
