@@ -36,11 +36,11 @@ class Excerpt:
 
     @property
     def summary(self) -> str:
-        """Verify's line for the conversation, or its first problem if it has no line."""
+        """Verify's line for the conversation (`CONV: no items` when it holds none)."""
         conversation = self.report.conversations.get(self.conversation_id)
-        if conversation is not None:
-            return conversation.summary()
-        return self.report.problems[0] if self.report.problems else ""
+        if conversation is None:
+            return f"{self.conversation_id}: no items"
+        return conversation.summary()
 
 
 async def read_excerpt(
