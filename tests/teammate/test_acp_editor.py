@@ -196,7 +196,7 @@ async def test_an_editor_loads_prompts_answers_and_follows_the_shared_session(
             new = (await editor.call("new"))["result"]
             session = new["sessionId"]
             assert new["modes"]["currentModeId"] == "default"
-            assert {m["id"] for m in new["modes"]["availableModes"]} == {"default", "plan"}
+            assert {"default", "plan"} <= {m["id"] for m in new["modes"]["availableModes"]}
 
             # Load: the history arrives before the answer.
             mark = editor.mark()
