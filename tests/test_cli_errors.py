@@ -75,6 +75,21 @@ MISTAKES = {
         ("host", "--relay", "http://127.0.0.1:9", "--approve", "true"), EXIT_CONFIG, "true"
     ),
     "host-no-relay": Mistake(("host",), EXIT_CONFIG, "--relay"),
+    "host-push-service-not-an-origin": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--push-service", "push.example/x"),
+        EXIT_CONFIG,
+        "--push-service",
+    ),
+    "host-notify-not-a-url": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--notify", "ftp://hooks"),
+        EXIT_CONFIG,
+        "--notify",
+    ),
+    "host-notify-command-unbalanced": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--notify-command", "say 'hi"),
+        EXIT_CONFIG,
+        "--notify-command",
+    ),
     "host-bad-relay-url": Mistake(("host", "--relay", "ftp://relay"), EXIT_CONFIG, "tunnel host:"),
     "host-empty-name": Mistake(
         ("host", "--relay", "http://127.0.0.1:9", "--name", ""), EXIT_CONFIG, "--name"

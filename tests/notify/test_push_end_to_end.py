@@ -27,6 +27,7 @@ from tunnel.app.host_messages import decode_host_message
 from tunnel.app.requests import Focus, PermissionAnswer, Prompt, PushOff, PushOn, encode_request
 from tunnel.e2e.crypto import ShareLink
 from tunnel.host.share import Shared, ShareSettings, run_share
+from tunnel.notify.service import Notifier
 from tunnel.notify.settings import NotifySettings
 from tunnel.notify.vapid import b64url_decode
 from tunnel.teammate.client import TeammateSession, connect_teammate
@@ -47,7 +48,9 @@ async def notifying_share(
         log_db=tmp_path / "log.db",
         interactive=False,
         demo_delay=0,
-        notify=NotifySettings(push_services=frozenset({service.origin}), reminder=0, **notify),
+        notify=NotifySettings(
+            push_services=frozenset({service.origin}), **{"reminder": 0.0, **notify}
+        ),
     )
     async with anyio.create_task_group() as tg:
 
@@ -111,6 +114,11 @@ async def request_waits(driver: Teammate, n: int) -> str:
     return str(requests[n - 1]["data"]["request_id"])
 
 
+def notifier(shared: Shared) -> Notifier:
+    assert shared.notifier is not None
+    return shared.notifier
+
+
 def kinds(service: PushService, endpoint: str) -> list[str]:
     return [push.message["type"] for push in service.to(endpoint)]
 
@@ -128,7 +136,7 @@ async def test_a_waiting_request_is_pushed_to_whoever_is_away_and_withdrawn_when
             page(shared.host.view_link, "vera") as vera,
             attached(shared.host.drive_link, "dan") as dan,
         ):
-            assert alice.ready["push_key"] == shared.notifier.push_key  # type: ignore[union-attr]
+            assert alice.ready["push_key"] == notifier(shared).push_key
             on = await alice.push_on(alice_endpoint, alice_keys)
             assert on == {"op": "push", "on": True, "endpoint": alice_endpoint}
             assert (await vera.push_on(viewer_endpoint, viewer_keys))["on"] is True
@@ -183,14 +191,14 @@ async def test_a_waiting_request_is_pushed_to_whoever_is_away_and_withdrawn_when
 
             # /revoke alice: her subscription goes with her link, the viewer's stays.
             await shared.console.people.revoke("alice")
-            held = [s.endpoint for s in shared.notifier.subscriptions.all()]  # type: ignore[union-attr]
+            held = [s.endpoint for s in notifier(shared).subscriptions.all()]
             assert held == [viewer_endpoint]
             saved = json.loads(shared.host.settings.resolved_subscriptions_file.read_text())
             assert [s["endpoint"] for s in saved] == [viewer_endpoint]
             # /revoke: the role links' subscriptions go with the links.
             assert shared.console.revoke is not None
             await shared.console.revoke()
-            assert shared.notifier.subscriptions.all() == []  # type: ignore[union-attr]
+            assert notifier(shared).subscriptions.all() == []
 
 
 async def test_a_gone_subscription_is_dropped_and_a_hanging_service_delays_nothing(
@@ -218,11 +226,9 @@ async def test_a_gone_subscription_is_dropped_and_a_hanging_service_delays_nothi
             await dan.wait_for(lambda t: t.item_of("tool_result") is not None)
             # The turn went on while the push service still held the push.
             assert service.hanging >= 1
-            assert shared.notifier is not None
-            await service.wait_for(
-                lambda s: shared.notifier.subscriptions.get(gone_endpoint) is None
-            )  # type: ignore[union-attr]
-            assert shared.notifier.subscriptions.get(hang_endpoint) is not None
+            held = notifier(shared).subscriptions
+            await service.wait_for(lambda s: held.get(gone_endpoint) is None)
+            assert held.get(hang_endpoint) is not None
             assert service.errors == []
 
 
@@ -263,4 +269,39 @@ async def test_an_endpoint_outside_the_push_services_and_malformed_subscriptions
             # The channel survives all of it, and the host posted nowhere.
             assert (await mallory.ask(good)) == {"op": "push", "on": True, "endpoint": endpoint}
             assert service.pushes == []
-            assert [s.endpoint for s in shared.notifier.subscriptions.all()] == [endpoint]  # type: ignore[union-attr]
+            assert [s.endpoint for s in notifier(shared).subscriptions.all()] == [endpoint]
+
+
+async def test_one_reminder_while_a_request_still_waits_and_never_more(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    async with (
+        push_service() as service,
+        notifying_share(relay, tmp_path, service, reminder=0.2) as shared,
+    ):
+        endpoint, keys = service.subscribe()
+        async with (
+            page(shared.host.view_link, "vera") as vera,
+            attached(shared.host.drive_link, "dan") as dan,
+        ):
+            assert (await vera.push_on(endpoint, keys))["on"] is True
+            await dan.wait_for(lambda t: t.snapshot_done)
+            request_id = await request_waits(dan, 1)
+            await service.wait_for(lambda s: len(s.to(endpoint)) == 2)
+            first, reminder = (push.message for push in service.to(endpoint))
+            assert (first["reminder"], reminder["reminder"]) == (False, True)
+            assert reminder["tag"] == first["tag"]
+            await dan.send(PermissionAnswer(request_id=request_id, option_id="allow_once"))
+            await service.wait_for(lambda s: len(s.to(endpoint)) == 3)
+            assert kinds(service, endpoint) == ["request", "request", "withdraw"]
+            # The next request's reminder comes a reminder's delay after it: by then the first
+            # would have reminded again, had it not been answered, or reminded only once.
+            await dan.wait_for(lambda t: t.item_of("permission_decision") is not None)
+            second = await request_waits(dan, 2)
+            await service.wait_for(lambda s: len(s.to(endpoint)) == 5)
+            mine = [
+                p.message for p in service.to(endpoint) if p.message["request_id"] == request_id
+            ]
+            assert [m["type"] for m in mine] == ["request", "request", "withdraw"]
+            assert service.to(endpoint)[4].message["request_id"] == second
+            assert service.to(endpoint)[4].message["reminder"] is True
