@@ -4,6 +4,7 @@ package's schema of a `session/update` notification. No I/O."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -263,7 +264,12 @@ def test_commands_and_the_plan_are_the_state_a_new_editor_gets() -> None:
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=5)
+    | st.binary(max_size=3)
+    | st.floats(),
     lambda inner: (
         st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
     ),
@@ -299,10 +305,29 @@ def test_no_map_from_the_host_makes_the_mirror_raise(
 ) -> None:
     mirror = Mirror()
     mirror.context(items)
-    for value in items:
-        mirror.item(value)
-    for value in events:
-        mirror.event(value)
-    replay(items)
-    mirror.session_setup()
-    mirror.state_updates()
+    outputs = [output for value in items for output in mirror.item(value)]
+    outputs += [output for value in events for output in mirror.event(value)]
+    outputs += replay(items)
+    sent = [mirror.session_setup(), *(u.update for u in mirror.state_updates())]
+    for output in outputs:
+        if isinstance(output, Update):
+            sent.append(output.update)
+        elif isinstance(output, PermissionOpened):
+            sent += [output.tool_call, *output.options]
+    json.dumps(sent, allow_nan=False)  # all of it goes to the editor as JSON
+
+
+def test_what_json_cannot_carry_in_a_tool_calls_input_becomes_null() -> None:
+    deep: Any = "bottom"
+    for _ in range(200):
+        deep = [deep]
+    data = {
+        "tool_call_id": "c",
+        "input": {"raw": b"\x00", "nan": float("nan"), 1: "int key", "deep": deep},
+    }
+    (update,) = updates(replay([item(1, "tool_call", data)]))
+    raw = update["rawInput"]
+    assert raw["raw"] is None
+    assert raw["nan"] is None
+    assert 1 not in raw
+    json.dumps(raw, allow_nan=False)

@@ -402,7 +402,10 @@ class AcpBridge:
             match entry:
                 case Update():
                     params = {"sessionId": self._session_id, "update": dict(entry.update)}
-                    await conn.send_notification("session/update", params)
+                    try:
+                        await conn.send_notification("session/update", params)
+                    except (TypeError, ValueError) as exc:  # not JSON: the mirror's bug
+                        logger.warning("an update could not be sent: %s", exc)
                 case PermissionOpened():
                     self._tg.start_soon(self._ask, entry)
                 case _CancelAsk():

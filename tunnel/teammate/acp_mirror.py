@@ -13,6 +13,7 @@ shape is left out, never raised on. No I/O; `tunnel.teammate.acp_bridge` is its 
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ MAX_PENDING_TURNS = 1024
 """Prompts remembered whose turn has not ended: more than the host queues (its limit is lower)."""
 MAX_STREAMS = 64
 """Streams whose streamed text is remembered, so their stored item does not repeat it."""
+MAX_DEPTH = 64
+"""Nesting kept of a tool call's raw input or output, as deep as the log's items may go."""
 
 
 # -- outputs ----------------------------------------------------------------------------------
@@ -135,6 +138,23 @@ def _int(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """`value` as JSON can carry it: what JSON has no form for (bytes, a key that is not a
+    string, NaN, nesting past `MAX_DEPTH`) becomes None. The log never holds such values, but a
+    hostile host could send them, and the editor's connection must not fail on one."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if depth >= MAX_DEPTH:
+        return None
+    if isinstance(value, Mapping):
+        return {k: json_safe(v, depth + 1) for k, v in value.items() if isinstance(k, str)}
+    if isinstance(value, list | tuple):
+        return [json_safe(v, depth + 1) for v in value]
+    return None
+
+
 def tool_call_key(turn: Any, tool_call_id: str) -> str:
     """The ACP `toolCallId` of a tool call: an agent may reuse an id in a later turn, so the
     turn is part of it."""
@@ -202,9 +222,9 @@ def _tool_fields(data: Mapping[str, Any], *, start: bool) -> dict[str, Any]:
     if "locations" in data:
         fields["locations"] = _locations(data.get("locations"))
     if "input" in data:
-        fields["rawInput"] = data.get("input")
+        fields["rawInput"] = json_safe(data.get("input"))
     if "output" in data:
-        fields["rawOutput"] = data.get("output")
+        fields["rawOutput"] = json_safe(data.get("output"))
     return fields
 
 
