@@ -5,10 +5,10 @@
 //   ACP_SDK      the @agentclientprotocol/sdk directory
 //   ACP_COMMAND  the command to run, a JSON array (the link comes in TUNNEL_LINK, from the env)
 //
-// Commands: {"id", "do": "initialize" | "new" | "load" | "prompt" | "cancel" | "set_mode" |
-// "answer" | "quit", ...}. A request's outcome is printed as {"event": "result", "id", "result"}
-// or {"event": "error", "id", "code", "message"}; "prompt" returns at once and its outcome comes
-// when the turn ends. Also printed: every session/update ({"event": "update", "update"}), every
+// Commands: {"id", "do": "initialize" | "new" | "list" | "load" | "prompt" | "cancel" |
+// "set_mode" | "answer" | "quit", ...}. A request's outcome is printed as {"event": "result",
+// "id", "result"} or {"event": "error", "id", "code", "message"}; "prompt" returns at once and
+// its outcome comes when the turn ends. Also printed: every session/update ({"event": "update", "update"}), every
 // permission request ({"event": "permission", "requestId", "params"}) and its withdrawal
 // ({"event": "withdrawn", "requestId"}), the agent's stderr lines and its exit.
 
@@ -80,6 +80,9 @@ for await (const line of createInterface({ input: process.stdin })) {
       break;
     case "new":
       await run(id, () => agent.request(acp.methods.agent.session.new, { cwd, mcpServers: [] }));
+      break;
+    case "list":
+      await run(id, () => agent.request(acp.methods.agent.session.list, { cwd }));
       break;
     case "load":
       await run(id, () =>

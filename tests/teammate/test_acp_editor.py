@@ -197,6 +197,8 @@ async def test_an_editor_loads_prompts_answers_and_follows_the_shared_session(
             session = new["sessionId"]
             assert new["modes"]["currentModeId"] == "default"
             assert {"default", "plan"} <= {m["id"] for m in new["modes"]["availableModes"]}
+            listed = (await editor.call("list"))["result"]["sessions"]
+            assert [entry["sessionId"] for entry in listed] == [session]
 
             # Load: the history arrives before the answer.
             mark = editor.mark()
@@ -272,6 +274,28 @@ async def test_an_editor_loads_prompts_answers_and_follows_the_shared_session(
             await editor.call("cancel", sessionId=session)
             done = await editor.wait(lambda line: line.get("id") == prompt_id, start=mark)
             assert done["result"] == {"stopReason": "cancelled"}
+
+            # A mode switched from the editor: the host records it as the editor's change, and
+            # the editor hears the new mode.
+            mark = editor.mark()
+            switched = await editor.call("set_mode", sessionId=session, modeId="plan")
+            assert switched["event"] == "result", switched
+            await editor.wait(
+                lambda line: (
+                    line["event"] == "update"
+                    and line["update"]
+                    == {"sessionUpdate": "current_mode_update", "currentModeId": "plan"}
+                ),
+                start=mark,
+            )
+            await alice.wait_for(
+                lambda t: any(
+                    i["data"].get("what") == "settings"
+                    and i["data"].get("change") == {"mode": "plan"}
+                    and i["created_by"] == "zed"
+                    for i in t.items
+                )
+            )
 
             # The editor closes stdin: `tunnel acp` ends with 0.
             quit_ = await editor.call("quit")

@@ -13,6 +13,7 @@ shows it happened (or the host refused it).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections import deque
 from collections.abc import Mapping
@@ -541,6 +542,7 @@ class AcpBridge:
             "agentCapabilities": {
                 "loadSession": True,
                 "promptCapabilities": dict(PROMPT_CAPABILITIES),
+                "sessionCapabilities": {"list": {}},
             },
             "authMethods": [],
             "agentInfo": {"name": "agent-tunnel", "title": title, "version": __version__},
@@ -548,6 +550,20 @@ class AcpBridge:
 
     async def authenticate(self, method_id: str, **_: Any) -> dict[str, Any]:
         return {}
+
+    async def list_sessions(self, cwd: str | None = None, **_: Any) -> dict[str, Any]:
+        """The one shared conversation, so that an editor lists it among its sessions."""
+        await self._attached()
+        assert self._ready is not None
+        session: dict[str, Any] = {
+            "sessionId": self._ready.conversation_id,
+            "cwd": cwd or os.getcwd(),
+            "title": f"Shared session: {self._ready.agent_name}",
+        }
+        last = self._history[-1].get("created_at") if self._history else None
+        if isinstance(last, str):
+            session["updatedAt"] = last
+        return {"sessions": [session]}
 
     async def new_session(self, cwd: str, **_: Any) -> dict[str, Any]:
         """Attach to the shared conversation: its state, no history (an editor that wants the
