@@ -8,6 +8,7 @@ is part of the required `agents_real` suite: under TUNNEL_REQUIRE_ALL=1 it fails
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -410,3 +411,26 @@ def test_a_signal_ends_it_with_the_code_every_command_gives(
         if proc.poll() is None:
             proc.kill()
         wait_or_kill(proc)
+
+
+@pytest.mark.timeout(60)
+def test_a_link_the_relay_refuses_ends_it_with_one_line_and_exit_3(host: HostProcess) -> None:
+    wrong = dataclasses.replace(ShareLink.parse(host.drive_link), secret=os.urandom(32))
+    proc = subprocess.Popen(
+        [*TUNNEL, "acp"],
+        cwd=ROOT,
+        env=dict(os.environ, TUNNEL_LINK=str(wrong)),
+        stdin=subprocess.PIPE,  # the editor is still there: the bridge ends by itself
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.wait(30) == 3
+        assert proc.stderr is not None
+        lines = proc.stderr.read().decode().splitlines()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        wait_or_kill(proc)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("tunnel acp: the relay does not accept this link")

@@ -84,6 +84,8 @@ INTERNAL: Final = -32603
 MAX_OUTBOX = 1024
 """Updates waiting for the editor before the channel is read no further (backpressure)."""
 MAX_ERROR_TEXT = 500
+INITIALIZE_WAIT = 5.0
+"""Seconds `initialize` waits for the host's `ready`, for the agent's name."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -532,7 +534,9 @@ class AcpBridge:
     # -- ACP methods ---------------------------------------------------------------------------
 
     async def initialize(self, protocol_version: int, **_: Any) -> dict[str, Any]:
-        with anyio.move_on_after(self._settings.attach_timeout):
+        # The host's `ready` names its agent; a host out of reach is no reason to keep the
+        # editor waiting here (session/new waits, and says why).
+        with anyio.move_on_after(INITIALIZE_WAIT):
             await self._ready_event.wait()
         title = "Shared session"
         if self._ready is not None:
