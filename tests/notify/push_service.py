@@ -1,7 +1,7 @@
 """A push service on 127.0.0.1 for the tests, speaking RFC 8030's one request the host makes:
 `POST /push/<id>` with an encrypted body. It checks each push as a real service and a browser
 would: the VAPID JWT (audience, expiry, ES256 signature by the host's key) and the payload,
-decrypted with the subscription keys the test made. Each subscription answers 201, 410, or
+decrypted with the subscription keys the test made. Each subscription answers 201, 410, 500, or
 never (it hangs until the test releases it)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from tests.notify.push_keys import BrowserKeys, b64e, verify_vapid
 
-Answer = Literal["created", "gone", "hang"]
+Answer = Literal["created", "gone", "hang", "error"]
 
 
 @dataclass
@@ -102,7 +102,7 @@ class PushService:
                     self.hanging -= 1
                 return
             self._changed()
-            status = b"201 Created" if answer == "created" else b"410 Gone"
+            status = {"created": b"201 Created", "gone": b"410 Gone"}.get(answer, b"500 Oops")
             await stream.send(b"HTTP/1.1 " + status + b"\r\ncontent-length: 0\r\n\r\n")
 
     def _check(self, method: str, name: str, headers: dict[str, str]) -> None:

@@ -62,6 +62,17 @@ def host_command(
             " a login); without it, only a method that needs nobody is used, when needed.",
         ),
     ] = None,
+    agent_mode: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TUNNEL_HOST_AGENT_MODE",
+            metavar="ID",
+            show_default=False,
+            help="The session mode an ACP agent starts in (default, plan, acceptEdits...; the"
+            " agent's own ids); without it, the mode the conversation last had, else the"
+            " agent's own default. Every teammate is told whether the mode asks before edits.",
+        ),
+    ] = None,
     workspace: Annotated[
         Path,
         typer.Option(
@@ -210,13 +221,15 @@ def host_command(
         ),
     ] = None,
     push_contact: Annotated[
-        str,
+        str | None,
         typer.Option(
             envvar="TUNNEL_HOST_PUSH_CONTACT",
             metavar="URI",
-            help="A mailto: or https: contact push services may reach you at (the VAPID 'sub').",
+            show_default=False,
+            help="A mailto: or https: contact push services may reach you at (the VAPID 'sub');"
+            " default: the relay's https URL.",
         ),
-    ] = "mailto:agent-tunnel@localhost",
+    ] = None,
     notify: Annotated[
         list[str] | None,
         typer.Option(
@@ -311,6 +324,7 @@ def host_command(
     try:
         sandbox_settings = _sandbox_settings(sandbox, sandbox_allow or [], sandbox_net)
         approval_policy = _approval_policy(policy, approvals)
+        _check_agent_mode(agent_mode, agent, approval_policy)
         notify_settings = _notify_settings(
             push=push,
             services=push_service or [],
@@ -337,6 +351,7 @@ def host_command(
         interactive=interactive,
         sandbox=sandbox_settings,
         agent_auth=agent_auth,
+        agent_mode=agent_mode,
         policy=approval_policy,
         notify=notify_settings,
         bell=not no_bell,
@@ -378,7 +393,7 @@ def _notify_settings(
     *,
     push: bool,
     services: list[str],
-    contact: str,
+    contact: str | None,
     webhooks: list[str],
     details: bool,
     command: str | None,
@@ -390,7 +405,7 @@ def _notify_settings(
     from tunnel.notify.settings import NotifySettings
     from tunnel.notify.webhook import parse_webhook_url
 
-    if not contact.startswith(("mailto:", "https://")):
+    if contact is not None and not contact.startswith(("mailto:", "https://")):
         raise ValueError("--push-contact: give a mailto: or https: URI")
     if not reminder >= 0:
         raise ValueError("--notify-reminder: give 0 or more seconds")
@@ -407,6 +422,23 @@ def _notify_settings(
         details=details,
         command=command,
     )
+
+
+def _check_agent_mode(mode: str | None, agent: str, policy: Policy | None) -> None:
+    """ValueError (one line) for --agent-mode with an agent that has no modes, or a mode known
+    not to ask under a policy that needs requests asked (tunnel.agents.acp_modes)."""
+    if mode is None:
+        return
+    from tunnel.agents import parse_spec
+    from tunnel.agents.acp_modes import asking_text, mode_asks, policy_needs_asking
+
+    if parse_spec(agent)[0] != "acp":
+        raise ValueError("--agent-mode needs an acp: agent")
+    if policy is not None and policy_needs_asking(policy) and not mode_asks(mode):
+        raise ValueError(
+            f"--agent-mode {mode} {asking_text(mode)}, and the approval policy {policy.source}"
+            " needs edits and commands asked"
+        )
 
 
 def _approval_policy(path: Path | None, approvals: Approvals | None) -> Policy | None:

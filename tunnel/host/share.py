@@ -79,6 +79,10 @@ class ShareSettings:
     """The login method an ACP agent is asked to use before its session starts (`--agent-auth`);
     None: only when it says it needs one, and only the one that needs nobody (docs/agents.md)."""
 
+    agent_mode: str | None = None
+    """The session mode an ACP agent starts in (`--agent-mode`); None: the mode the conversation
+    last had, else the agent's own (docs/agents.md, "Modes that ask")."""
+
     sandbox: SandboxSettings | None = None
     """Run the agent in a Linux sandbox (`--sandbox`, tunnel/agents/sandbox.py); None: it runs
     with the host user's rights."""
@@ -219,6 +223,7 @@ async def run_share(
             demo_delay=settings.demo_delay,
             sandbox=sandbox,
             agent_auth=settings.agent_auth,
+            agent_mode=settings.agent_mode,
             policy=settings.policy,
         )
         presence = Presence()
@@ -315,6 +320,7 @@ def _notifier(settings: ShareSettings, host: Host, session: AgentSession) -> Not
     """The host's notifications (tunnel/notify), its push key and subscriptions beside the host
     key; None when there is nothing to notify (no pushes, webhooks nor command)."""
     from tunnel.notify.command import CommandRunner
+    from tunnel.notify.settings import default_contact
     from tunnel.notify.subscriptions import Subscriptions
     from tunnel.notify.vapid import VapidKey
     from tunnel.notify.webhook import WebhookSender
@@ -343,6 +349,7 @@ def _notifier(settings: ShareSettings, host: Host, session: AgentSession) -> Not
         notify,
         host_id=host.host_id,
         vapid=vapid,
+        contact=notify.push_contact or default_contact(settings.host.relay_url),
         subscriptions=subscriptions,
         agent_name=lambda: session.info.name,
         listeners=listeners,

@@ -47,6 +47,7 @@ class Notifier:
         *,
         host_id: str,
         vapid: VapidKey | None,
+        contact: str,
         subscriptions: Subscriptions,
         agent_name: Callable[[], str],
         listeners: Sequence[Listener] = (),
@@ -67,7 +68,7 @@ class Notifier:
             self._pusher = PushSender(
                 vapid=self._vapid,
                 subscriptions=subscriptions,
-                contact=settings.push_contact,
+                contact=contact,
                 extra_origins=settings.push_services,
                 timeout=settings.send_timeout,
                 concurrency=settings.max_sends,

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_CONTACT = "mailto:agent-tunnel@localhost"
-"""The VAPID JWT's `sub` when the host names no contact (`--push-contact`): RFC 8292 section
-2.1 asks for a mailto: or https: URI a push service's operator could reach."""
+FALLBACK_CONTACT = "mailto:agent-tunnel@example.com"
+"""The VAPID JWT's `sub` when the host names no contact and its relay is not https."""
 
 DEFAULT_REMINDER = 300.0
 """Seconds after a request's push before the one reminder, if it still waits."""
@@ -25,8 +24,8 @@ class NotifySettings:
     push_services: frozenset[str] = frozenset()
     """Origins (`scheme://host[:port]`) pushed to besides the browsers' own push services
     (`--push-service`)."""
-    push_contact: str = DEFAULT_CONTACT
-    """The VAPID JWT's `sub` (`--push-contact`)."""
+    push_contact: str | None = None
+    """The VAPID JWT's `sub` (`--push-contact`); None: `default_contact` of the relay."""
     reminder: float = DEFAULT_REMINDER
     """Seconds before one more push for a request that still waits; 0: none."""
     webhooks: tuple[str, ...] = ()
@@ -44,3 +43,13 @@ class NotifySettings:
     """Pushes, webhook POSTs and commands waiting their turn, each; beyond, dropped and logged."""
     webhook_attempts: int = 3
     """Tries of one webhook POST (with the reconnect backoff between them)."""
+
+
+def default_contact(relay_url: str) -> str:
+    """The VAPID JWT's `sub` when the host names none: the relay's https URL (a real address of
+    this deployment), else `FALLBACK_CONTACT`. RFC 8292 section 2.1 asks for a mailto: or https:
+    URI a push service's operator could reach, and Apple's refuses one whose host does not
+    resolve (a `localhost` address)."""
+    if relay_url.startswith("https://"):
+        return relay_url.rstrip("/")
+    return FALLBACK_CONTACT
