@@ -214,10 +214,11 @@ def host_command(
         list[str] | None,
         typer.Option(
             "--push-service",
+            envvar="TUNNEL_HOST_PUSH_SERVICE",
             metavar="ORIGIN",
             show_default=False,
             help="Also push to this origin (scheme://host[:port]) besides the browsers' own push"
-            " services (repeatable).",
+            " services (repeatable; the variable takes origins separated by spaces).",
         ),
     ] = None,
     push_contact: Annotated[
@@ -234,10 +235,12 @@ def host_command(
         list[str] | None,
         typer.Option(
             "--notify",
+            envvar="TUNNEL_HOST_NOTIFY",
             metavar="URL",
             show_default=False,
             help="POST a small JSON to URL when a request waits or is answered, or a turn ends"
-            " (repeatable); ntfy+https://SERVER/TOPIC posts ntfy's plain text instead.",
+            " (repeatable; the variable, better for a URL holding a token, takes URLs separated"
+            " by spaces); ntfy+https://SERVER/TOPIC posts ntfy's plain text instead.",
         ),
     ] = None,
     notify_details: Annotated[
