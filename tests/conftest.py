@@ -24,7 +24,7 @@ settings.register_profile(
 )
 settings.load_profile("agent-tunnel")
 
-REQUIRED_MARKERS = ("browser", "sandbox", "agents_real", "cluster")
+REQUIRED_MARKERS = ("browser", "sandbox", "agents_real", "cluster", "service")
 _skipped: list[str] = []
 
 
@@ -88,6 +88,33 @@ def haproxy() -> str:
     path = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/sbin")
     if path is None:
         problem = "the cluster tests need haproxy (apt-get install -y haproxy)"
+        if _require_all():
+            pytest.fail(problem, pytrace=False)
+        pytest.skip(problem)
+    return path
+
+
+@pytest.fixture
+def nginx() -> str:
+    """Debian's nginx, which the `service` suite puts in front of a relay as relay/nginx.conf
+    configures it. The suite is required: under TUNNEL_REQUIRE_ALL=1 it fails without one."""
+    path = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+    if path is None:
+        problem = "the service tests need nginx (apt-get install -y nginx)"
+        if _require_all():
+            pytest.fail(problem, pytrace=False)
+        pytest.skip(problem)
+    return path
+
+
+@pytest.fixture
+def systemd_analyze() -> str:
+    """systemd-analyze, which checks relay/tunnel-relay.service (Debian's systemd package; it
+    need not be the init). The `service` suite is required: under TUNNEL_REQUIRE_ALL=1 it fails
+    without it."""
+    path = shutil.which("systemd-analyze")
+    if path is None:
+        problem = "the service tests need systemd-analyze (apt-get install -y systemd)"
         if _require_all():
             pytest.fail(problem, pytrace=False)
         pytest.skip(problem)

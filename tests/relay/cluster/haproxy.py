@@ -1,8 +1,9 @@
-"""haproxy in front of the cluster tests' nodes, configured from the block docs/cluster.md gives.
+"""haproxy in front of the cluster tests' nodes, configured from relay/haproxy.cfg (which
+docs/cluster.md quotes whole).
 
-The documented configuration is what operators copy, so it is what the tests run: its bind line
+The shipped configuration is what operators install, so it is what the tests run: its bind line
 becomes a loopback port without TLS (the tests dial ws://), its server lines name the tests' nodes
-with the documented options (the health check included); every other line is used as written. A
+with the file's options (the health check included); every other line is used as written. A
 `global` section adds haproxy's runtime API on a loopback port, through which a test chooses
 which nodes take new connections.
 """
@@ -21,12 +22,11 @@ import anyio
 from tests.support import stop_process
 
 ROOT = Path(__file__).resolve().parents[3]
-DOC = ROOT / "docs" / "cluster.md"
+CONFIG = ROOT / "relay" / "haproxy.cfg"
 
 BACKEND = "relay_nodes"
-"""The documented backend, whose servers the tests' nodes are."""
+"""The shipped backend, whose servers the tests' nodes are."""
 
-_BLOCK = re.compile(r"^### haproxy\n.*?^```haproxy\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 _BIND = re.compile(r"^([ \t]*)bind[ \t].*$", re.MULTILINE)
 _SERVER = re.compile(r"^([ \t]*)server[ \t]+\S+[ \t]+\S+(.*)$", re.MULTILINE)
 
@@ -38,29 +38,25 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def documented_config(doc: Path = DOC) -> str:
-    """The haproxy configuration block of docs/cluster.md, as written."""
-    match = _BLOCK.search(doc.read_text())
-    assert match, f"{doc} has no haproxy block under '### haproxy'"
-    return match.group(1)
+def shipped_config(path: Path = CONFIG) -> str:
+    """relay/haproxy.cfg, as written."""
+    return path.read_text()
 
 
-def loopback_config(
-    documented: str, *, port: int, admin_port: int, node_ports: Sequence[int]
-) -> str:
-    """`documented` listening on 127.0.0.1:`port` without TLS, with one server line per port of
-    `node_ports` (named node1, node2, ... with the documented servers' options) in place of its
+def loopback_config(shipped: str, *, port: int, admin_port: int, node_ports: Sequence[int]) -> str:
+    """`shipped` listening on 127.0.0.1:`port` without TLS, with one server line per port of
+    `node_ports` (named node1, node2, ... with the file's servers' options) in place of its
     own, and the runtime API on 127.0.0.1:`admin_port`."""
-    assert len(_BIND.findall(documented)) == 1, "expected one bind line"
-    servers = list(_SERVER.finditer(documented))
+    assert len(_BIND.findall(shipped)) == 1, "expected one bind line"
+    servers = list(_SERVER.finditer(shipped))
     assert servers, f"expected server lines in backend {BACKEND}"
-    span = documented[servers[0].start() : servers[-1].end()]
+    span = shipped[servers[0].start() : servers[-1].end()]
     assert len(span.splitlines()) == len(servers), "expected the server lines together"
     options = {server.group(2) for server in servers}
-    assert len(options) == 1, "expected the same options on every documented server"
+    assert len(options) == 1, "expected the same options on every shipped server"
     indent, (option,) = servers[0].group(1), options
     lines = [f"{indent}server node{i} 127.0.0.1:{p}{option}" for i, p in enumerate(node_ports, 1)]
-    config = documented[: servers[0].start()] + "\n".join(lines) + documented[servers[-1].end() :]
+    config = shipped[: servers[0].start()] + "\n".join(lines) + shipped[servers[-1].end() :]
     config = _BIND.sub(lambda bind: f"{bind.group(1)}bind 127.0.0.1:{port}", config)
     # The runtime API on a port of the test's choosing, not a socket at a fixed path: several
     # test runs may share a machine.
@@ -94,7 +90,7 @@ class Haproxy:
     def write_config(self) -> Path:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = loopback_config(
-            documented_config(),
+            shipped_config(),
             port=self.port,
             admin_port=self.admin_port,
             node_ports=list(self.servers),

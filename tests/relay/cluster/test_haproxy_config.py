@@ -1,5 +1,6 @@
-"""The cluster tests run the haproxy configuration docs/cluster.md documents: changed only where
-a test must (where it listens, where the nodes are), and valid to haproxy itself."""
+"""The cluster tests run the haproxy configuration relay/ ships (relay/haproxy.cfg, which
+docs/cluster.md quotes): changed only where a test must (where it listens, where the nodes are),
+and valid to haproxy itself."""
 
 from __future__ import annotations
 
@@ -8,22 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.relay.cluster.haproxy import BACKEND, Haproxy, documented_config, loopback_config
+from tests.relay.cluster.haproxy import BACKEND, Haproxy, loopback_config, shipped_config
 
 
-def test_the_tests_run_the_documented_haproxy_lines_but_bind_and_servers() -> None:
-    documented = documented_config()
-    tested = loopback_config(documented, port=1001, admin_port=1002, node_ports=[2001, 2002])
+def test_the_tests_run_the_shipped_haproxy_lines_but_bind_and_servers() -> None:
+    shipped = shipped_config()
+    tested = loopback_config(shipped, port=1001, admin_port=1002, node_ports=[2001, 2002])
 
     def kept(config: str) -> list[str]:
         changed = ("bind ", "server ", "stats socket ", "global")
         lines = [line.strip() for line in config.splitlines()]
         return [line for line in lines if line and not line.startswith(changed)]
 
-    assert kept(tested) == kept(documented)
+    assert kept(tested) == kept(shipped)
     assert "    bind 127.0.0.1:1001" in tested.splitlines()
-    assert f"backend {BACKEND}" in documented.splitlines()
-    # Each node gets the documented servers' options: the health check is what takes a dead
+    assert f"backend {BACKEND}" in shipped.splitlines()
+    # Each node gets the shipped servers' options: the health check is what takes a dead
     # node out.
     assert "    server node1 127.0.0.1:2001 check" in tested.splitlines()
     assert "    server node2 127.0.0.1:2002 check" in tested.splitlines()
