@@ -7,6 +7,11 @@ standard library's `sqlite3` on the same schema and pragmas (WAL; FULL or NORMAL
 and printed as a ratio of times: ours / plain (1.0 = as fast, 2.0 = twice as long).
 
 - single: one task appends one item at a time, each durable before the next.
+- host's log: what `tunnel host` does with the agent's output: its store (`open_host_store`),
+  one task appends one item at a time, each committed before the next, while a follower (as
+  the broadcast) receives every item, which the log syncs to the disk before handing it out;
+  timed until the follower has the last one. Against plain sqlite3 with one FULL commit per
+  item, the durability each item had before it could leave.
 - concurrent: 50 tasks append one item at a time; plain sqlite3 must commit them one by one,
   our store commits whatever is waiting in one transaction (group commit).
 - batched: appends of 100 items; plain sqlite3 uses executemany + one commit per 100.
@@ -31,6 +36,7 @@ from typing import Any
 import anyio
 
 from tunnel.log import Log, NewItem, SQLiteStore
+from tunnel.log.sqlite import open_host_store
 
 # The items table and type index a minimal hand-written log needs (ours adds a head table).
 SCHEMA = (
@@ -129,6 +135,28 @@ async def ours_single(path: Path, count: int, synchronous: str) -> float:
                 await log.append("c", new_items(1, n))
 
         return await timed(run)
+
+
+async def ours_host(path: Path, count: int) -> float:
+    async with Log(await open_host_store(path)) as log:
+
+        async def run() -> None:
+            async with log.subscribe("c") as sub, anyio.create_task_group() as tg:
+
+                async def follow() -> None:
+                    seen = 0
+                    while seen < count:
+                        seen += len(await sub.receive_batch(200))
+
+                tg.start_soon(follow)
+                for n in range(count):
+                    await log.append("c", new_items(1, n), durable=False)
+
+        elapsed = await timed(run)
+        store = log.store
+        assert isinstance(store, SQLiteStore)
+        print(f"  (host's log: {store.statistics().syncs} syncs for {count} items)", flush=True)
+        return elapsed
 
 
 async def ours_concurrent(path: Path, tasks: int, each: int) -> float:
@@ -233,6 +261,12 @@ def main() -> None:
             partial(plain_single, count=n, synchronous=sync),
         )
         report(f"single appends, synchronous={sync}", n, ours, plain)
+    ours, plain = best_of(
+        repeat,
+        in_loop(ours_host, count=n),
+        partial(plain_single, count=n, synchronous="FULL"),
+    )
+    report("host's log: agent output, synced", n, ours, plain)
     tasks, each = 50, max(1, n // 50)
     ours, plain = best_of(
         repeat,

@@ -194,14 +194,10 @@ class Log:
         self._store = store
         self._buffer_size = buffer_size
         self._page_size = page_size
-        # Set when commits may reach the disk itself only at `sync()`. Then, per conversation
-        # appended to through this log (a few: bounded by the conversations this process
-        # writes), the last seq committed and the last one synced.
+        # Set when commits may reach the disk itself only at `sync()`.
         self._syncer = (
             store if isinstance(store, SyncingStore) and not store.syncs_on_commit else None
         )
-        self._committed_seq: dict[str, int] = {}
-        self._durable_seq: dict[str, int] = {}
         self._feed = _Feed(store, self.durable, self.sync)
         self._closed = False
         self._items_appended = 0
@@ -253,22 +249,12 @@ class Log:
         if self._syncer is None:
             await anyio.lowlevel.checkpoint()
             return
-        reached = dict(self._committed_seq)
         await self._syncer.sync()
-        for cid, seq in reached.items():
-            if seq > self._durable_seq.get(cid, -1):
-                self._durable_seq[cid] = seq
 
     def durable(self, conversation_id: str, seq: int) -> bool:
-        """Whether item `seq` may leave the host: synced, or not committed through this log
+        """Whether item `seq` may leave the host: synced, or not written by this log's store
         (another process wrote it, with its own store's durability)."""
-        if self._syncer is None:
-            return True
-        return not (
-            self._durable_seq.get(conversation_id, -1)
-            < seq
-            <= self._committed_seq.get(conversation_id, -1)
-        )
+        return self._syncer is None or self._syncer.synced(conversation_id, seq)
 
     async def publish(self, event: Event) -> None:
         """Send an ephemeral event to the conversation's current subscribers; never stored."""
@@ -293,12 +279,11 @@ class Log:
         items that may leave the host (`durable`): it syncs first if it must, and leaves out what
         was committed while it synced."""
         self._check_open()
-        if self._syncer is not None:
-            committed = self._committed_seq.get(conversation_id, -1)
-            if committed > self._durable_seq.get(conversation_id, -1):
-                await self.sync()
-            synced = self._durable_seq.get(conversation_id, -1)
-            if self._committed_seq.get(conversation_id, -1) > synced:
+        syncer = self._syncer
+        if syncer is not None and syncer.synced_head(conversation_id) is not None:
+            await self.sync()
+            synced = syncer.synced_head(conversation_id)
+            if synced is not None:  # committed while it synced: left out
                 before = synced + 1 if before is None else min(before, synced + 1)
         return await self._store.query(
             conversation_id, after=after, before=before, limit=limit, order=order, types=types
@@ -356,7 +341,4 @@ class Log:
 
     def _committed(self, items: list[Item]) -> None:
         self._items_appended += len(items)
-        if self._syncer is not None:
-            cid = items[0].conversation_id
-            self._committed_seq[cid] = max(self._committed_seq.get(cid, -1), items[-1].seq)
         self._feed.push_committed(items)

@@ -258,6 +258,13 @@ class SQLiteStore:
         self._syncing: anyio.Event | None = None
         self._syncs = 0
         self._dir_synced = False
+        # Per conversation written (a few: those this process appends to), the last seq of a
+        # transaction about to commit (set before COMMIT, so no reader sees an item before it is
+        # known here), of one committed (set after), and of one synced. Written by the worker
+        # thread, read in the event loop: single dict operations, atomic under the GIL.
+        self._heads_pending: dict[str, int] = {}
+        self._heads_committed: dict[str, int] = {}
+        self._heads_synced: dict[str, int] = {}
         # Read connections open with this URI: `mode=ro`, plus `immutable=1` when the log is in
         # a read-only directory (see `_open_readonly`).
         self._reader_uri = _uri(self.path, immutable=False)
@@ -298,15 +305,35 @@ class SQLiteStore:
             self._check_open()
             done = self._syncing = anyio.Event()
             reached = self._transactions
+            heads = dict(self._heads_committed)
             try:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(self._sync_wal)
                 self._synced = max(self._synced, reached)
                 self._syncs += 1
+                for cid, seq in heads.items():
+                    if seq > self._heads_synced.get(cid, -1):
+                        self._heads_synced[cid] = seq
             finally:
                 self._syncing = None
                 done.set()
         await anyio.lowlevel.checkpoint()
+
+    def synced(self, conversation_id: str, seq: int) -> bool:
+        """False while item `seq` is being committed, or committed, by this store and no
+        `sync()` has covered it; True otherwise (items other processes wrote too)."""
+        if self.syncs_on_commit:
+            return True
+        pending = self._heads_pending.get(conversation_id, -1)
+        return not self._heads_synced.get(conversation_id, -1) < seq <= pending
+
+    def synced_head(self, conversation_id: str) -> int | None:
+        """None if every item this store committed to the conversation is synced; else the
+        last seq that is (-1 for none)."""
+        if self.syncs_on_commit:
+            return None
+        synced = self._heads_synced.get(conversation_id, -1)
+        return synced if self._heads_pending.get(conversation_id, -1) > synced else None
 
     def _sync_wal(self) -> None:
         """Worker thread: fsync the WAL file (what FULL does at each commit), and once its
@@ -465,28 +492,61 @@ class SQLiteStore:
         results: list[list[Item]] = []
         rows: list[_Row] = []
         heads: dict[str, tuple[int, int]] = {}
-        with self._transaction() as conn:
-            for write in batch:
-                cid = write.conversation_id
-                last = heads[cid][0] if cid in heads else self._head(conn, cid)
-                stored: list[Item] = []
-                for p in write.prepared:
-                    last += 1
-                    item = p.stored(cid, last, now)
-                    micros = time_to_micros(item.created_at)
-                    rows.append(
-                        (cid, last, p.type, p.status, p.response_id, micros, p.created_by,
-                         p.data_json)
-                    )  # fmt: skip
-                    stored.append(item)
-                heads[cid] = (last, time_to_micros(stored[-1].created_at))
-                results.append(stored)
-            conn.executemany(_INSERT, rows)
-            conn.executemany(_UPSERT_HEAD, [(cid, s, t) for cid, (s, t) in heads.items()])
-        self._transactions += 1
+        replaced: dict[str, int] = {}
+        try:
+            with self._transaction() as conn:
+                self._write_rows(conn, batch, now, results, rows, heads)
+                replaced = self._pending(heads)
+        except BaseException:
+            self._heads_pending.update(replaced)  # never committed
+            raise
+        self._committed(heads)
         self._appends += len(batch)
         self._items_written += len(rows)
         return results
+
+    def _write_rows(
+        self,
+        conn: sqlite3.Connection,
+        batch: list[_Write],
+        now: datetime,
+        results: list[list[Item]],
+        rows: list[_Row],
+        heads: dict[str, tuple[int, int]],
+    ) -> None:
+        """Worker thread, inside the transaction: the batch's rows and heads."""
+        for write in batch:
+            cid = write.conversation_id
+            last = heads[cid][0] if cid in heads else self._head(conn, cid)
+            stored: list[Item] = []
+            for p in write.prepared:
+                last += 1
+                item = p.stored(cid, last, now)
+                micros = time_to_micros(item.created_at)
+                rows.append(
+                    (cid, last, p.type, p.status, p.response_id, micros, p.created_by,
+                     p.data_json)
+                )  # fmt: skip
+                stored.append(item)
+            heads[cid] = (last, time_to_micros(stored[-1].created_at))
+            results.append(stored)
+        conn.executemany(_INSERT, rows)
+        conn.executemany(_UPSERT_HEAD, [(cid, s, t) for cid, (s, t) in heads.items()])
+
+    def _pending(self, heads: dict[str, tuple[int, int]]) -> dict[str, int]:
+        """Worker thread, inside the transaction: its heads are about to commit (`synced`).
+        Returns the pending heads it replaced, to put back if the commit fails."""
+        before: dict[str, int] = {}
+        for cid, (seq, _) in heads.items():
+            before[cid] = self._heads_pending.get(cid, -1)
+            self._heads_pending[cid] = seq
+        return before
+
+    def _committed(self, heads: dict[str, tuple[int, int]]) -> None:
+        """Worker thread, after COMMIT: the transaction is one more for `sync()` to cover."""
+        for cid, (seq, _) in heads.items():
+            self._heads_committed[cid] = seq
+        self._transactions += 1
 
     def _write_import(self, items: Iterable[Item]) -> int:
         """Worker thread: the whole import in one transaction, checked as it goes."""

@@ -196,6 +196,16 @@ class SyncingStore(Protocol):
         """Wait until every commit made before this call survives a power cut."""
         ...
 
+    def synced(self, conversation_id: str, seq: int) -> bool:
+        """False while item `seq` of the conversation is being committed, or committed, by this
+        store and no sync has covered it yet; True otherwise (another process's items too)."""
+        ...
+
+    def synced_head(self, conversation_id: str) -> int | None:
+        """None if every item this store committed to the conversation is synced; else the
+        last seq that is (-1 for none)."""
+        ...
+
 
 def notify_commit(on_commit: OnCommit | None, items: list[Item]) -> None:
     """Run a store's commit callback; its failure must not undo or hide a durable append."""
