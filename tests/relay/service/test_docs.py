@@ -8,6 +8,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,12 @@ README = RELAY / "README.md"
 
 
 def _blocks(doc: Path, language: str) -> list[str]:
-    """The fenced blocks of `language` in `doc`, as written."""
-    return re.findall(rf"^```{language}\n(.*?)^```$", doc.read_text(), re.MULTILINE | re.DOTALL)
+    """The fenced blocks of `language` in `doc`, as written (a block indented in a list item
+    without its indent)."""
+    found = re.findall(
+        rf"^( *)```{language}\n(.*?)^\1```$", doc.read_text(), re.MULTILINE | re.DOTALL
+    )
+    return [textwrap.dedent(block) if indent else block for indent, block in found]
 
 
 @pytest.mark.parametrize(
