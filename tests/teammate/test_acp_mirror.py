@@ -211,6 +211,7 @@ def test_permission_requests_open_until_decided_and_an_approval_keeps_them_open(
     assert opened.tool_call["toolCallId"] == "5:call_1"
     assert [o["optionId"] for o in opened.options] == ["yes", "no"]
     assert mirror.open_permissions() == [opened]
+    assert opened.answerable_by("anyone", verified=False)
 
     approval = item(8, "permission_approval", {"request_id": "perm_1"}, by="bob")
     assert mirror.item(approval) == [PermissionClosed(request_id="perm_1", by="bob", approval=True)]
@@ -331,3 +332,26 @@ def test_what_json_cannot_carry_in_a_tool_calls_input_becomes_null() -> None:
     assert raw["nan"] is None
     assert 1 not in raw
     json.dumps(raw, allow_nan=False)
+
+
+def test_a_request_the_policy_gives_to_named_people_is_theirs_to_answer() -> None:
+    data = {
+        "request_id": "perm_2",
+        "options": [{"option_id": "yes", "name": "Allow", "kind": "allow_once"}],
+        "approval": {"answer": ["host", "alice"], "approvals": 1},
+    }
+    (opened,) = [
+        o
+        for o in Mirror().item(item(3, "permission_request", data, status="action_required"))
+        if isinstance(o, PermissionOpened)
+    ]
+    assert opened.answerable_by("alice", verified=True)
+    assert not opened.answerable_by("alice", verified=False)  # a role link typed that name
+    assert not opened.answerable_by("bob", verified=True)
+    drivers = {**data, "approval": {"answer": ["drivers"]}}
+    (opened,) = [
+        o
+        for o in Mirror().item(item(4, "permission_request", drivers, status="action_required"))
+        if isinstance(o, PermissionOpened)
+    ]
+    assert opened.answerable_by("bob", verified=False)

@@ -341,7 +341,7 @@ class AcpBridge:
                     if self._session_id is not None:
                         self._queue(output)
                 case PermissionOpened():
-                    if self._session_id is not None and self._driver():
+                    if self._session_id is not None and self._may_answer(output):
                         self._queue(output)
                 case PermissionClosed():
                     self._permission_closed(output)
@@ -402,19 +402,27 @@ class AcpBridge:
                 await self._outbox_ready.wait()
                 continue
             entry = self._outbox.popleft()
-            match entry:
-                case Update():
-                    params = {"sessionId": self._session_id, "update": dict(entry.update)}
-                    try:
-                        await conn.send_notification("session/update", params)
-                    except (TypeError, ValueError) as exc:  # not JSON: the mirror's bug
-                        logger.warning("an update could not be sent: %s", exc)
-                case PermissionOpened():
-                    self._tg.start_soon(self._ask, entry)
-                case _CancelAsk():
-                    await conn.send_notification("$/cancel_request", {"requestId": entry.rpc_id})
-                case anyio.Event():
-                    entry.set()
+            try:
+                await self._send(conn, entry)
+            except (TypeError, ValueError) as exc:  # not JSON: the mirror's bug, not the host's
+                logger.warning("an update could not be sent: %s", exc)
+            except (ConnectionError, OSError):
+                # The editor stopped reading: nobody is left to serve.
+                self._tg.cancel_scope.cancel()
+                return
+
+    async def _send(self, conn: Connection, entry: _Entry) -> None:
+        assert self._tg is not None
+        match entry:
+            case Update():
+                params = {"sessionId": self._session_id, "update": dict(entry.update)}
+                await conn.send_notification("session/update", params)
+            case PermissionOpened():
+                self._tg.start_soon(self._ask, entry)
+            case _CancelAsk():
+                await conn.send_notification("$/cancel_request", {"requestId": entry.rpc_id})
+            case anyio.Event():
+                entry.set()
 
     async def _ask(self, opened: PermissionOpened) -> None:
         """Put a permission request to the editor; its answer goes to the host."""
@@ -469,7 +477,7 @@ class AcpBridge:
             if "result" in message:
                 # Attached: the requests still open are put to the editor, after the answer.
                 for opened in self._mirror.open_permissions():
-                    if self._driver():
+                    if self._may_answer(opened):
                         self._queue(opened)
 
     # -- driving -------------------------------------------------------------------------------
@@ -477,6 +485,12 @@ class AcpBridge:
     def _driver(self) -> bool:
         role = self._ready.role if self._ready is not None else self._settings.link.role
         return role == "drive"
+
+    def _may_answer(self, opened: PermissionOpened) -> bool:
+        """Whether to put the request to the editor: a driver that the policy lets answer."""
+        ready = self._ready
+        verified = ready is not None and ready.verified
+        return self._driver() and opened.answerable_by(self._mirror.me, verified=verified)
 
     def _check_session(self, session_id: str) -> None:
         if self._session_id is None or session_id != self._session_id:

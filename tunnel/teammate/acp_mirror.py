@@ -94,6 +94,16 @@ class PermissionOpened:
     """ACP `ToolCallUpdate`: `toolCallId` and what the request says of the call."""
     options: Sequence[Mapping[str, Any]]
     """ACP `PermissionOption`s: `optionId`, `name`, `kind`."""
+    answer: Sequence[str] | None = None
+    """Who may answer, when the host's approval policy says (`"host"`, `"drivers"`, names);
+    None: any driver."""
+
+    def answerable_by(self, name: str | None, *, verified: bool) -> bool:
+        """Whether a driver of this name may answer: the policy's `drivers`, or its own name
+        when the host gave it (a personal link's)."""
+        if self.answer is None:
+            return True
+        return "drivers" in self.answer or (verified and name is not None and name in self.answer)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -339,7 +349,15 @@ def _permission(data: Mapping[str, Any], turn: Any) -> PermissionOpened | None:
             options.append({"optionId": option_id, "name": name, "kind": option["kind"]})
     if not options:
         return None
-    return PermissionOpened(request_id=request_id, tool_call=tool_call, options=options)
+    answer = _map(data.get("approval")).get("answer")
+    return PermissionOpened(
+        request_id=request_id,
+        tool_call=tool_call,
+        options=options,
+        answer=[who for who in answer if isinstance(who, str)]
+        if isinstance(answer, list)
+        else None,
+    )
 
 
 def translate(item: Mapping[str, Any]) -> list[Update]:
