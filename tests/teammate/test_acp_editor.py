@@ -1,6 +1,7 @@
 """`tunnel acp LINK` driven by an editor that is not ours: the ACP TypeScript SDK's client app
 (tests/teammate/acp_editor.mjs) runs it over stdio against a real relay and a real `tunnel host`
-sharing the fake ACP agent, beside a Python teammate (about 15 s).
+sharing the fake ACP agent, beside a Python teammate (about 50 s in all, most of it starting
+hosts: one host serves the tests that leave it as it is).
 
 The SDK is the one scripts/test installs with the real agents (TUNNEL_TEST_AGENTS_BIN), so this
 is part of the required `agents_real` suite: under TUNNEL_REQUIRE_ALL=1 it fails without it.
@@ -8,6 +9,7 @@ is part of the required `agents_real` suite: under TUNNEL_REQUIRE_ALL=1 it fails
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -147,23 +149,43 @@ def chosen_option(options: list[dict[str, Any]]) -> str:
     return option_id
 
 
-@pytest.fixture
-def host(relay: RelayProcess, tmp_path: Path) -> Iterator[HostProcess]:
-    workspace = tmp_path / "workspace"
+@contextlib.contextmanager
+def sharing(relay: RelayProcess, workdir: Path) -> Iterator[HostProcess]:
+    """`tunnel host` sharing the fake ACP agent through `relay`."""
+    workspace = workdir / "workspace"
     workspace.mkdir()
     (workspace / "notes.txt").write_text("remember the milk\n")
     process = HostProcess(
         relay.url,
-        tmp_path,
+        workdir,
         agent=f"acp:{sys.executable} {FAKE_ACP_AGENT}",
         workspace=workspace,
-        log_db=tmp_path / "log.db",
+        log_db=workdir / "log.db",
         interactive=False,
     ).start()
     try:
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+    """One relay and host for the tests that leave them as they are (they share its log)."""
+    workdir = tmp_path_factory.mktemp("shared")
+    relay = RelayProcess(workdir).start()
+    try:
+        with sharing(relay, workdir) as process:
+            yield process
+    finally:
+        relay.stop()
+
+
+@pytest.fixture
+def own_host(relay: RelayProcess, tmp_path: Path) -> Iterator[HostProcess]:
+    """A host of the test's own, on the test's own relay, for a test that restarts the relay."""
+    with sharing(relay, tmp_path) as process:
+        yield process
 
 
 async def _agent_said(teammate: Teammate, text: str) -> None:
@@ -350,8 +372,9 @@ async def _ready(session: TeammateSession) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.anyio
 async def test_the_editor_stays_attached_across_a_relay_restart(
-    relay: RelayProcess, host: HostProcess, tmp_path: Path
+    relay: RelayProcess, own_host: HostProcess, tmp_path: Path
 ) -> None:
+    host = own_host
     sdk = acp_sdk()
     editor = Editor(sdk, host.drive_link, "zed")
     restarted: RelayProcess | None = None
