@@ -27,7 +27,8 @@ as Gemini CLI does); FAKE_ACP_RESUME=1 offers session/resume too (no replay); FA
 requires a login first (methods `fake-key`, which needs FAKE_ACP_KEY set, and `browser`, which
 always fails); FAKE_ACP_FLAVOR=config offers the model as a config option (as Claude Code does)
 instead of the unstable `models` (as Gemini CLI does).
-Sessions offer the modes `default` and `plan` and advertise the commands `compact` and `review`.
+Sessions offer the modes `default`, `plan` and `acceptEdits` and advertise the commands `compact`
+and `review`.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ MODES = schema.SessionModeState(
     available_modes=[
         schema.SessionMode(id="default", name="Default", description="asks before edits"),
         schema.SessionMode(id="plan", name="Plan", description="plans only"),
+        schema.SessionMode(id="acceptEdits", name="Accept edits", description="edits unasked"),
     ],
 )
 MODELS = [("fast", "Fast model"), ("smart", "Smart model")]
@@ -231,7 +233,7 @@ class FakeAgent:
     # -- modes, models, config -----------------------------------------------------------------
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> None:
-        if mode_id not in ("default", "plan"):
+        if mode_id not in ("default", "plan", "acceptEdits"):
             raise acp.RequestError.invalid_params({"modeId": mode_id})
         self.mode = mode_id
         await self.client.session_update(session_id, update_current_mode(mode_id))

@@ -90,6 +90,10 @@ def test_settings_take_the_unstable_models_from_the_raw_result() -> None:
         },
         "models": {"current": "m1", "available": [{"id": "m1", "name": "M"}]},
         "config_options": None,
+        "approval": {
+            "asks": False,
+            "text": "may edit files and run commands without asking (a mode not known to ask)",
+        },
     }
     assert state.mode_change("b") == Change(method="set_mode", target="b", about="mode")
     assert state.model_change("m1") == Change(method="set_model", target="m1", about="model")

@@ -47,8 +47,10 @@ async def test_the_agents_modes_and_models_are_recorded_and_drivers_switch_them(
             "available": [
                 {"id": "default", "name": "Default", "description": "asks before edits"},
                 {"id": "plan", "name": "Plan", "description": "plans only"},
+                {"id": "acceptEdits", "name": "Accept edits", "description": "edits unasked"},
             ],
         }
+        assert first.data["approval"] == {"asks": True, "text": "asks before edits and commands"}
         # Gemini CLI's unstable `models`, which the acp package's schema does not have.
         assert first.data["models"] == {
             "current": "fast",

@@ -127,11 +127,13 @@ def test_decisions_settings_commands_and_terminals_read_as_sentences() -> None:
                 "change": {"mode": "plan"},
                 "modes": {"current": "plan", "available": [{"id": "plan", "name": "Plan"}]},
                 "models": None,
+                "approval": {"asks": True, "text": "asks before edits and commands"},
             },
         }
     )
     assert "alice set the mode to plan" in settings
     assert "mode: plan (Plan)" in settings
+    assert "the agent asks before edits and commands" in settings
     commands = _plain(
         {
             "seq": 4,

@@ -121,6 +121,7 @@ def create_session(
     demo_delay: float = DEFAULT_DELAY,
     sandbox: Sandbox | None = None,
     agent_auth: str | None = None,
+    agent_mode: str | None = None,
     policy: Policy | None = None,
 ) -> AgentSession:
     """The session for `--agent SPEC`, working in `workspace` and writing to `log`.
@@ -129,7 +130,8 @@ def create_session(
     spawns run in it. Nothing starts until the session's `run()` does. Raises ValueError for an
     unknown spec, a workspace that is not a directory, or a sandbox for the demo agent (it runs
     in the host's process: nothing to sandbox). `agent_auth` is the login method an ACP agent
-    is asked to use first (`tunnel host --agent-auth`; docs/agents.md, "Logging in"). `policy`
+    is asked to use first (`tunnel host --agent-auth`; docs/agents.md, "Logging in"),
+    `agent_mode` the session mode it starts in (`--agent-mode`; "Modes that ask"). `policy`
     decides every permission request the agent makes before a human sees it (docs/policy.md).
     """
     kind, argv = parse_spec(spec)
@@ -157,6 +159,7 @@ def create_session(
             workspace=workspace,
             conversation_id=conversation_id,
             auth_method=agent_auth,
+            start_mode=agent_mode,
         )
     else:
         session = PtySession(

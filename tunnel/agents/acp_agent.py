@@ -40,7 +40,8 @@ from tunnel import __version__
 from tunnel.log import Log
 from tunnel.process.groups import unwrapped
 
-from .acp_settings import Change, Settings
+from .acp_modes import asking_mode, mode_asks, policy_needs_asking
+from .acp_settings import Change, Settings, choices_of
 from .acp_terminals import Terminal, TerminalError, Terminals
 from .acp_transport import StdioTransport
 from .acp_updates import (
@@ -105,9 +106,9 @@ EXIT_POLL = 0.2
 """Seconds between looks at whether the agent's own process has exited (`_wait_exit`)."""
 
 MINUTE_SESSION_FILES = frozenset({"gemini-cli"})
-"""Agents (by `agentInfo.name`) that name a session's file after the minute it is opened in: a
-session/load in the minute the session was created overwrites its history (Gemini CLI 0.61), so
-the host waits for the next minute first. docs/agents.md, "Resuming"."""
+"""Agents (by `agentInfo.name`) that name a session's file after the minute a process opens it:
+a session/load in the same minute as the session's last start overwrites its history (Gemini
+CLI 0.61), so the host waits for the next minute first. docs/agents.md, "Resuming"."""
 
 KNOWN_UPDATES: frozenset[str] = frozenset(
     kind
@@ -260,6 +261,7 @@ class AcpSession(ChatSession):
         conversation_id: str,
         start_timeout: float = START_TIMEOUT,
         auth_method: str | None = None,
+        start_mode: str | None = None,
     ) -> None:
         if not argv:
             raise ValueError("an acp agent needs a command")
@@ -273,6 +275,9 @@ class AcpSession(ChatSession):
         self._workspace = Workspace(workspace)
         self._start_timeout = start_timeout
         self._auth_method = auth_method
+        # The mode the host's first start of the agent sets (`--agent-mode`); later starts
+        # restore what the conversation last chose (_restore_choices).
+        self._start_mode = start_mode
         self._live: _Live | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._start_lock = anyio.Lock()
@@ -291,6 +296,8 @@ class AcpSession(ChatSession):
         self._recorded_settings: dict[str, Any] | None = None
         self._recorded_commands: list[dict[str, Any]] | None = None
         self._changing = False
+        self._start_problem: str | None = None
+        self._started_once = False
         self._late_deadline: float | None = None
 
     @property
@@ -310,6 +317,10 @@ class AcpSession(ChatSession):
     async def _start(self, task_group: anyio.abc.TaskGroup) -> None:
         self._task_group = task_group
         await self._ensure_agent()
+        problem, self._start_problem = self._start_problem, None
+        if problem is not None:
+            # The host's own option named a mode the agent does not have: its user's mistake.
+            raise ValueError(problem)
 
     async def _begin_turn(self, prompt: Prompt) -> None:
         # Text the agent sent after its previous turn ended belongs to that turn: store it first.
@@ -384,45 +395,143 @@ class AcpSession(ChatSession):
         self._recorder.writer.check_writable()
         async with self._change_lock:
             change = plan()
+            if change.about == "mode":
+                self._check_asks(str(change.value or change.target))
             # What the agent reports while it changes is recorded once, with who asked.
             self._changing = True
-            options: list[Any] | None = None
             try:
-                with anyio.fail_after(CHANGE_TIMEOUT):
-                    if change.method == "set_mode":
-                        await live.conn.set_session_mode(
-                            session_id=live.session_id, mode_id=change.target
-                        )
-                    elif change.method == "set_config":
-                        response = await live.conn.set_config_option(
-                            config_id=change.target, session_id=live.session_id, value=change.value
-                        )
-                        options = list(response.config_options)
-                    else:
-                        await live.transport.request(
-                            "session/set_model",
-                            {"sessionId": live.session_id, "modelId": change.target},
-                        )
-            except RequestError as exc:
-                raise SessionError(
-                    "not_supported", f"the agent refused: {_error_text(exc)}"
-                ) from None
-            except (ConnectionError, ValidationError):
-                raise SessionError("agent_unavailable", "the agent did not answer") from None
-            except TimeoutError:
-                raise SessionError(
-                    "agent_unavailable", f"the agent did not answer within {CHANGE_TIMEOUT:g} s"
-                ) from None
+                await self._send_change(live, change)
             finally:
                 self._changing = False
             async with self._update_lock:
-                if change.method == "set_mode":
-                    self._settings.set_mode(change.target)
-                elif change.method == "set_model":
-                    self._settings.set_model(change.target)
-                else:
-                    self._settings.set_config_options(options)
                 await self._record_settings(by=by, change=change.record())
+
+    def _check_asks(self, mode_id: str) -> None:
+        """SessionError `forbidden` when the approval policy needs requests asked and `mode_id`
+        does not ask (tunnel.agents.acp_modes)."""
+        policy = self._permissions.policy
+        if policy is not None and policy_needs_asking(policy) and not mode_asks(mode_id):
+            raise SessionError(
+                "forbidden",
+                f"the mode {mode_id} does not ask before edits and commands, and the approval"
+                f" policy {policy.source} needs them asked",
+            )
+
+    async def _send_change(self, live: _Live, change: Change) -> None:
+        """Ask the agent for `change` and take it into the settings once it agreed;
+        SessionError if it refused or did not answer."""
+        options: list[Any] | None = None
+        try:
+            with anyio.fail_after(CHANGE_TIMEOUT):
+                if change.method == "set_mode":
+                    await live.conn.set_session_mode(
+                        session_id=live.session_id, mode_id=change.target
+                    )
+                elif change.method == "set_config":
+                    response = await live.conn.set_config_option(
+                        config_id=change.target, session_id=live.session_id, value=change.value
+                    )
+                    options = list(response.config_options)
+                else:
+                    await live.transport.request(
+                        "session/set_model",
+                        {"sessionId": live.session_id, "modelId": change.target},
+                    )
+        except RequestError as exc:
+            raise SessionError("not_supported", f"the agent refused: {_error_text(exc)}") from None
+        except (ConnectionError, ValidationError):
+            raise SessionError("agent_unavailable", "the agent did not answer") from None
+        except TimeoutError:
+            raise SessionError(
+                "agent_unavailable", f"the agent did not answer within {CHANGE_TIMEOUT:g} s"
+            ) from None
+        async with self._update_lock:
+            if change.method == "set_mode":
+                self._settings.set_mode(change.target)
+            elif change.method == "set_model":
+                self._settings.set_model(change.target)
+            else:
+                self._settings.set_config_options(options)
+
+    async def _restore_choices(self, live: _Live, first: bool) -> None:
+        """Bring a started agent to what the conversation last chose (its latest `settings`
+        event: mode, model, config options), or to `--agent-mode` on the host's first start;
+        under an approval policy that needs requests asked, to a mode that asks. What cannot
+        be restored is said in an `error` item; an unknown `--agent-mode` stops the host."""
+        wanted = choices_of(await self._last_settings() or {})
+        if first and self._start_mode is not None:
+            wanted["mode"] = self._start_mode
+        current = self._settings.choices()
+        policy = self._permissions.policy
+        mode = wanted["mode"] or current["mode"]
+        asked = policy is not None and policy_needs_asking(policy)
+        if policy is not None and asked and mode is not None and not mode_asks(mode):
+            modes = self._settings.snapshot()["modes"] or {}
+            wanted["mode"] = asking_mode(m["id"] for m in modes.get("available", ()))
+            if wanted["mode"] is None:
+                await self._recorder.error(
+                    "the agent offers no mode that asks before edits and commands; it may make"
+                    f" them without asking the approval policy {policy.source}"
+                )
+        steps: list[tuple[str, Callable[[], Change]]] = [
+            (
+                f"the option {key} = {value}",
+                functools.partial(self._settings.config_change, key, value),
+            )
+            for key, value in wanted["config"].items()
+            if current["config"].get(key, value) != value
+        ]
+        if wanted["model"] is not None and wanted["model"] != current["model"]:
+            steps.append(
+                (
+                    f"the model {wanted['model']}",
+                    functools.partial(self._settings.model_change, wanted["model"]),
+                )
+            )
+        # The mode last: a model switch may move the agent out of a mode the model lacks.
+        if wanted["mode"] is not None and wanted["mode"] != current["mode"]:
+            steps.append(
+                (
+                    f"the mode {wanted['mode']}",
+                    functools.partial(self._settings.mode_change, wanted["mode"]),
+                )
+            )
+        self._changing = True
+        try:
+            for what, plan in steps:
+                try:
+                    await self._send_change(live, plan())
+                except SessionError as exc:
+                    if first and what == f"the mode {self._start_mode}":
+                        # Not recorded: the host stops, and the next run would show it again.
+                        self._start_problem = f"--agent-mode: {exc.message}{self._modes_text()}"
+                        return
+                    await self._recorder.error(f"could not set {what}: {exc.message}")
+        finally:
+            self._changing = False
+
+    def _modes_text(self) -> str:
+        modes = self._settings.snapshot()["modes"] or {}
+        ids = [m["id"] for m in modes.get("available", ())]
+        return f" (it offers {', '.join(ids)})" if ids else ""
+
+    async def _last_settings(self) -> dict[str, Any] | None:
+        """The data of the conversation's latest `settings` event, if any."""
+        before = None
+        while True:
+            page = await self._log.query(
+                self.conversation_id,
+                before=before,
+                limit=100,
+                order="desc",
+                types="session_event",
+            )
+            for item in page:
+                if item.data.get("what") == "settings":
+                    return dict(item.data)
+            if len(page) < 100:
+                return None
+            before = page[-1].seq
 
     async def _record_settings(self, *, by: str, change: dict[str, Any] | None = None) -> None:
         """Store the `settings` session event; the agent's own reports only when they changed."""
@@ -509,6 +618,8 @@ class AcpSession(ChatSession):
                     screen=screen,
                 )
                 await self._recorder.session_event("agent_started", **details)
+                await self._restore_choices(live, first=not self._started_once)
+                self._started_once = True
                 async with self._update_lock:
                     await self._record_settings(by="agent")
                     if self._settings.commands:
@@ -574,10 +685,10 @@ class AcpSession(ChatSession):
         can_load = bool(caps and caps.load_session)
         previous = await self._previous_session(agent_id) if resume or can_load else None
         if previous is not None:
-            session_id, created_at = previous
+            session_id, started_at = previous
             method = "session/resume" if resume else "session/load"
             if not resume and agent_id in MINUTE_SESSION_FILES:
-                wait = _next_minute_wait(created_at, time.time())
+                wait = _next_minute_wait(started_at, time.time())
                 if wait > 0:
                     logger.info(
                         "waiting %.1f s for the next minute before %s loads its session",
@@ -637,9 +748,7 @@ class AcpSession(ChatSession):
 
     async def _previous_session(self, agent_id: str | None) -> tuple[str, float] | None:
         """The ACP session id of the latest `agent_started` of this agent, if it had one, and
-        when the session was created (a Unix time: its `agent_started` not resumed)."""
-        found: str | None = None
-        created = 0.0
+        when that start was recorded (a Unix time)."""
         before = None
         while True:
             page = await self._log.query(
@@ -650,19 +759,13 @@ class AcpSession(ChatSession):
                 types="session_event",
             )
             for item in page:
-                if item.data.get("what") != "agent_started":
-                    continue
-                session_id = item.data.get("session_id")
-                if found is None:
-                    if not isinstance(session_id, str) or item.data.get("agent_id") != agent_id:
-                        return None
-                    found = session_id
-                if session_id == found:
-                    created = item.created_at.timestamp()
-                    if not item.data.get("resumed"):
-                        return found, created
+                if item.data.get("what") == "agent_started":
+                    session_id = item.data.get("session_id")
+                    if isinstance(session_id, str) and item.data.get("agent_id") == agent_id:
+                        return session_id, item.created_at.timestamp()
+                    return None
             if len(page) < 100:
-                return (found, created) if found is not None else None
+                return None
             before = page[-1].seq
 
     async def _record_exit(self, live: _Live, code: int, tail: deque[str]) -> None:
@@ -1054,9 +1157,9 @@ async def _wait_exit(process: asyncio.subprocess.Process) -> int:
         await anyio.sleep(EXIT_POLL)
 
 
-def _next_minute_wait(since: float, now: float) -> float:
-    """Seconds until the minute after the one of `since` (UTC) begins, 0 if it has begun."""
-    if int(now // 60) != int(since // 60):
+def _next_minute_wait(started_at: float, now: float) -> float:
+    """Seconds until the minute after `started_at`'s (UTC) begins, 0 if it has begun."""
+    if int(now // 60) != int(started_at // 60):
         return 0.0
     # A little past the turn of the minute, so the agent's clock is past it too.
     return (int(now // 60) + 1) * 60 - now + 0.5

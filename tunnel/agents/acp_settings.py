@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from acp import schema
 
+from .acp_modes import approval
 from .acp_updates import clip_text
 from .errors import SessionError
 
@@ -162,12 +163,21 @@ class Settings:
         return bool(self._modes or self._models or self._options)
 
     def snapshot(self) -> dict[str, Any]:
-        """`modes`, `models` and `config_options`, as the `settings` session event has them."""
+        """`modes`, `models`, `config_options` and `approval` (whether the current mode asks,
+        in words: tunnel.agents.acp_modes), as the `settings` session event has them."""
+        modes = self._modes or self._from_option("mode")
         return {
-            "modes": self._modes or self._from_option("mode"),
+            "modes": modes,
             "models": self._models or self._from_option("model"),
             "config_options": self._options,
+            "approval": approval(modes),
         }
+
+    def choices(self) -> dict[str, Any]:
+        """What is chosen now: `mode` and `model` ids (or None), and `config`, the current value
+        of each config option that is not the mode or the model."""
+        snapshot = self.snapshot()
+        return choices_of(snapshot)
 
     def _from_option(self, category: str) -> dict[str, Any] | None:
         option = self._option_of(category)
@@ -234,3 +244,19 @@ class Settings:
 
 def _offers(state: Mapping[str, Any], id_: str) -> bool:
     return any(entry.get("id") == id_ for entry in state.get("available", ()))
+
+
+def choices_of(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """`Settings.choices()` of a recorded `settings` event's data."""
+    found: dict[str, Any] = {"mode": None, "model": None, "config": {}}
+    for key in ("mode", "model"):
+        state = snapshot.get(f"{key}s")
+        if isinstance(state, Mapping) and isinstance(state.get("current"), str):
+            found[key] = state["current"]
+    for option in snapshot.get("config_options") or ():
+        if not isinstance(option, Mapping) or option.get("category") in ("mode", "model"):
+            continue
+        value = option.get("current_value")
+        if isinstance(option.get("id"), str) and isinstance(value, str | bool):
+            found["config"][option["id"]] = value
+    return found

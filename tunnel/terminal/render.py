@@ -25,6 +25,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from tunnel.terminal.questions import render_question, render_response
 from tunnel.terminal.sanitize import printable
 
 # Long tool outputs and diffs are cut so one item cannot flood a terminal.
@@ -383,6 +384,10 @@ def _session_event(head: Text, who: str, data: Mapping[str, Any]) -> None:
             shown = _choice_text(data.get(f"{name}s"))
             if shown is not None:
                 head.append(f"  {name}: {shown}", style="dim")
+        approval = data.get("approval")
+        if isinstance(approval, Mapping) and isinstance(approval.get("text"), str):
+            # Whether the agent asks before edits and commands: said each time, plainly.
+            head.append(f"  the agent {_clip(approval['text'], 200)}", style="bold")
         return
     if what == "commands":
         commands = data.get("commands")
@@ -515,6 +520,10 @@ def render_item(item: Mapping[str, Any]) -> Text:
             chooser = "the policy" if who == "policy" and "policy" in data else who
             head.append(f"{chooser} chose {name}" + (f" ({option_kind})" if option_kind else ""))
             _decided_by(head, data)
+    elif kind == "elicitation_request":
+        render_question(head, data)
+    elif kind == "elicitation_response":
+        render_response(head, who, data)
     elif kind == "permission_approval":
         head.append("approval ", style="bold magenta")
         needed = data.get("needed")

@@ -386,6 +386,30 @@ def test_viewer_sees_settings_read_only(page: Page) -> None:
         expect(page.get_by_test_id("op-error")).to_have_attribute("data-code", "forbidden")
 
 
+def test_everyone_is_told_whether_the_mode_asks_before_edits(page: Page) -> None:
+    asking = {**SETTINGS, "approval": {"asks": True, "text": "asks before edits and commands"}}
+    items = [wire_item(0, "session_event", asking, created_by="agent")]
+    with fake_relay(Scenario(items=items)) as relay:
+        loaded(page, relay, "view")
+        shown = page.get_by_test_id("agent-approval")
+        expect(shown).to_have_text("The agent asks before edits and commands")
+        expect(shown).to_have_attribute("data-asks", "true")
+        unasked = {
+            **SETTINGS,
+            "modes": {**SETTINGS["modes"], "current": "acceptEdits"},
+            "change": {"mode": "acceptEdits"},
+            "approval": {"asks": False, "text": "may edit files and run commands without asking"},
+        }
+        relay.push(wire_item(1, "session_event", unasked, created_by="alice"))
+        expect(shown).to_have_attribute("data-asks", "false")
+        expect(shown).to_have_text("The agent may edit files and run commands without asking")
+        note = page.locator("[data-testid=settings-note][data-seq='1']")
+        expect(note).to_contain_text(
+            "alice switched the mode to acceptEdits. The agent may edit files and run commands"
+            " without asking."
+        )
+
+
 def test_no_settings_bar_without_a_settings_event(page: Page) -> None:
     with fake_relay(Scenario(items=[permission_item(0)])) as relay:
         loaded(page, relay, "drive")

@@ -48,8 +48,22 @@ function choiceName(choices, id) {
   return found ? found.name : String(id);
 }
 
-/** One line for the conversation: who changed what, or what the agent now offers. */
+/** Whether the agent asks before edits and commands in its current mode, in the host's words
+ * (docs/agents.md "Modes that ask"); "" when the agent has no modes. */
+export function approvalText(data) {
+  const approval = obj(obj(data).approval);
+  return typeof approval.text === "string" ? `The agent ${approval.text}` : "";
+}
+
+/** One line for the conversation: who changed what, or what the agent now offers; with
+ * whether the mode asks, when the agent has modes. */
 export function settingsText(data, by) {
+  const line = changeText(data, by);
+  const approval = approvalText(data);
+  return approval ? `${line}. ${approval}.` : line;
+}
+
+function changeText(data, by) {
   const entries = settingEntries(data);
   const change = obj(data.change);
   const who = by || "someone";
@@ -117,6 +131,12 @@ export class SettingsBar {
     const entries = settingEntries(this.data);
     this.element.hidden = entries.length === 0;
     this.element.replaceChildren(...entries.map((entry) => this.setting(entry)));
+    const approval = approvalText(this.data);
+    if (approval) {
+      const asks = obj(this.data.approval).asks === true;
+      this.element.append(el("span", { class: asks ? "approval" : "approval approval-unasked",
+        testid: "agent-approval", "data-asks": String(asks), text: approval }));
+    }
   }
 
   setting(entry) {
