@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from tunnel.app.requests import MAX_PUSH_ENDPOINT_LENGTH
 from tunnel.notify.vapid import origin_of
-
-MAX_ENDPOINT_LENGTH = 2048
-"""Longest endpoint taken: the browsers' are a few hundred characters."""
 
 PUSH_SERVICES = (
     "fcm.googleapis.com",
@@ -48,7 +46,7 @@ def normalize_origin(text: str) -> str:
 
 def check_endpoint(endpoint: str, extra_origins: frozenset[str] = frozenset()) -> str:
     """`endpoint` if the host may POST pushes to it, else EndpointRefused."""
-    if len(endpoint) > MAX_ENDPOINT_LENGTH:
+    if len(endpoint) > MAX_PUSH_ENDPOINT_LENGTH:
         raise EndpointRefused("the push endpoint is too long")
     if any(ord(c) < 0x21 or ord(c) == 0x7F for c in endpoint):
         raise EndpointRefused("the push endpoint holds spaces or control characters")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from tunnel.app.requests import PUSH_AUTH_SIZE, PUSH_KEY_SIZE
 from tunnel.e2e.identity import KeyFileError, read_private_file, write_private_file
 from tunnel.notify.vapid import b64url, b64url_decode
 
@@ -183,7 +184,7 @@ def _from_json(entry: Any) -> Subscription | None:
         p256dh, auth = b64url_decode(entry["p256dh"]), b64url_decode(entry["auth"])
     except ValueError:
         return None
-    if len(p256dh) != 65 or len(auth) != 16:
+    if len(p256dh) != PUSH_KEY_SIZE or len(auth) != PUSH_AUTH_SIZE:
         return None
     return Subscription(
         owner=Owner(kind=kind, id=entry["owner"]),

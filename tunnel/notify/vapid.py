@@ -17,9 +17,6 @@ from py_vapid import Vapid02
 
 from tunnel.e2e.identity import KeyFileError, read_private_file, write_private_file
 
-PUBLIC_KEY_SIZE = 65
-"""An uncompressed P-256 point: 0x04, then x and y (SEC 1, 2.3.3)."""
-
 JWT_LIFETIME = 12 * 3600
 """Seconds a VAPID JWT is valid: RFC 8292 section 2 allows at most 24 hours; half leaves room
 for a host's clock running ahead of the push service's."""

@@ -18,16 +18,15 @@ from typing import Any
 import http_ece
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tunnel.notify.vapid import PUBLIC_KEY_SIZE, VapidKey, b64url
+from tunnel.app.requests import PUSH_AUTH_SIZE, PUSH_KEY_SIZE
+from tunnel.notify.vapid import VapidKey, b64url
 
-AUTH_SECRET_SIZE = 16
-"""A subscription's `auth` secret (RFC 8291 section 3.2)."""
 SALT_SIZE = 16
 RECORD_SIZE = 4096
 """The one record's size in the header: a push message is one record (RFC 8291 section 4)."""
 MAX_PUSH_BODY = 4096
 """What every push service must accept (RFC 8291 section 4)."""
-HEADER_SIZE = SALT_SIZE + 4 + 1 + PUBLIC_KEY_SIZE
+HEADER_SIZE = SALT_SIZE + 4 + 1 + PUSH_KEY_SIZE
 """salt, rs, idlen, keyid: the sender's public key (RFC 8188 section 2.1, RFC 8291 section 4)."""
 MAX_PLAINTEXT = MAX_PUSH_BODY - HEADER_SIZE - 16 - 1
 """3993 bytes: what is left once the header, the AEAD tag and the padding delimiter fit."""
@@ -43,7 +42,7 @@ ELLIPSIS = "…"
 
 def check_p256dh(key: bytes) -> bytes:
     """`key` if it is an uncompressed P-256 point on the curve; ValueError otherwise."""
-    if len(key) != PUBLIC_KEY_SIZE or key[0] != 4:
+    if len(key) != PUSH_KEY_SIZE or key[0] != 4:
         raise ValueError("p256dh must be a 65-byte uncompressed P-256 point")
     try:
         ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), key)
@@ -65,8 +64,8 @@ def encrypt(
     random unless given (test vectors only). ValueError for keys of the wrong shape, or a
     plaintext over `MAX_PLAINTEXT`."""
     check_p256dh(p256dh)
-    if len(auth) != AUTH_SECRET_SIZE:
-        raise ValueError(f"auth must be {AUTH_SECRET_SIZE} bytes")
+    if len(auth) != PUSH_AUTH_SIZE:
+        raise ValueError(f"auth must be {PUSH_AUTH_SIZE} bytes")
     if len(plaintext) > MAX_PLAINTEXT:
         raise ValueError(f"a push payload holds at most {MAX_PLAINTEXT} bytes")
     salt = salt if salt is not None else os.urandom(SALT_SIZE)
