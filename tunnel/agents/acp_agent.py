@@ -37,10 +37,11 @@ from acp.interfaces import Client
 from pydantic import ValidationError
 
 from tunnel import __version__
-from tunnel.log import Log
+from tunnel.log import Item, Log
 from tunnel.process.groups import unwrapped
 
 from .acp_modes import asking_mode, mode_asks, policy_needs_asking
+from .acp_refusals import readable as readable_refusal
 from .acp_settings import Change, Settings, choices_of
 from .acp_terminals import Terminal, TerminalError, Terminals
 from .acp_transport import StdioTransport
@@ -50,6 +51,8 @@ from .acp_updates import (
     clip_text,
     merge_known_call,
     permission_details,
+    result_text,
+    tool_content,
 )
 from .base import AgentInfo
 from .chat import ChatSession, Prompt
@@ -820,6 +823,8 @@ class AcpSession(ChatSession):
                     if isinstance(update, schema.ToolCallStart | schema.ToolCallProgress):
                         self._know_call(update.tool_call_id, call_fields(update))
                     await apply_update(self._recorder, update)
+                    if isinstance(update, schema.ToolCallProgress) and update.status == "failed":
+                        await self._explain_refusal(update)
             except ValueError as exc:
                 # E.g. text with a lone surrogate: the log refuses it; say so, go on.
                 logger.warning("cannot store an update from %s: %s", self.info.name, exc)
@@ -922,6 +927,35 @@ class AcpSession(ChatSession):
         except (OSError, ValueError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise RequestError(-32603, f"cannot {op} {path}: {reason}", {"path": path}) from None
+
+    async def _explain_refusal(self, update: schema.ToolCallProgress) -> None:
+        """A tool call the agent failed with a refusal it is known for, after someone chose an
+        option it would not honour: one `error` line saying whose choice and what to do."""
+        text = result_text(tool_content(update.content), update.raw_output)
+        known = readable_refusal(text)
+        if known is None:
+            return
+        chose = ""
+        decision = await self._decision_on(update.tool_call_id)
+        if decision is not None:
+            chose = f'{decision.created_by} chose "{decision.data.get("option_name")}", which '
+        await self._recorder.error(f"{chose}{self.info.name} refused: {known}")
+
+    async def _decision_on(self, tool_call_id: str) -> Item | None:
+        """The latest `permission_decision` on a request about this tool call, among the last
+        few requests (a refusal follows its decision at once)."""
+        requests = await self._log.query(
+            self.conversation_id, limit=16, order="desc", types="permission_request"
+        )
+        asked = {
+            r.data.get("request_id")
+            for r in requests
+            if (r.data.get("tool_call") or {}).get("tool_call_id") == tool_call_id
+        }
+        decisions = await self._log.query(
+            self.conversation_id, limit=16, order="desc", types="permission_decision"
+        )
+        return next((d for d in decisions if d.data.get("request_id") in asked), None)
 
     async def _refused(self, what: str, **details: Any) -> None:
         logger.warning("refused the agent's request (%s): %s", what, details)
@@ -1098,7 +1132,8 @@ def _methods_text(methods: list[Any]) -> str:
 
 
 def _error_text(exc: RequestError) -> str:
-    """An agent's JSON-RPC error as one line: its message, code and data."""
+    """An agent's JSON-RPC error as one line: its message, code and data; or a refusal the
+    agent is known for, in words a teammate can act on (tunnel.agents.acp_refusals)."""
     text = f"{exc} (code {exc.code})"
     if exc.data is not None:
         try:
@@ -1106,6 +1141,10 @@ def _error_text(exc: RequestError) -> str:
         except ValueError:
             data = repr(exc.data)
         text += f": {clip_text(data, 1000)}"
+    known = readable_refusal(text)
+    if known is not None:
+        logger.info("the agent refused: %s", text)
+        return known
     return text
 
 

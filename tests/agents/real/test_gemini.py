@@ -235,3 +235,40 @@ async def test_two_resumes_in_a_row_remember_and_show_each_earlier_message_once(
             "Recalled after a crash.",
         ]
         assert len([i for i in alice.items if i["type"] == "tool_call"]) == 1
+
+
+class UntrustingGemini(Gemini):
+    """Gemini CLI as a new user runs it: the workspace is not among its trusted folders."""
+
+    def environment(self, model_url: str, home: Path, workspace: Path) -> dict[str, str]:
+        env = super().environment(model_url, home, workspace)
+        (home / ".gemini" / "trustedFolders.json").unlink()
+        return env
+
+
+async def test_in_a_folder_gemini_does_not_trust_its_refusals_say_why_and_what_to_do(
+    share: StartSession, model: ModelServer, workspace: Path
+) -> None:
+    notes = workspace / "notes.txt"
+    _script_replace(model, "EDIT-UNTRUSTED", notes, "milk", "bread")
+    gemini = UntrustingGemini(name="gemini", program="gemini", args=("--acp",))
+    async with share(gemini) as session, session.teammate("vera") as vera:
+        alice = await drive(session)
+        # A mode that acts without asking: refused to alice, in words, and nothing changes.
+        alice.type("/mode autoEdit")
+        await alice.output.wait_for(r"refused: it does not trust this folder.*TRUST_WORKSPACE")
+        assert settings_events(vera)[-1]["modes"]["current"] == "default"
+
+        # "Allow for this session": the agent fails the edit; one line says whose choice it
+        # refused and why, and the file is untouched.
+        await asked(alice, vera, "EDIT-UNTRUSTED")
+        alice.type("/allow always")
+        await vera.wait_for(agent_said("EDIT-UNTRUSTED done."))
+        errors = [i["data"]["message"] for i in vera.items if i["type"] == "error"]
+        assert len(errors) == 1, errors
+        assert errors[0].startswith(
+            'alice chose "Allow for this session", which Gemini CLI refused: '
+            "it does not trust this folder"
+        )
+        await alice.output.wait_for(r"which Gemini CLI refused: it does not trust this folder")
+        assert notes.read_text() == "remember the milk\n"
