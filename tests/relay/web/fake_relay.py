@@ -106,6 +106,8 @@ class Scenario:
     sandbox: dict[str, Any] | None = None
     # The `terminal` of the ready message (a terminal agent's size); None leaves it out.
     terminal: dict[str, Any] | None = None
+    # The `push_key` of the ready message (the host offers notifications); None leaves it out.
+    push_key: str | None = None
     items: list[dict[str, Any]] = field(default_factory=list)
     # How many items go in each snapshot page (the page must handle `more: true`).
     page_size: int = 3
@@ -158,6 +160,10 @@ class FakeRelay:
 
     def send_event(self, event: dict[str, Any]) -> None:
         self._call(self._broadcast({"op": "event", "event": event}))
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send one host message, as it is, to every attachment."""
+        self._call(self._broadcast(message))
 
     def send_presence(self, members: list[dict[str, str]]) -> None:
         self._call(self._broadcast({"op": "presence", "members": members}))
@@ -365,6 +371,8 @@ class FakeRelay:
             ready["sandbox"] = self.scenario.sandbox
         if self.scenario.terminal is not None:
             ready["terminal"] = self.scenario.terminal
+        if self.scenario.push_key is not None:
+            ready["push_key"] = self.scenario.push_key
         await self._send(attachment, ready)
 
     async def _release_answer(self) -> None:

@@ -50,6 +50,8 @@ def test_page_policy_forbids_inline_script_and_other_origins() -> None:
     assert policy["base-uri"] == "'none'"
     assert policy["frame-ancestors"] == "'none'"
     assert policy["img-src"] == "'self' data:"
+    assert policy["worker-src"] == "'self'"
+    assert policy["manifest-src"] == "'self'"
     assert "unsafe-inline" not in policy["script-src"]
     assert "unsafe-eval" not in policy["script-src"]
     assert "unsafe-inline" not in policy["style-src-elem"]
@@ -87,6 +89,29 @@ def test_asset_bytes_are_the_packaged_files() -> None:
     assert result[2] == (WEB / "vendor" / "marked.esm.js").read_bytes()
 
 
+def test_each_host_page_has_its_manifest_and_the_worker_may_serve_it() -> None:
+    status, headers, body = static_response(f"/h/{HOST_ID}/manifest.webmanifest") or (0, [], b"")
+    assert status == 200
+    fields = dict(headers)
+    assert fields["Content-Type"] == "application/manifest+json"
+    assert fields["Cache-Control"] == "no-cache"
+    assert fields["X-Content-Type-Options"] == "nosniff"
+    manifest = json.loads(body)
+    assert manifest["start_url"] == manifest["scope"] == manifest["id"] == f"/h/{HOST_ID}"
+    for icon in manifest["icons"]:
+        assert icon["src"].startswith(f"/static/{build_id()}/")
+        assert static_response(icon["src"]) is not None
+    page = static_response(f"/h/{HOST_ID}")
+    assert page is not None
+    assert f'href="/h/{HOST_ID}/manifest.webmanifest"'.encode() in page[2]
+    assert b'name="theme-color" content="#' in page[2]
+    worker = headers_of(f"/static/{build_id()}/sw.js")
+    assert worker["Service-Worker-Allowed"] == "/h/"
+    assert worker["Content-Type"] == "text/javascript; charset=utf-8"
+    assert worker["Content-Security-Policy"].startswith("default-src 'none'")
+    assert "Service-Worker-Allowed" not in headers_of("/static/app.js")
+
+
 @pytest.mark.parametrize(
     "path",
     [
@@ -94,6 +119,10 @@ def test_asset_bytes_are_the_packaged_files() -> None:
         "/h/",
         "/h/short",
         f"/h/{HOST_ID}/extra",
+        f"/h/{HOST_ID}/manifest.json",
+        f"/h/{HOST_ID.upper()}/manifest.webmanifest",
+        "/h/manifest.webmanifest",
+        "/static/manifest.webmanifest",
         f"/h/{HOST_ID.upper()}",
         "/h/0123456789012345678901234a",
         "/static/",

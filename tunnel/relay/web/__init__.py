@@ -5,10 +5,13 @@ this package with importlib.resources, so they ship inside the wheel and need no
 
 URLs:
   /h/<host_id>               the page (index.html), never cached
+  /h/<host_id>/manifest.webmanifest
+                             the web app manifest that installs that page, never cached
   /static/<build>/<file>     an asset of this exact build: cached for a year, immutable
   /static/<file>             the same asset without a build id: revalidated every time
   /static/.../vendor/<file>  a vendored third-party asset (tunnel/relay/web/vendor/)
   /static/[<build>/]wire.js  the page's wire vocabulary, generated from Python (`wire.py`)
+  /static/[<build>/]sw.js    the service worker (notifications), allowed the scope /h/<host_id>
 
 `<build>` is a digest of every shipped asset, so a new release changes every asset URL and a
 long-lived cache can never serve a stale mix of old and new modules.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 import secrets
 from collections.abc import Callable
@@ -30,7 +34,7 @@ from tunnel.relay.web.wire import WIRE_MODULE_NAME, wire_module
 Headers = list[tuple[str, str]]
 Response = tuple[int, Headers, bytes]
 
-__all__ = ["build_id", "content_security_policy", "static_response"]
+__all__ = ["build_id", "content_security_policy", "manifest", "static_response"]
 
 # The page loads nothing but its own origin: no inline script, no third-party origin, no plugins,
 # not frameable. 'self' in connect-src covers ws:/wss: to the same host (CSP 3).
@@ -38,7 +42,8 @@ __all__ = ["build_id", "content_security_policy", "static_response"]
 # style attributes. So <style> elements need the per-response nonce, which the page stamps on the
 # elements it creates (DOMPurify drops every <style> and style attribute from rendered markdown),
 # and style attributes are allowed: they cannot run script, and with every fetch limited to 'self'
-# they cannot send anything anywhere.
+# they cannot send anything anywhere. The service worker and the manifest come from the relay
+# alone (docs/web.md, "The installed page and notifications").
 _POLICY = (
     "default-src 'self'",
     "script-src 'self'",
@@ -48,13 +53,16 @@ _POLICY = (
     "connect-src 'self'",
     "img-src 'self' data:",
     "font-src 'self'",
+    "worker-src 'self'",
+    "manifest-src 'self'",
     "object-src 'none'",
     "base-uri 'none'",
     "form-action 'none'",
     "frame-ancestors 'none'",
 )
 
-_HOST_PAGE = re.compile(rf"/h/{HOST_ID_PATTERN}")
+_HOST_PAGE = re.compile(rf"/h/({HOST_ID_PATTERN})")
+_MANIFEST = re.compile(rf"/h/({HOST_ID_PATTERN})/manifest\.webmanifest")
 _BUILD = re.compile(r"[0-9a-f]{16}")
 # One path segment of an asset: no dot files, no "..", nothing a filesystem treats specially.
 _SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -81,6 +89,23 @@ _CACHE_REVALIDATE = "no-cache"
 _GENERATED: dict[str, Callable[[], bytes]] = {WIRE_MODULE_NAME: wire_module}
 _BUILD_PLACEHOLDER = b"{{build}}"
 _NONCE_PLACEHOLDER = b"{{nonce}}"
+_HOST_PLACEHOLDER = b"{{host}}"
+_THEME_PLACEHOLDER = b"{{theme}}"
+
+MANIFEST_CONTENT_TYPE = "application/manifest+json"
+THEME_COLOR = "#2f6feb"
+"""The installed page's title bar and the icons' background: the page's accent (app.css)."""
+BACKGROUND_COLOR = "#f6f7f9"
+"""The installed page's splash screen: the page's light background (app.css)."""
+ICONS = (
+    ("icon-192.png", 192, "any"),
+    ("icon-512.png", 512, "any"),
+    ("icon-maskable-512.png", 512, "maskable"),
+)
+"""(file in static/, side in pixels, purpose) of each icon of the manifest (scripts/web-icons)."""
+SERVICE_WORKER = "sw.js"
+# The service worker's own script may load nothing; its notifications show the relay's icons.
+_SERVICE_WORKER_POLICY = "default-src 'none'; img-src 'self'; frame-ancestors 'none'"
 
 
 def _root() -> Traversable:
@@ -142,16 +167,58 @@ def _security_headers(policy: str) -> Headers:
     ]
 
 
-def _page() -> Response:
+def _page(host_id: str) -> Response:
     body = _root().joinpath("index.html").read_bytes()
     # A fresh nonce per response: it only ever authorizes <style> elements, never script.
     nonce = secrets.token_urlsafe(18)
     body = body.replace(_BUILD_PLACEHOLDER, build_id().encode())
     body = body.replace(_NONCE_PLACEHOLDER, nonce.encode())
+    # The host id matched HOST_ID_PATTERN (lowercase base32): nothing in it needs escaping.
+    body = body.replace(_HOST_PLACEHOLDER, host_id.encode())
+    body = body.replace(_THEME_PLACEHOLDER, THEME_COLOR.encode())
     headers = [
         ("Content-Type", _CONTENT_TYPES[".html"]),
         ("Cache-Control", _CACHE_REVALIDATE),
         *_security_headers(content_security_policy(nonce)),
+    ]
+    return 200, headers, body
+
+
+def manifest(host_id: str) -> dict[str, object]:
+    """The web app manifest of the page of `host_id`: one installed app per host.
+
+    It starts at the page without a fragment: the link's secret is never in it, and the page
+    asks for the link when it has none (docs/web.md, "The installed page and notifications").
+    """
+    page = f"/h/{host_id}"
+    return {
+        "id": page,
+        "name": f"agent-tunnel {host_id[:6]}",
+        "short_name": "agent-tunnel",
+        "description": "A coding agent's session, shared through agent-tunnel",
+        "start_url": page,
+        "scope": page,
+        "display": "standalone",
+        "theme_color": THEME_COLOR,
+        "background_color": BACKGROUND_COLOR,
+        "icons": [
+            {
+                "src": f"/static/{build_id()}/{name}",
+                "sizes": f"{size}x{size}",
+                "type": "image/png",
+                "purpose": purpose,
+            }
+            for name, size, purpose in ICONS
+        ],
+    }
+
+
+def _manifest(host_id: str) -> Response:
+    body = json.dumps(manifest(host_id), indent=1).encode()
+    headers = [
+        ("Content-Type", MANIFEST_CONTENT_TYPE),
+        ("Cache-Control", _CACHE_REVALIDATE),
+        *_security_headers(_ASSET_POLICY),
     ]
     return 200, headers, body
 
@@ -181,8 +248,13 @@ def _asset(segments: list[str], *, versioned: bool) -> Response | None:
     headers = [
         ("Content-Type", content_type),
         ("Cache-Control", _CACHE_FOREVER if versioned else _CACHE_REVALIDATE),
-        *_security_headers(_ASSET_POLICY),
     ]
+    if segments == [SERVICE_WORKER]:
+        # Registered by the page of /h/<host_id> with that page as its scope, outside the
+        # script's own folder: the browser allows that only when the script says so.
+        headers += [("Service-Worker-Allowed", "/h/"), *_security_headers(_SERVICE_WORKER_POLICY)]
+    else:
+        headers += _security_headers(_ASSET_POLICY)
     return 200, headers, body
 
 
@@ -193,8 +265,10 @@ def static_response(path: str) -> Response | None:
     (status, headers, body); the caller adds Content-Length and sends it as is.
     """
     path = path.split("?", 1)[0].split("#", 1)[0]
-    if _HOST_PAGE.fullmatch(path):
-        return _page()
+    if page := _HOST_PAGE.fullmatch(path):
+        return _page(page[1])
+    if found := _MANIFEST.fullmatch(path):
+        return _manifest(found[1])
     if not path.startswith("/static/"):
         return None
     segments = path[len("/static/") :].split("/")

@@ -4,6 +4,7 @@
 
 import { BadLinkError, cryptoAvailable, hostIdFromPath, parseFragment } from "./crypto.js";
 import { cleanName } from "./link.js";
+import { Notifications, keptLink, requestInAddress } from "./notify.js";
 import { Session } from "./session.js";
 import { TerminalView } from "./terminal.js";
 import { VerifiedMark } from "./verified.js";
@@ -76,9 +77,16 @@ function boot() {
     link = parseFragment(location.hash);
   } catch (error) {
     const reason = error instanceof BadLinkError ? error.message : "the link is malformed";
-    bareScreen(root, "bad-link", "This link does not work",
+    const badLink = () => bareScreen(root, "bad-link", "This link does not work",
       `The share link is incomplete (${reason}). Ask the host for the link again and open it ` +
       "exactly as sent: the part after # holds the key.");
+    if (!hostId || location.hash) {
+      badLink();
+      return;
+    }
+    // The installed page starts without the fragment: the link kept while notifications are
+    // on (notify.js) opens it, if there is one.
+    keptLink(hostId).then((url) => (url ? location.replace(url) : badLink()));
     return;
   }
   const name = chooseName();
@@ -123,6 +131,15 @@ function boot() {
       return terminal;
     },
   });
+  // Notifications of permission requests, when the host offers them (docs/notifications.md).
+  const notifications = new Notifications({
+    hostId,
+    send: (message) => session.send(message),
+    onOpenRequest: (requestId, optionId) => view.openRequest(requestId, optionId),
+  });
+  view.sandboxDetail.after(notifications.element);
+  const opened = requestInAddress(location, history);
+  if (opened) view.openRequest(opened.requestId, opened.optionId);
   // The host's signature over its log, checked against the items this page holds.
   const verified = new VerifiedMark(hostId);
   view.agentStatus.after(verified.element);
@@ -134,11 +151,17 @@ function boot() {
         const { cols, rows } = terminal.size;
         session.send({ op: "resize", cols, rows });
       }
+      notifications.attached();
+    },
+    onHostMessage: (message) => {
+      if (message.op === "ready") notifications.offered(message);
+      else if (message.op === "push") notifications.confirmed(message);
+      else if (message.op === "error") notifications.refused(message);
     },
   });
   window.addEventListener("pagehide", () => session.stop());
   // For tests and debugging from the console; it holds nothing the page's own script lacks.
-  window.__tunnel = { session, view, verified };
+  window.__tunnel = { session, view, verified, notifications };
   session.start();
 }
 

@@ -79,11 +79,14 @@ export class Session {
    * context(items) (items from before those shown whose state still holds: apply, do not list),
    * replayItems(items, context) (every item held, in seq order, once earlier ones came, and the
    * context items still before them). presence(members) gets the whole list each time, the
-   * page's own entry with `you: true`.
+   * page's own entry with `you: true`. `onHostMessage(message)` sees every decoded channel
+   * message first, as it came (untrusted): the ops the session protocol leaves to others
+   * (`push`, notify.js) are read there.
    */
   constructor({ location, hostId, role, secret, name, view, onSubscribed = () => {},
-    linkFactory = null }) {
-    Object.assign(this, { location, hostId, role, secret, name, view, onSubscribed });
+    onHostMessage = () => {}, linkFactory = null }) {
+    Object.assign(this, { location, hostId, role, secret, name, view, onSubscribed,
+      onHostMessage });
     this.linkFactory = linkFactory ?? ((options) => new SessionLink(options));
     this.link = null;
     this.conversationId = null;
@@ -167,6 +170,12 @@ export class Session {
    * next frame; a FollowerError thrown ends the attachment with its close code.
    */
   onMessage(message) {
+    try {
+      this.onHostMessage(message);
+    } catch (error) {
+      // What reads these ops beside the session must not end the attachment.
+      console.error(error);
+    }
     const follower = this.follower;
     const events = follower.receiveMessage(message);
     if (events instanceof Promise) return events.then((got) => this.take(follower, got));

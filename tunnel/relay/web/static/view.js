@@ -102,6 +102,10 @@ export class View {
     this.following = true;
     this.lastScrollTop = 0;
     this.lastInput = -Infinity;
+    // The request a tapped notification asked to show ({ requestId, optionId }), until shown;
+    // and the card shown so while the snapshot came, which its end must not scroll away.
+    this.wanted = null;
+    this.wantedScroll = null;
     this.build();
   }
 
@@ -386,7 +390,15 @@ export class View {
 
   snapshotDone() {
     this.conversation.dataset.loaded = "true";
-    this.jumpToEnd();
+    // A request a tapped notification asked for, shown during the snapshot, stays in view.
+    const wanted = this.wantedScroll;
+    this.wantedScroll = null;
+    if (wanted?.isConnected) {
+      this.following = false;
+      wanted.scrollIntoView({ block: "center" });
+    } else {
+      this.jumpToEnd();
+    }
   }
 
   /**
@@ -706,6 +718,42 @@ export class View {
     }
     // Even an item folded into an earlier card (an update, a result, an answer) is news.
     this.follow({ focus: item.type === "permission_request" ? element : null });
+    if (item.type === "permission_request" && this.wanted?.requestId === str(data.request_id)) {
+      this.showWanted();
+    }
+  }
+
+  /**
+   * Bring the reader to a permission request (a tapped notification), with `optionId`, the
+   * option tapped there, marked for one confirming tap: it is never sent from here. A request
+   * not on the page yet is shown when it arrives.
+   */
+  openRequest(requestId, optionId = null) {
+    this.wanted = { requestId, optionId };
+    this.showWanted();
+  }
+
+  showWanted() {
+    const entry = this.permissions.get(this.wanted.requestId);
+    if (!entry || !entry.element.isConnected) return;
+    const { optionId } = this.wanted;
+    this.wanted = null;
+    for (const shown of this.conversation.querySelectorAll("[data-wanted]")) delete shown.dataset.wanted;
+    entry.element.dataset.wanted = "true";
+    entry.confirm?.remove();
+    entry.confirm = null;
+    for (const button of entry.buttons) delete button.dataset.preselected;
+    const button = entry.buttons.find((b) => b.dataset.optionId === optionId);
+    if (button && entry.element.dataset.state === "pending") {
+      button.dataset.preselected = "true";
+      entry.confirm = el("div", { class: "confirm-hint", testid: "permission-confirm",
+        text: `Chosen in the notification: tap “${button.textContent}” to answer.` });
+      entry.element.querySelector(".options").before(entry.confirm);
+    }
+    // The reader came for this request: later items must not scroll it away.
+    this.following = false;
+    if (this.conversation.dataset.loaded !== "true") this.wantedScroll = entry.element;
+    entry.element.scrollIntoView({ block: "center" });
   }
 
   /**
@@ -1080,6 +1128,8 @@ export class View {
 
   markDecided(entry, decision) {
     entry.element.dataset.state = "answered";
+    entry.confirm?.remove();
+    entry.confirm = null;
     entry.element.dataset.outcome = decision.cancelled ? "cancelled" : "selected";
     for (const button of entry.buttons) {
       button.disabled = true;

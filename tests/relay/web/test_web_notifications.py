@@ -1,0 +1,474 @@
+"""The installable page and its notifications: the manifest and icons, the service worker, the
+toggle's requests to the host, and what a pushed request shows and a tap on it does."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from playwright.sync_api import Browser, BrowserContext, CDPSession, Page, Worker, expect
+
+from tunnel.e2e.crypto import b64url_encode
+from tunnel.relay.web import ICONS, MANIFEST_CONTENT_TYPE
+
+from .conftest import PageLog
+from .fake_relay import HOST_ID, FakeRelay, Scenario, fake_relay, wire_item
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
+
+PUSH_KEY = b64url_encode(
+    ec.generate_private_key(ec.SECP256R1())
+    .public_key()
+    .public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+)
+ENDPOINT = "https://push.example/send/abc123"
+OPS_WAIT = 10.0
+OPTIONS = [
+    {"option_id": "allow", "name": "Allow once", "kind": "allow_once"},
+    {"option_id": "reject", "name": "Reject", "kind": "reject_once"},
+]
+# PushManager.subscribe as a browser with a reachable push service answers it: the page's
+# requests are checked, not the push service (headless chromium reaches none).
+STUB_SUBSCRIBE = (
+    f"window.__endpoint = {json.dumps(ENDPOINT)};"
+    + """
+window.__subscribed = [];
+window.__unsubscribed = 0;
+PushManager.prototype.subscribe = async function (options) {
+  const key = new Uint8Array(options.applicationServerKey);
+  window.__subscribed.push({ userVisibleOnly: options.userVisibleOnly, key: Array.from(key) });
+  return {
+    endpoint: window.__endpoint,
+    options: { applicationServerKey: key.buffer, userVisibleOnly: true },
+    toJSON() { return { endpoint: this.endpoint, keys: { p256dh: "BPk", auth: "au" } }; },
+    unsubscribe: async () => { window.__unsubscribed += 1; return true; },
+  };
+};
+"""
+)
+KEPT_LINK = """(host) => new Promise((resolve) => {
+  const open = indexedDB.open("agent-tunnel");
+  open.onsuccess = () => {
+    const get = open.result.transaction("links").objectStore("links").get(host);
+    get.onsuccess = () => resolve(get.result ?? null);
+  };
+})"""
+
+
+def request_item(seq: int, request_id: str) -> dict[str, Any]:
+    return wire_item(
+        seq,
+        "permission_request",
+        {
+            "request_id": request_id,
+            "title": "Run make deploy",
+            "tool_call": {"kind": "execute", "input": {"command": "make deploy"}},
+            "tool_call_id": None,
+            "options": OPTIONS,
+        },
+        status="action_required",
+    )
+
+
+def request_push(request_id: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "v": 1,
+        "type": "request",
+        "tag": f"{HOST_ID}/{request_id}",
+        "host": HOST_ID,
+        "request_id": request_id,
+        "agent": "claude",
+        "title": "Run make deploy",
+        "kind": "execute",
+        "command": "make deploy",
+        "options": OPTIONS,
+        "reminder": False,
+        **extra,
+    }
+
+
+def wait_for_ops(relay: FakeRelay, op: str, count: int) -> list[dict[str, Any]]:
+    """The page's requests `op` once there are `count` of them (failing after a few seconds)."""
+    deadline = time.monotonic() + OPS_WAIT
+    while len(relay.ops(op)) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    found = relay.ops(op)
+    assert len(found) == count, found
+    return found
+
+
+@dataclass
+class Pushed:
+    """A page with notifications allowed, its relay, and the DevTools session that pushes."""
+
+    page: Page
+    relay: FakeRelay
+    cdp: CDPSession
+    registrations: dict[str, str]
+
+    def worker(self) -> Worker:
+        context = self.page.context
+        for worker in context.service_workers:
+            if worker.url.endswith("/sw.js"):
+                return worker
+        return context.wait_for_event("serviceworker")
+
+    def deliver(self, payload: dict[str, Any] | str) -> None:
+        scope = f"{self.relay.base_url}/h/{HOST_ID}"
+        self.page.evaluate("navigator.serviceWorker.ready.then(() => true)")
+        deadline = time.monotonic() + OPS_WAIT
+        while scope not in self.registrations and time.monotonic() < deadline:
+            self.page.wait_for_timeout(20)  # DevTools events arrive while Playwright waits
+        registration = self.registrations[scope]
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        self.cdp.send(
+            "ServiceWorker.deliverPushMessage",
+            {"origin": self.relay.base_url, "registrationId": registration, "data": data},
+        )
+
+    def shown(
+        self, count: int, check: Callable[[list[dict[str, Any]]], bool] = lambda _: True
+    ) -> list[dict[str, Any]]:
+        """The notifications shown, once there are `count` of them and `check` holds."""
+        deadline = time.monotonic() + OPS_WAIT
+        while True:
+            found = self.notifications()
+            if (len(found) == count and check(found)) or time.monotonic() > deadline:
+                break
+            self.page.wait_for_timeout(20)
+        assert len(found) == count, found
+        assert check(found), found
+        return found
+
+    def notifications(self) -> list[dict[str, Any]]:
+        return self.page.evaluate(
+            """async () => {
+              const registration = await navigator.serviceWorker.ready;
+              return (await registration.getNotifications()).map((n) => ({
+                title: n.title, body: n.body, tag: n.tag, renotify: n.renotify, data: n.data,
+                actions: n.actions.map((a) => ({ action: a.action, title: a.title })),
+              }));
+            }"""
+        )
+
+
+@pytest.fixture
+def allowed(browser: Browser) -> Iterator[BrowserContext]:
+    context = browser.new_context(viewport={"width": 1200, "height": 860})
+    context.grant_permissions(["notifications"])
+    yield context
+    context.close()
+
+
+def open_page(context: BrowserContext, relay: FakeRelay, log: PageLog, *, stub: bool) -> Page:
+    if stub:
+        context.add_init_script(STUB_SUBSCRIBE)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.on("console", log.on_console)
+    page.on("pageerror", log.on_page_error)
+    page.goto(relay.page_url("drive"))
+    expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "connected")
+    return page
+
+
+@pytest.fixture
+def pushed(allowed: BrowserContext, page_log: PageLog) -> Iterator[Pushed]:
+    items = [request_item(0, "p1")]
+    with fake_relay(Scenario(items=items, push_key=PUSH_KEY)) as relay:
+        page = open_page(allowed, relay, page_log, stub=True)
+        cdp = allowed.new_cdp_session(page)
+        registrations: dict[str, str] = {}
+        cdp.on(
+            "ServiceWorker.workerRegistrationUpdated",
+            lambda event: registrations.update(
+                {r["scopeURL"]: r["registrationId"] for r in event["registrations"]}
+            ),
+        )
+        cdp.send("ServiceWorker.enable")
+        yield Pushed(page=page, relay=relay, cdp=cdp, registrations=registrations)
+
+
+def test_the_page_installs_with_its_manifest_and_registers_its_worker(
+    allowed: BrowserContext, page_log: PageLog
+) -> None:
+    with fake_relay(Scenario(push_key=PUSH_KEY)) as relay:
+        page = open_page(allowed, relay, page_log, stub=False)
+        scope = page.evaluate("navigator.serviceWorker.ready.then((r) => r.scope)")
+        assert scope == f"{relay.base_url}/h/{HOST_ID}"
+        found = page.evaluate(
+            """async () => {
+              const href = document.querySelector("link[rel=manifest]").href;
+              const response = await fetch(href);
+              const manifest = await response.json();
+              const icons = [];
+              for (const icon of manifest.icons) {
+                const image = new Image();
+                image.src = new URL(icon.src, href).href;
+                await image.decode();
+                const got = await fetch(image.src);
+                icons.push({ ...icon, width: image.naturalWidth, height: image.naturalHeight,
+                  type: got.headers.get("content-type") });
+              }
+              const worker = await fetch((await navigator.serviceWorker.ready).active.scriptURL);
+              return { href, type: response.headers.get("content-type"), manifest, icons,
+                worker: worker.headers.get("service-worker-allowed"),
+                theme: document.querySelector("meta[name=theme-color]").content,
+                touch: document.querySelector("link[rel=apple-touch-icon]").href };
+            }"""
+        )
+        page_url = f"/h/{HOST_ID}"
+        assert found["href"] == f"{relay.base_url}{page_url}/manifest.webmanifest"
+        assert found["type"] == MANIFEST_CONTENT_TYPE
+        manifest = found["manifest"]
+        assert manifest["start_url"] == page_url
+        assert manifest["scope"] == page_url
+        assert manifest["display"] == "standalone"
+        assert manifest["name"]
+        assert manifest["short_name"]
+        assert manifest["theme_color"] == found["theme"]
+        assert manifest["background_color"].startswith("#")
+        assert "#" not in json.dumps(manifest).replace(manifest["theme_color"], "").replace(
+            manifest["background_color"], ""
+        ), "nothing of a link's fragment is in the manifest"
+        assert found["worker"] == "/h/"
+        shown = {
+            (i["sizes"], i["purpose"], i["width"], i["height"], i["type"]) for i in found["icons"]
+        }
+        assert shown == {
+            (f"{size}x{size}", purpose, size, size, "image/png") for _, size, purpose in ICONS
+        }
+        assert {size for _, size, purpose in ICONS if purpose == "any"} >= {192, 512}
+        assert any(purpose == "maskable" for _, _, purpose in ICONS)
+        assert found["touch"].endswith("/icon-192.png")
+        cdp = allowed.new_cdp_session(page)
+        app = cdp.send("Page.getAppManifest")
+        assert app["errors"] == []
+        assert app["url"] == found["href"]
+        assert page_log.errors == []
+
+
+def test_the_toggle_subscribes_with_the_hosts_key_and_tells_the_host(pushed: Pushed) -> None:
+    page, relay = pushed.page, pushed.relay
+    focus = wait_for_ops(relay, "focus", 1)
+    assert focus[0]["focused"] in (True, False)
+    browser_id = focus[0]["browser"]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", browser_id)
+    toggle = page.get_by_test_id("notify-toggle")
+    expect(toggle).to_have_attribute("aria-pressed", "false")
+    toggle.click()
+    expect(page.get_by_test_id("notify-status")).to_have_attribute("data-state", "working")
+    page.wait_for_function("() => window.__subscribed.length === 1")
+    subscribed = page.evaluate("window.__subscribed[0]")
+    assert subscribed["userVisibleOnly"] is True
+    assert b64url_encode(bytes(subscribed["key"])) == PUSH_KEY
+    (on,) = wait_for_ops(relay, "push_on", 1)
+    assert {k: v for k, v in on.items() if not k.startswith("_")} == {
+        "op": "push_on",
+        "endpoint": ENDPOINT,
+        "p256dh": "BPk",
+        "auth": "au",
+        "browser": browser_id,
+    }
+    relay.send({"op": "push", "on": True, "endpoint": ENDPOINT})
+    expect(toggle).to_have_attribute("aria-pressed", "true")
+    expect(page.get_by_test_id("notify-status")).to_have_attribute("data-state", "on")
+    # The worker keeps the link, fragment and all, for a tap with no window open.
+    assert page.evaluate(KEPT_LINK, HOST_ID) == page.url
+
+    # The installed page starts without the fragment: the kept link opens it.
+    launched = page.context.new_page()
+    launched.goto(f"{relay.base_url}/h/{HOST_ID}")
+    expect(launched).to_have_url(page.url)
+    expect(launched.get_by_test_id("connection-status")).to_have_attribute(
+        "data-state", "connected"
+    )
+    launched.close()
+    # A tap with no window of the host open opens the kept link at the request.
+    base, fragment = page.url.split("#")
+    tapped = page.context.new_page()
+    tapped.goto(f"{base}?request=p1&option=reject#{fragment}")
+    card = tapped.locator("[data-testid=permission-request][data-request-id=p1]")
+    expect(card).to_have_attribute("data-wanted", "true")
+    expect(card.locator("button[data-option-id=reject]")).to_have_attribute(
+        "data-preselected", "true"
+    )
+    expect(tapped).to_have_url(page.url)
+    tapped.close()
+
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-pressed", "false")
+    page.wait_for_function("() => window.__unsubscribed === 1")
+    (off,) = wait_for_ops(relay, "push_off", 1)
+    assert off["endpoint"] == ENDPOINT
+    assert page.evaluate(KEPT_LINK, HOST_ID) is None
+    assert relay.errors == []
+
+
+def test_a_pushed_request_shows_is_withdrawn_and_a_tap_opens_it_unanswered(
+    pushed: Pushed,
+) -> None:
+    page, relay = pushed.page, pushed.relay
+    pushed.deliver(request_push("p1"))
+    (shown,) = pushed.shown(1)
+    assert shown["title"] == "claude asks: Run make deploy"
+    assert shown["body"] == "make deploy"
+    assert shown["tag"] == f"{HOST_ID}/p1"
+    assert shown["renotify"] is False
+    assert shown["actions"][0] == {"action": "open", "title": "Open"}
+    max_actions = page.evaluate("Notification.maxActions")
+    assert len(shown["actions"]) == min(max_actions, 1 + len(OPTIONS))
+    assert shown["actions"][1] == {"action": "option:0", "title": "Allow once"}
+
+    # A reminder replaces it, and sounds again.
+    pushed.deliver(request_push("p1", reminder=True, title="Run make deploy (waiting)"))
+    (reminder,) = pushed.shown(1, lambda found: found[0]["renotify"] is True)
+    assert reminder["title"] == "claude asks: Run make deploy (waiting)"
+    pushed.deliver(
+        {"v": 1, "type": "withdraw", "tag": f"{HOST_ID}/p1", "host": HOST_ID, "request_id": "p1"}
+    )
+    pushed.shown(0)
+
+    pushed.deliver(request_push("p1"))
+    pushed.shown(1)
+    page.evaluate("document.scrollingElement.scrollTop = 0")
+    pushed.worker().evaluate(
+        """async (tag) => {
+          const [notification] = await registration.getNotifications({ tag });
+          notification.close();
+          await openRequest(notification, "option:0");
+        }""",
+        f"{HOST_ID}/p1",
+    )
+    card = page.locator("[data-testid=permission-request][data-request-id=p1]")
+    expect(card).to_have_attribute("data-wanted", "true")
+    allow = card.locator("button[data-option-id=allow]")
+    expect(allow).to_have_attribute("data-preselected", "true")
+    expect(card.get_by_test_id("permission-confirm")).to_contain_text("Allow once")
+    expect(card.locator("button[data-option-id=reject]")).not_to_have_attribute(
+        "data-preselected", "true"
+    )
+    expect(card).to_be_in_viewport()
+    assert relay.ops("permission") == [], "a tap on the notification answers nothing"
+    allow.click()
+    (answer,) = wait_for_ops(relay, "permission", 1)
+    assert (answer["request_id"], answer["option_id"]) == ("p1", "allow")
+    assert relay.errors == []
+
+
+def test_a_push_that_is_not_this_hosts_request_shows_nothing_and_text_is_cut(
+    pushed: Pushed,
+) -> None:
+    for wrong in [
+        "not json",
+        json.dumps(["a list"]),
+        {**request_push("p1"), "v": 2},
+        {**request_push("p1"), "host": "a" * 26, "tag": f"{'a' * 26}/p1"},
+        {**request_push("p1"), "tag": f"{HOST_ID}/p2"},
+        {**request_push("p1"), "type": "answer"},
+        {**request_push("p1"), "request_id": 7},
+    ]:
+        pushed.deliver(wrong)
+    pushed.deliver(
+        request_push(
+            "p9",
+            agent="cl\u202eaude\u0007",
+            title="x" * 500,
+            command=None,
+            kind="edit\nnow",
+            options=[{"option_id": "ok", "name": "<b>Yes</b>", "kind": "allow_once"}, "junk"],
+        )
+    )
+    (shown,) = pushed.shown(1)
+    assert shown["tag"] == f"{HOST_ID}/p9"
+    agent, title = shown["title"].split(" asks: ")
+    assert agent == "cl aude"
+    assert len(title) <= 160
+    assert title.endswith("…")
+    assert shown["body"] == "edit now"
+    assert [a["title"] for a in shown["actions"]] == ["Open", "<b>Yes</b>"]
+    assert shown["data"] == {
+        "host": HOST_ID,
+        "request_id": "p9",
+        "options": [{"option_id": "ok", "name": "<b>Yes</b>"}],
+    }
+
+
+def test_a_host_without_push_gets_no_toggle_and_no_notification_requests(page: Page) -> None:
+    with fake_relay() as relay:
+        page.goto(relay.page_url("drive"))
+        expect(page.get_by_test_id("connection-status")).to_have_attribute(
+            "data-state", "connected"
+        )
+        page.get_by_test_id("composer-input").fill("hello")
+        page.get_by_test_id("send-button").click()
+        expect(page.get_by_test_id("notify")).to_be_hidden()
+        wait_for_ops(relay, "prompt", 1)
+        assert [m["op"] for m in relay.received] == ["subscribe", "prompt"]
+
+
+def test_refusals_by_the_browser_its_push_service_and_the_host_each_say_so(
+    allowed: BrowserContext, page_log: PageLog
+) -> None:
+    with fake_relay(Scenario(push_key=PUSH_KEY)) as relay:
+        page = open_page(allowed, relay, page_log, stub=False)
+        toggle, status = page.get_by_test_id("notify-toggle"), page.get_by_test_id("notify-status")
+        # Headless chromium reaches no push service: the real subscribe fails.
+        toggle.click()
+        expect(status).to_have_attribute("data-state", "failed")
+        expect(status).to_contain_text("could not subscribe to push notifications")
+        expect(toggle).to_be_enabled()
+        expect(toggle).to_have_attribute("aria-pressed", "false")
+        assert relay.ops("push_on") == []
+
+        page.add_init_script(STUB_SUBSCRIBE)
+        page.reload()
+        expect(page.get_by_test_id("connection-status")).to_have_attribute(
+            "data-state", "connected"
+        )
+        toggle.click()
+        page.wait_for_function("() => window.__subscribed.length === 1")
+        relay.send({"op": "error", "code": "forbidden", "message": "no notifications for you"})
+        expect(status).to_have_attribute("data-state", "failed")
+        expect(status).to_have_text(
+            "The host did not turn notifications on: no notifications for you"
+        )
+        expect(toggle).to_have_attribute("aria-pressed", "false")
+        page.wait_for_function("() => window.__unsubscribed === 1")
+
+        allowed.clear_permissions()
+        page.evaluate("() => { Notification.requestPermission = async () => 'denied'; }")
+        toggle.click()
+        expect(status).to_have_attribute("data-state", "blocked")
+        expect(status).to_contain_text("blocks notifications")
+        wait_for_ops(relay, "push_on", 1)
+    # Chromium says why its own subscribe failed (Playwright's contexts are incognito ones).
+    assert [e for e in page_log.errors if "Push API in incognito" not in e] == []
+
+
+def test_the_page_tells_the_host_whether_it_is_in_view(pushed: Pushed) -> None:
+    page, relay = pushed.page, pushed.relay
+    (first,) = wait_for_ops(relay, "focus", 1)
+    page.evaluate(
+        """() => {
+          document.hasFocus = () => false;
+          window.dispatchEvent(new Event("blur"));
+        }"""
+    )
+    wait_for_ops(relay, "focus", 2)
+    page.evaluate(
+        """() => {
+          document.hasFocus = () => true;
+          window.dispatchEvent(new Event("focus"));
+          document.dispatchEvent(new Event("visibilitychange"));
+        }"""
+    )
+    sent = [(m["focused"], m["browser"]) for m in wait_for_ops(relay, "focus", 3)]
+    assert sent == [(True, first["browser"]), (False, first["browser"]), (True, first["browser"])]
