@@ -109,9 +109,9 @@ EXIT_POLL = 0.2
 """Seconds between looks at whether the agent's own process has exited (`_wait_exit`)."""
 
 MINUTE_SESSION_FILES = frozenset({"gemini-cli"})
-"""Agents (by `agentInfo.name`) that name a session's file after the minute a process opens it:
-a session/load in the same minute as the session's last start overwrites its history (Gemini
-CLI 0.61), so the host waits for the next minute first. docs/agents.md, "Resuming"."""
+"""Agents (by `agentInfo.name`) that name a session's file after the minute it is opened in: a
+session/load in the minute the session was created overwrites its history (Gemini CLI 0.61), so
+the host waits for the next minute first. docs/agents.md, "Resuming"."""
 
 KNOWN_UPDATES: frozenset[str] = frozenset(
     kind
@@ -688,10 +688,10 @@ class AcpSession(ChatSession):
         can_load = bool(caps and caps.load_session)
         previous = await self._previous_session(agent_id) if resume or can_load else None
         if previous is not None:
-            session_id, started_at = previous
+            session_id, created_at = previous
             method = "session/resume" if resume else "session/load"
             if not resume and agent_id in MINUTE_SESSION_FILES:
-                wait = _next_minute_wait(started_at, time.time())
+                wait = _next_minute_wait(created_at, time.time())
                 if wait > 0:
                     logger.info(
                         "waiting %.1f s for the next minute before %s loads its session",
@@ -751,7 +751,9 @@ class AcpSession(ChatSession):
 
     async def _previous_session(self, agent_id: str | None) -> tuple[str, float] | None:
         """The ACP session id of the latest `agent_started` of this agent, if it had one, and
-        when that start was recorded (a Unix time)."""
+        when the session was created (a Unix time: its `agent_started` not resumed)."""
+        found: str | None = None
+        created = 0.0
         before = None
         while True:
             page = await self._log.query(
@@ -762,13 +764,19 @@ class AcpSession(ChatSession):
                 types="session_event",
             )
             for item in page:
-                if item.data.get("what") == "agent_started":
-                    session_id = item.data.get("session_id")
-                    if isinstance(session_id, str) and item.data.get("agent_id") == agent_id:
-                        return session_id, item.created_at.timestamp()
-                    return None
+                if item.data.get("what") != "agent_started":
+                    continue
+                session_id = item.data.get("session_id")
+                if found is None:
+                    if not isinstance(session_id, str) or item.data.get("agent_id") != agent_id:
+                        return None
+                    found = session_id
+                if session_id == found:
+                    created = item.created_at.timestamp()
+                    if not item.data.get("resumed"):
+                        return found, created
             if len(page) < 100:
-                return None
+                return (found, created) if found is not None else None
             before = page[-1].seq
 
     async def _record_exit(self, live: _Live, code: int, tail: deque[str]) -> None:
@@ -1196,9 +1204,9 @@ async def _wait_exit(process: asyncio.subprocess.Process) -> int:
         await anyio.sleep(EXIT_POLL)
 
 
-def _next_minute_wait(started_at: float, now: float) -> float:
-    """Seconds until the minute after `started_at`'s (UTC) begins, 0 if it has begun."""
-    if int(now // 60) != int(started_at // 60):
+def _next_minute_wait(since: float, now: float) -> float:
+    """Seconds until the minute after the one of `since` (UTC) begins, 0 if it has begun."""
+    if int(now // 60) != int(since // 60):
         return 0.0
     # A little past the turn of the minute, so the agent's clock is past it too.
     return (int(now // 60) + 1) * 60 - now + 0.5
