@@ -21,7 +21,7 @@ from tests.host.teammate import attached
 from tests.notify.pages import page, request_waits
 from tests.notify.push_service import PushService, push_service
 from tests.support import RelayProcess, host_settings
-from tunnel.app.requests import PermissionAnswer
+from tunnel.app.requests import PermissionAnswer, PushOff
 from tunnel.host.share import Shared, ShareSettings, run_share
 from tunnel.notify.service import Notifier
 from tunnel.notify.settings import NotifySettings
@@ -220,6 +220,26 @@ async def test_an_endpoint_outside_the_push_services_and_malformed_subscriptions
             assert (await mallory.ask(good)) == {"op": "push", "on": True, "endpoint": endpoint}
             assert service.pushes == []
             assert [s.endpoint for s in notifier(shared).subscriptions.all()] == [endpoint]
+
+            # push_off: a personal link's subscription is its person's alone.
+            assert shared.console.people is not None
+            alice_link = await shared.console.people.invite("alice", "drive")
+            alice_endpoint, alice_keys = service.subscribe()
+            async with page(alice_link, "alice") as alice:
+                assert (await alice.push_on(alice_endpoint, alice_keys))["on"] is True
+                # The same endpoint again, claimed through the role link: refused.
+                taken = await mallory.push_on(alice_endpoint, alice_keys)
+                assert taken["code"] == "forbidden"
+                assert "someone else" in taken["message"]
+                off = PushOff(endpoint=alice_endpoint)
+                assert (await mallory.ask(off))["on"] is True
+                assert (await alice.ask(off)) == {
+                    "op": "push",
+                    "on": False,
+                    "endpoint": alice_endpoint,
+                }
+            assert (await mallory.ask(PushOff(endpoint=endpoint)))["on"] is False
+            assert notifier(shared).subscriptions.all() == []
 
 
 async def test_one_reminder_while_a_request_still_waits_and_never_more(
