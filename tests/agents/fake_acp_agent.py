@@ -19,6 +19,12 @@ What it does depends on the prompt:
 - `count N`: streams N numbered chunks as fast as it can.
 - `wait`: streams until cancelled, then ends the turn with stop reason `cancelled`.
 - `crash`: exits at once with code 3.
+- `elicit`: asks a form question (`FORM`), if the client offers form elicitation; says
+  `answered ACTION CONTENT` (the content as JSON).
+- `elicit-bad`: asks with a nested object in the form; says the error it got.
+- `elicit-withdraw` / `ask-withdraw`: asks a question / a permission, then withdraws it with
+  `$/cancel_request` and says what the client answered.
+- `usage`: reports its context use and cost (`usage_update`).
 - anything else: echoes it back (`/compact` too).
 
 Environment: FAKE_ACP_STATE=DIR keeps sessions there and advertises loadSession (session/load
@@ -62,6 +68,21 @@ MODES = schema.SessionModeState(
 )
 MODELS = [("fast", "Fast model"), ("smart", "Smart model")]
 
+FORM: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Name", "minLength": 1, "maxLength": 20},
+        "color": {
+            "type": "string",
+            "title": "Color",
+            "oneOf": [{"const": "r", "title": "Red"}, {"const": "g", "title": "Green"}],
+        },
+        "count": {"type": "integer", "title": "How many", "minimum": 1, "maximum": 9},
+        "urgent": {"type": "boolean", "title": "Urgent", "default": False},
+    },
+    "required": ["name", "color"],
+}
+
 EXIT_PLAN_OPTIONS = [
     schema.PermissionOption(
         option_id="bypassPermissions", name="Yes, and bypass permissions", kind="allow_always"
@@ -88,6 +109,7 @@ class FakeAgent:
         self.authenticated = not NEEDS_AUTH
         self.resumed = False
         self.background: set[asyncio.Task[None]] = set()
+        self.client_capabilities: Any = None
 
     def on_connect(self, conn: Any) -> None:
         self.client = conn
@@ -95,6 +117,7 @@ class FakeAgent:
     # -- session life --------------------------------------------------------------------------
 
     async def initialize(self, protocol_version: int, **kwargs: Any) -> schema.InitializeResponse:
+        self.client_capabilities = kwargs.get("client_capabilities")
         methods: list[Any] = []
         if NEEDS_AUTH:
             methods = [
@@ -303,6 +326,22 @@ class FakeAgent:
                 await self._say(session_id, f"refused: {exc}")
         elif text == "term-sleep":
             await self._terminal_killed(session_id)
+        elif text in ("elicit", "elicit-bad", "elicit-withdraw", "ask-withdraw"):
+            await self._elicit(session_id, text)
+        elif text == "usage":
+            await self.client._conn.send_notification(
+                "session/update",
+                {
+                    "sessionId": session_id,
+                    "update": {
+                        "sessionUpdate": "usage_update",
+                        "used": 53000,
+                        "size": 200000,
+                        "cost": {"amount": 0.42, "currency": "USD"},
+                    },
+                },
+            )
+            await self._say(session_id, "used some")
         elif text == "settings":
             await self._say(session_id, f"mode {self.mode} model {self.model}")
         elif text == "remember":
@@ -387,6 +426,41 @@ class FakeAgent:
         outcome = answer.outcome
         chosen = outcome.option_id if outcome.outcome == "selected" else "cancelled"
         await self._say(sid, f"chose {chosen}")
+
+    async def _elicit(self, sid: str, text: str) -> None:
+        elicitation = getattr(self.client_capabilities, "elicitation", None)
+        if elicitation is None or elicitation.form is None:
+            await self._say(sid, "no elicitation")
+            return
+        conn = self.client._conn
+        form: dict[str, Any] = FORM
+        if text == "elicit-bad":
+            form = {"type": "object", "properties": {"deep": {"type": "object"}}}
+        if text == "ask-withdraw":
+            method = "session/request_permission"
+            params: dict[str, Any] = {
+                "sessionId": sid,
+                "toolCall": {"toolCallId": "call_w", "title": "Withdrawn"},
+                "options": [{"optionId": "yes", "name": "Yes", "kind": "allow_once"}],
+            }
+        else:
+            method = "elicitation/create"
+            params = {"sessionId": sid, "mode": "form", "message": "Pick", "requestedSchema": form}
+        request_id = conn._next_request_id
+        asked = asyncio.ensure_future(conn.send_request(method, params))
+        if text.endswith("-withdraw"):
+            await asyncio.sleep(0.3)
+            await conn.send_notification("$/cancel_request", {"requestId": request_id})
+        try:
+            answer = await asked
+        except acp.RequestError as exc:
+            await self._say(sid, f"error {exc}")
+            return
+        if text == "ask-withdraw":
+            await self._say(sid, f"answered {answer['outcome']['outcome']}")
+            return
+        content = json.dumps(answer.get("content"), sort_keys=True)
+        await self._say(sid, f"answered {answer['action']} {content}")
 
     async def _create(self, sid: str, path: str) -> None:
         full = os.path.join(self.cwd, path)

@@ -17,6 +17,7 @@ from tunnel.app.requests import (
     MAX_HISTORY_ITEMS,
     MAX_SEQ,
     Cancel,
+    ElicitationAnswer,
     History,
     Input,
     PermissionAnswer,
@@ -44,6 +45,21 @@ requests: st.SearchStrategy[Request] = st.one_of(
         PermissionAnswer,
         request_id=st.text(max_size=50),
         option_id=st.text(max_size=50),
+    ),
+    st.builds(
+        ElicitationAnswer,
+        request_id=st.text(max_size=50),
+        action=st.sampled_from(["accept", "decline", "cancel"]),
+        content=st.none()
+        | st.dictionaries(
+            st.text(max_size=20),
+            st.text(max_size=20)
+            | st.integers(min_value=-(2**53), max_value=2**53)
+            | st.floats(allow_nan=False)
+            | st.booleans()
+            | st.lists(st.text(max_size=10), max_size=5),
+            max_size=5,
+        ),
     ),
     st.just(Cancel()),
     st.builds(SetMode, mode_id=st.text(max_size=50)),
@@ -101,6 +117,8 @@ def test_arbitrary_bytes_raise_only_bad_request(data: bytes) -> None:
                 "limit",
                 "text",
                 "request_id",
+                "action",
+                "content",
                 "option_id",
                 "mode_id",
                 "model_id",
@@ -121,6 +139,7 @@ def test_arbitrary_bytes_raise_only_bad_request(data: bytes) -> None:
             "history",
             "prompt",
             "permission",
+            "elicitation",
             "cancel",
             "set_mode",
             "set_model",
@@ -145,6 +164,15 @@ def test_arbitrary_maps_raise_only_bad_request(message: dict[str, Any], op: str)
     ("message", "why"),
     [
         ({"op": "prompt", "text": "   "}, "empty prompt"),
+        ({"op": "elicitation", "request_id": "a", "action": "yes"}, "accept, decline"),
+        (
+            {"op": "elicitation", "request_id": "a", "action": "accept", "content": {"x": {}}},
+            "kind no form asks",
+        ),
+        (
+            {"op": "elicitation", "request_id": "a", "action": "accept", "content": {"x": [1]}},
+            "kind no form asks",
+        ),
         ({"op": "prompt", "text": "x" * 70_000}, "longer"),
         ({"op": "prompt", "text": b"bytes"}, "must be str"),
         ({"op": "prompt", "text": "hi", "extra": 1}, "unexpected"),

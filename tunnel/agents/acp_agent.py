@@ -44,7 +44,7 @@ from .acp_modes import asking_mode, mode_asks, policy_needs_asking
 from .acp_refusals import readable as readable_refusal
 from .acp_settings import Change, Settings, choices_of
 from .acp_terminals import Terminal, TerminalError, Terminals
-from .acp_transport import StdioTransport
+from .acp_transport import StdioTransport, incoming_request
 from .acp_updates import (
     apply_update,
     call_fields,
@@ -56,6 +56,7 @@ from .acp_updates import (
 )
 from .base import AgentInfo
 from .chat import ChatSession, Prompt
+from .elicitation import BadForm, ElicitationBroker, form_fields
 from .errors import SessionError, check_by
 from .permissions import PermissionOption
 from .workspace import OutsideWorkspace, Workspace
@@ -164,6 +165,12 @@ class _Client:
         **kwargs: Any,
     ) -> schema.RequestPermissionResponse:
         return await self._session._on_permission(tool_call, options)
+
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> dict[str, Any]:
+        return await self._session._on_elicitation(message)
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        pass  # for URL mode, which the host does not offer: an unknown id is ignored
 
     async def read_text_file(
         self,
@@ -302,6 +309,10 @@ class AcpSession(ChatSession):
         self._start_problem: str | None = None
         self._started_once = False
         self._late_deadline: float | None = None
+        self._elicitations = ElicitationBroker(self._recorder)
+        # What to do when the agent withdraws one of its requests ($/cancel_request), by the
+        # request's JSON-RPC id: its permission requests and questions, while open.
+        self._withdraw: dict[Any, Callable[[], Any]] = {}
 
     @property
     def agent_pid(self) -> int | None:
@@ -371,6 +382,7 @@ class AcpSession(ChatSession):
         with contextlib.suppress(ConnectionError, RequestError):
             await live.conn.cancel(session_id=live.session_id)
         await self._permissions.cancel_all(by=by)
+        await self._elicitations.cancel_all(by=by)
         if not self._watchdog_armed and self._task_group is not None:
             self._watchdog_armed = True
             self._task_group.start_soon(self._cancel_watchdog, self._turn)
@@ -609,7 +621,11 @@ class AcpSession(ChatSession):
                     tg, on_output=self._terminal_output, on_exit=self._terminal_exited
                 )
                 terminals.sandbox = self.sandbox  # the agent's commands run in its sandbox too
-                conn = connect_to_agent(cast(Client, _Client(self, terminals)), transport)
+                # The package still files elicitation among its unstable methods; the schema it
+                # was built from has it stable.
+                conn = connect_to_agent(
+                    cast(Client, _Client(self, terminals)), transport, use_unstable_protocol=True
+                )
                 tg.start_soon(_drain_stderr, process, tail)
                 with anyio.fail_after(self._start_timeout) as deadline:
                     session_id, details = await self._open_session(conn, screen, deadline)
@@ -666,6 +682,9 @@ class AcpSession(ChatSession):
             client_capabilities=schema.ClientCapabilities(
                 fs=schema.FileSystemCapabilities(read_text_file=True, write_text_file=True),
                 terminal=True,
+                elicitation=schema.ElicitationCapabilities(
+                    form=schema.ElicitationFormCapabilities()
+                ),
             ),
             client_info=schema.Implementation(name="agent-tunnel", version=__version__),
         )
@@ -795,6 +814,7 @@ class AcpSession(ChatSession):
         async with self._update_lock:
             await self._recorder.flush()
         await self._permissions.cancel_all(by="host")
+        await self._elicitations.cancel_all(by="host")
         await self._recorder.error(
             f"the agent {self.info.name} exited ({_exit_text(code)}); "
             "the next prompt starts it again"
@@ -910,7 +930,15 @@ class AcpSession(ChatSession):
                         ],
                         details=permission_details(tool_call),
                     )
-        decision = await self._permissions.wait(pending) if pending is not None else None
+        request = incoming_request.get()
+        if pending is not None and request is not None:
+            entry = pending
+            self._withdraw[request["id"]] = lambda: self._permissions.cancel(entry, by="agent")
+        try:
+            decision = await self._permissions.wait(pending) if pending is not None else None
+        finally:
+            if request is not None:
+                self._withdraw.pop(request["id"], None)
         if decision is None or decision.option is None:
             return schema.RequestPermissionResponse(
                 outcome=schema.DeniedOutcome(outcome="cancelled")
@@ -918,6 +946,61 @@ class AcpSession(ChatSession):
         return schema.RequestPermissionResponse(
             outcome=schema.AllowedOutcome(outcome="selected", option_id=decision.option.option_id)
         )
+
+    async def _on_elicitation(self, message: str) -> dict[str, Any]:
+        """A question of the agent's (form mode only: the host offers no URL mode), read from
+        the request as sent: the package's own model would quietly mend a schema it cannot read."""
+        request = incoming_request.get()
+        params = request.get("params") if request is not None else None
+        params = params if isinstance(params, dict) else {}
+        try:
+            fields = form_fields(params.get("requestedSchema"))
+        except BadForm as exc:
+            await self._refused("elicitation_refused", reason=str(exc))
+            raise RequestError.invalid_params({"details": str(exc)}) from None
+        tool_call_id = params.get("toolCallId")
+        pending = None
+        with self._recorder.writer.admitting() as admitted:
+            if admitted:
+                async with self._update_lock:
+                    pending = await self._elicitations.open(
+                        message=message,
+                        fields=fields,
+                        tool_call_id=tool_call_id if isinstance(tool_call_id, str) else None,
+                    )
+        if pending is None:
+            return {"action": "cancel"}
+        if request is not None:
+            entry = pending
+            self._withdraw[request["id"]] = lambda: self._elicitations.cancel(
+                entry.request_id, by="agent"
+            )
+        try:
+            action, content = await self._elicitations.wait(pending)
+        finally:
+            if request is not None:
+                self._withdraw.pop(request["id"], None)
+        if action == "accept":
+            return {"action": "accept", "content": content or {}}
+        return {"action": action}
+
+    def _withdrawn(self, request_id: Any) -> None:
+        """The agent cancelled a request of its own (`$/cancel_request`): if it is one of its
+        open permission requests or questions, it is closed as cancelled for everyone, and the
+        agent gets the cancelled answer."""
+        withdraw = self._withdraw.pop(request_id, None) if _hashable(request_id) else None
+        if withdraw is not None and self._task_group is not None:
+            self._task_group.start_soon(withdraw)
+
+    async def answer_elicitation(
+        self, request_id: str, action: str, content: dict[str, Any] | None, *, by: str
+    ) -> None:
+        check_by(by)
+        self._recorder.writer.check_writable()
+        await self._elicitations.answer(request_id, action, content, by=by)
+
+    def pending_elicitations(self) -> list[Item]:
+        return self._elicitations.pending()
 
     async def _fs(self, op: str, path: str, call: functools.partial[Any]) -> Any:
         """Run a workspace file operation for the agent; refusals become JSON-RPC errors.
@@ -1091,6 +1174,11 @@ class _Screen:
         self._replaying = False
 
     def __call__(self, message: dict[str, Any]) -> bool:
+        if message.get("method") == "$/cancel_request":
+            params = message.get("params")
+            if isinstance(params, dict):
+                self._session._withdrawn(params.get("requestId"))
+            return True
         if message.get("method") != "session/update":
             return False
         params = message.get("params")
@@ -1115,6 +1203,10 @@ class _Screen:
                     self.task_group.start_soon(self._session._record_unsupported, kind[:256])
             return True
         return False
+
+
+def _hashable(value: Any) -> bool:
+    return isinstance(value, int | str) and not isinstance(value, bool)
 
 
 def _automatic_method(methods: list[Any]) -> str:

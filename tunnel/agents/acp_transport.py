@@ -12,6 +12,7 @@ session/set_model), whose answers never reach the package.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import json
 import logging
@@ -25,6 +26,13 @@ logger = logging.getLogger("tunnel.agents.acp")
 
 NotificationHook = Callable[[dict[str, Any]], bool]
 """Sees each notification from the agent first; True means it was handled and goes no further."""
+
+incoming_request: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "incoming_request", default=None
+)
+"""The agent's request a handler of the acp package is serving, as it was sent (its JSON-RPC id
+and raw params): set as `receive` hands it over, and the package's task that serves it starts
+with a copy of the receiving task's context."""
 
 
 class StdioTransport:
@@ -75,6 +83,7 @@ class StdioTransport:
                     and self._on_notification(message)
                 ):
                     continue
+                incoming_request.set(message if "id" in message else None)
                 return message
             request_id = message.get("id")
             if isinstance(request_id, str) and request_id in self._own:

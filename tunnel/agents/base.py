@@ -104,6 +104,20 @@ class AgentSession(abc.ABC):
         self._recorder.writer.check_writable()
         await self._permissions.answer(request_id, option_id, by=by, role=role, verified=verified)
 
+    async def answer_elicitation(
+        self, request_id: str, action: str, content: dict[str, Any] | None, *, by: str
+    ) -> None:
+        """Answer an open question of the agent's (`elicitation_request`): `accept` with
+        `content` that fits its fields, `decline` or `cancel`; the first answer wins.
+
+        Raises `SessionError` with `already_answered`, `unknown_request`, or `bad_request` for
+        content that does not fit the question (tunnel.agents.elicitation)."""
+        raise SessionError("unknown_request", "no such question")
+
+    def pending_elicitations(self) -> list[Item]:
+        """The `elicitation_request` items still waiting for an answer, oldest first."""
+        return []
+
     def set_policy(self, policy: Policy | None, *, workspace: Workspace | None) -> None:
         """Decide this session's permission requests by `policy` (docs/policy.md), its paths
         resolved in `workspace`; before `run()`."""

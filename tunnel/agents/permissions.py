@@ -287,6 +287,10 @@ class PermissionBroker:
             extra["remember"] = scope
         await self._close(entry, Decision(option=chosen, by=by), extra=extra)
 
+    async def cancel(self, entry: PendingPermission, *, by: str) -> None:
+        """Close one request as cancelled, if still open (the agent withdrew it)."""
+        await self._close(entry, Decision(option=None, by=by))
+
     async def cancel_all(self, *, by: str) -> None:
         """Close every open request as cancelled (the turn was cancelled or the agent left)."""
         for entry in list(self._open.values()):

@@ -44,6 +44,15 @@ PUSH_AUTH_SIZE = 16
 MIN_BROWSER_ID_LENGTH = 16
 MAX_BROWSER_ID_LENGTH = 64
 """A `browser` id: random url-safe characters the page keeps per host (docs/application.md)."""
+MAX_ELICITATION_FIELDS = 16
+"""Fields of one question an agent asks (`elicitation/create`), and so of one answer's content: a
+request's maps hold at most 16 entries (`decode_request`)."""
+MAX_ELICITATION_CHOICES = 16
+"""Choices one field of a question may offer, as an answer's lists hold at most 16 items."""
+MAX_ELICITATION_NAME_LENGTH = 64
+"""Longest field name of a question."""
+MAX_ELICITATION_TEXT_LENGTH = 16 * 1024
+"""Longest text answer to one field, and longest choice value."""
 _URL_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
@@ -86,6 +95,18 @@ class PermissionAnswer:
 
     request_id: str
     option_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElicitationAnswer:
+    """Answer a question the agent asked (`elicitation_request`); drivers only.
+
+    `action` is accept, decline or cancel; `content` (accept only) maps field names to a string,
+    number, boolean or list of strings, which the host checks against the question's fields."""
+
+    request_id: str
+    action: str
+    content: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,6 +188,7 @@ Request = (
     | History
     | Prompt
     | PermissionAnswer
+    | ElicitationAnswer
     | Cancel
     | SetMode
     | SetModel
@@ -179,7 +201,17 @@ Request = (
 )
 
 # Ops that change the session: a viewer sending one is refused with `forbidden`.
-DRIVING_REQUESTS = (Prompt, PermissionAnswer, Cancel, SetMode, SetModel, SetConfig, Input, Resize)
+DRIVING_REQUESTS = (
+    Prompt,
+    PermissionAnswer,
+    ElicitationAnswer,
+    Cancel,
+    SetMode,
+    SetModel,
+    SetConfig,
+    Input,
+    Resize,
+)
 
 
 def _field(message: Mapping[str, Any], name: str, kind: type, *, optional: bool = False) -> Any:
@@ -218,6 +250,25 @@ def _push_key(message: Mapping[str, Any], name: str, size: int) -> bytes:
     if len(value) != size:
         raise BadRequest(f"field {name!r} must decode to {size} bytes")
     return value
+
+
+def _content(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An answer's `content`: field names to strings, numbers, booleans or lists of strings
+    (their fit to the question is the host's to check)."""
+    content = _field(message, "content", dict, optional=True)
+    if content is None:
+        return None
+    for name, value in content.items():
+        if not isinstance(name, str) or len(name) > MAX_ELICITATION_NAME_LENGTH:
+            raise BadRequest("field 'content' has a name that is not a short string")
+        values = value if isinstance(value, list) else [value]
+        for one in values:
+            if isinstance(one, str):
+                if len(one) > MAX_ELICITATION_TEXT_LENGTH:
+                    raise BadRequest(f"an answer is longer than {MAX_ELICITATION_TEXT_LENGTH}")
+            elif isinstance(value, list) or not isinstance(one, int | float | bool):
+                raise BadRequest("field 'content' holds a value of a kind no form asks")
+    return dict(content)
 
 
 def _browser(message: Mapping[str, Any]) -> str:
@@ -293,6 +344,16 @@ def decode_request(plaintext: bytes) -> Request:
             request_id=_bounded_str(message, "request_id", MAX_ID_LENGTH),
             option_id=_bounded_str(message, "option_id", MAX_ID_LENGTH),
         )
+    if op == "elicitation":
+        _expect_keys(message, {"op", "request_id", "action", "content"})
+        action = _bounded_str(message, "action", MAX_ID_LENGTH)
+        if action not in ("accept", "decline", "cancel"):
+            raise BadRequest("field 'action' must be accept, decline or cancel")
+        return ElicitationAnswer(
+            request_id=_bounded_str(message, "request_id", MAX_ID_LENGTH),
+            action=action,
+            content=_content(message),
+        )
     if op == "cancel":
         _expect_keys(message, {"op"})
         return Cancel()
@@ -365,6 +426,13 @@ def encode_request(request: Request) -> bytes:
             message = {"op": "prompt", "text": text}
         case PermissionAnswer(request_id=request_id, option_id=option_id):
             message = {"op": "permission", "request_id": request_id, "option_id": option_id}
+        case ElicitationAnswer(request_id=request_id, action=action, content=content):
+            message = {
+                "op": "elicitation",
+                "request_id": request_id,
+                "action": action,
+                "content": content,
+            }
         case Cancel():
             message = {"op": "cancel"}
         case SetMode(mode_id=mode_id):

@@ -22,7 +22,15 @@ from rich.text import Text
 
 from tunnel.agents import AgentSession, SessionError
 from tunnel.app.host_messages import Member, PresenceMessage
-from tunnel.app.requests import Cancel, PermissionAnswer, Prompt, SetConfig, SetMode, SetModel
+from tunnel.app.requests import (
+    Cancel,
+    ElicitationAnswer,
+    PermissionAnswer,
+    Prompt,
+    SetConfig,
+    SetMode,
+    SetModel,
+)
 from tunnel.app.roster import Roster
 from tunnel.host.invitations import InvitationError
 from tunnel.host.presence import Presence
@@ -31,6 +39,7 @@ from tunnel.terminal.commands import HELP, Invite, People, Quit, Revoke, Say, pa
 from tunnel.terminal.completion import CommandCompleter
 from tunnel.terminal.notify import TerminalSignals, WaitingRequests
 from tunnel.terminal.presence import change_lines
+from tunnel.terminal.questions import PendingQuestion
 from tunnel.terminal.sanitize import printable
 from tunnel.terminal.screen import PlainScreen, PromptScreen, Screen, interactive_terminal
 from tunnel.terminal.transcript import Transcript
@@ -250,6 +259,10 @@ class HostConsole:
                     await self._session.answer_permission(
                         request_id, option_id, by=self._host_name, role="host"
                     )
+                case ElicitationAnswer(request_id=request_id, action=action, content=content):
+                    await self._session.answer_elicitation(
+                        request_id, action, content, by=self._host_name
+                    )
                 case Cancel():
                     await self._session.cancel(by=self._host_name)
                 case SetMode(mode_id=mode_id):
@@ -279,6 +292,15 @@ class HostConsole:
             )
             for data in self._session.open_permissions()
         }
+        questions = {
+            str(item.data.get("request_id")): PendingQuestion.from_data(
+                str(item.data.get("request_id")), item.data
+            )
+            for item in self._session.pending_elicitations()
+        }
         return ConversationView(
-            pending=pending, commands=self._session.commands(), settings=self._session.settings()
+            pending=pending,
+            questions=questions,
+            commands=self._session.commands(),
+            settings=self._session.settings(),
         )

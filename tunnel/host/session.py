@@ -44,6 +44,7 @@ from tunnel.app.requests import (
     DEFAULT_HISTORY_ITEMS,
     DRIVING_REQUESTS,
     Cancel,
+    ElicitationAnswer,
     Focus,
     History,
     Input,
@@ -159,6 +160,14 @@ def _sandbox_info(session: AgentSession) -> out.SandboxInfo:
     if sandbox is None:
         return out.SandboxInfo(enabled=False)
     return out.SandboxInfo(enabled=True, writable=sandbox.writable, network=sandbox.network)
+
+
+def _owner(person: str | None, browser: str) -> Owner:
+    """Whose a page's subscription and focus are: the invited person's, or on a role link (no
+    `person`) its browser's."""
+    return (
+        Owner(kind="person", id=person) if person is not None else Owner(kind="browser", id=browser)
+    )
 
 
 class HeadSource(Protocol):
@@ -302,16 +311,10 @@ class SessionChannelHandler:
         person = self._channel.name if self._verified else None
         match request:
             case Focus(focused=focused, browser=browser):
-                owner = (
-                    Owner(kind="person", id=person) if person else Owner(kind="browser", id=browser)
-                )
-                notifier.focus(self, owner, focused)
+                notifier.focus(self, _owner(person, browser), focused)
             case PushOn(endpoint=endpoint, p256dh=p256dh, auth=auth, browser=browser):
-                owner = (
-                    Owner(kind="person", id=person) if person else Owner(kind="browser", id=browser)
-                )
                 subscription = Subscription(
-                    owner=owner,
+                    owner=_owner(person, browser),
                     endpoint=endpoint,
                     p256dh=p256dh,
                     auth=auth,
@@ -340,6 +343,8 @@ class SessionChannelHandler:
                 await self._session.answer_permission(
                     request_id, option_id, by=by, verified=self._verified
                 )
+            case ElicitationAnswer(request_id=request_id, action=action, content=content):
+                await self._session.answer_elicitation(request_id, action, content, by=by)
             case Cancel():
                 await self._session.cancel(by=by)
             case SetMode(mode_id=mode_id):
@@ -469,6 +474,8 @@ class SessionChannelHandler:
             found += await self._latest_events(conversation, first_seq)
             requests = self._session.pending_permissions()
             found += [request for request in requests if request.seq < first_seq]
+            questions = self._session.pending_elicitations()
+            found += [question for question in questions if question.seq < first_seq]
             for kind in CONTEXT_TYPES:
                 found += await self._log.query(
                     conversation, before=first_seq, limit=1, order="desc", types=kind

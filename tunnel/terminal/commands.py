@@ -27,11 +27,13 @@ from tunnel.app.requests import (
     SetMode,
     SetModel,
 )
+from tunnel.terminal.questions import parse_answer
 from tunnel.terminal.view import ConversationView, Option, PendingPermission
 
 LOCAL_COMMANDS = (
     "/allow",
     "/deny",
+    "/answer",
     "/cancel",
     "/quit",
     "/revoke",
@@ -49,7 +51,8 @@ HOST_COMMANDS = ("/revoke", "/invite", "/people")
 HELP = (
     "type a prompt and press Enter. /allow answers the latest permission request with its"
     " allow-once option (/allow always, /allow N for the Nth option, /allow OPTION_ID; add a"
-    " request id to answer another one); /deny rejects it (/deny always); /cancel stops the"
+    " request id to answer another one); /deny rejects it (/deny always); /answer N=VALUE ..."
+    " answers the agent's latest question (/answer decline, /answer cancel); /cancel stops the"
     " running turn; /mode and /model show or switch the agent's mode and model (/mode ID);"
     " /revoke (host) replaces both links, /revoke NAME ends one person's link, /invite NAME"
     " view|drive makes a personal link, /people lists them; /quit leaves. Any other /command"
@@ -132,6 +135,9 @@ def parse_line(line: str, view: ConversationView) -> Command | None:
         return _mode(args, view.settings)
     if word == "/model":
         return _model(args, view.settings)
+    if word == "/answer":
+        answer = parse_answer(args, view.questions)
+        return Say(text=answer) if isinstance(answer, str) else answer
     return _answer(word, args, view.pending)
 
 

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunnel.terminal.questions import PendingQuestion
+
 MAX_CLOSED_REMEMBERED = 4096
 """Permission requests remembered as answered, so an earlier item cannot reopen one; older ones
 are forgotten (a request that old is long answered)."""
@@ -90,7 +92,10 @@ class ConversationView:
     known: set[str] = field(default_factory=set)
     """Which of `commands` and `settings` an item set (an earlier one never overrides it)."""
     closed: dict[str, None] = field(default_factory=dict)
-    """Permission requests seen answered, oldest first (bounded: MAX_CLOSED_REMEMBERED)."""
+    """Permission requests and questions seen answered, oldest first (bounded:
+    MAX_CLOSED_REMEMBERED)."""
+    questions: dict[str, PendingQuestion] = field(default_factory=dict)
+    """The agent's open questions (`elicitation_request`), oldest first."""
 
     def accept(self, item: Mapping[str, Any]) -> bool:
         """Take one item; False if it was already seen (a duplicate to drop)."""
@@ -145,8 +150,15 @@ class ConversationView:
                 # Older than every request held: first in line, so /allow still answers the
                 # latest one.
                 self.pending = {request_id: request, **self.pending}
-        elif kind == "permission_decision":
+        elif kind == "elicitation_request" and request_id not in self.closed:
+            question = PendingQuestion.from_data(request_id, data)
+            if newest:
+                self.questions[request_id] = question
+            elif request_id not in self.questions:
+                self.questions = {request_id: question, **self.questions}
+        elif kind in ("permission_decision", "elicitation_response"):
             self.pending.pop(request_id, None)
+            self.questions.pop(request_id, None)
             self.closed[request_id] = None
             while len(self.closed) > MAX_CLOSED_REMEMBERED:
                 del self.closed[next(iter(self.closed))]
