@@ -32,6 +32,7 @@ and a plaintext that parses, not for edges.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import sys
@@ -41,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from tunnel.app.errors import ERROR_CODES
 from tunnel.app.host_messages import (
@@ -59,10 +62,13 @@ from tunnel.app.host_messages import (
 )
 from tunnel.app.requests import (
     Cancel,
+    Focus,
     History,
     Input,
     PermissionAnswer,
     Prompt,
+    PushOff,
+    PushOn,
     Resize,
     SetConfig,
     SetMode,
@@ -357,6 +363,20 @@ ITEMS: dict[str, Item] = {
 }
 
 
+PUSH_ENDPOINT = "https://fcm.googleapis.com/fcm/send/seed"
+PUSH_P256DH = (
+    ec.derive_private_key(1, ec.SECP256R1())
+    .public_key()
+    .public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+)
+"""P-256's generator point: a fixed, valid `p256dh`."""
+BROWSER = "seed-browser-id-0123"
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
 def request_seeds() -> dict[str, bytes]:
     seeds = {
         "ok-subscribe": encode_request(Subscribe(after=None)),
@@ -373,6 +393,11 @@ def request_seeds() -> dict[str, bytes]:
         "ok-set-config-select": encode_request(SetConfig(config_id="effort", value="high")),
         "ok-input": encode_request(Input(data=b"ls\r")),
         "ok-resize": encode_request(Resize(cols=80, rows=24)),
+        "ok-push-on": encode_request(
+            PushOn(endpoint=PUSH_ENDPOINT, p256dh=PUSH_P256DH, auth=bytes(16), browser=BROWSER)
+        ),
+        "ok-push-off": encode_request(PushOff(endpoint=PUSH_ENDPOINT)),
+        "ok-focus": encode_request(Focus(focused=True, browser=BROWSER)),
     }
     near = {
         "near-unknown-op": {"op": "shutdown"},
@@ -393,6 +418,22 @@ def request_seeds() -> dict[str, bytes]:
         "near-set-config-int": {"op": "set_config", "config_id": "x", "value": 1},
         "near-permission-missing": {"op": "permission", "request_id": "p1"},
         "near-op-missing": {"text": "hi"},
+        "near-push-on-off-curve": {
+            "op": "push_on",
+            "endpoint": PUSH_ENDPOINT,
+            "p256dh": _b64url(b"\x04" + bytes(64)),
+            "auth": _b64url(bytes(16)),
+            "browser": BROWSER,
+        },
+        "near-push-on-auth-short": {
+            "op": "push_on",
+            "endpoint": PUSH_ENDPOINT,
+            "p256dh": _b64url(PUSH_P256DH),
+            "auth": _b64url(bytes(15)),
+            "browser": BROWSER,
+        },
+        "near-focus-int": {"op": "focus", "focused": 1, "browser": BROWSER},
+        "near-browser-short": {"op": "focus", "focused": True, "browser": "abc"},
     }
     seeds.update({name: pack(message) for name, message in near.items()})
     seeds["near-not-a-map"] = pack(["op", "cancel"])
