@@ -115,8 +115,8 @@ class CommandRunner:
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        except OSError as exc:
-            return exc.strerror or type(exc).__name__
+        except (OSError, ValueError) as exc:
+            return getattr(exc, "strerror", None) or type(exc).__name__
         async with process:
             with anyio.move_on_after(self._settings.send_timeout):
                 code = await process.wait()

@@ -101,7 +101,9 @@ class PushSender:
                 # The timeout covers the whole exchange, however slowly the service trickles.
                 with anyio.move_on_after(self._timeout):
                     status = await self._post(client, job)
-            except (httpx.HTTPError, OSError, ValueError) as exc:
+            except Exception as exc:  # a push never ends the session
+                # httpx's and the network's errors, and whatever the VAPID or ECE library
+                # raises for an endpoint or key it dislikes: said once, by its type only.
                 self._failed(job, type(exc).__name__)
             else:
                 if status is None:

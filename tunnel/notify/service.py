@@ -191,16 +191,20 @@ class Notifier:
                 continue
             person = subscription.owner.id if subscription.owner.kind == "person" else None
             answerable = waiting.may_answer(role=subscription.role, person=person)
-            payload = request_payload(
-                host_id=self._host_id,
-                request_id=waiting.request_id,
-                agent=self._agent_name(),
-                title=waiting.title,
-                kind=waiting.kind,
-                command=waiting.command,
-                options=options if answerable else [],
-                reminder=reminder,
-            )
+            try:
+                payload = request_payload(
+                    host_id=self._host_id,
+                    request_id=waiting.request_id,
+                    agent=self._agent_name(),
+                    title=waiting.title,
+                    kind=waiting.kind,
+                    command=waiting.command,
+                    options=options if answerable else [],
+                    reminder=reminder,
+                )
+            except ValueError:
+                logger.warning("the request %s does not fit a push", waiting.request_id)
+                return
             job = PushJob(subscription=subscription, payload=payload, topic=topic)
             if self._pusher.send_nowait(job):
                 pushed.add(subscription.endpoint)
