@@ -186,8 +186,9 @@ class Notifier:
         topic = topic_of(tag_of(self._host_id, waiting.request_id))
         pushed = self._pushed.setdefault(waiting.request_id, set())
         options = [Option(option_id=o.option_id, name=o.name, kind=o.kind) for o in waiting.options]
+        focused = {owner for owner, in_front in self._focus.values() if in_front}
         for subscription in self.subscriptions.all():
-            if self.focused(subscription.owner):
+            if subscription.owner in focused:
                 continue
             person = subscription.owner.id if subscription.owner.kind == "person" else None
             answerable = waiting.may_answer(role=subscription.role, person=person)
