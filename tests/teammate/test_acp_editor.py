@@ -209,6 +209,11 @@ async def test_an_editor_loads_prompts_answers_and_follows_the_shared_session(
     async with attached(host.drive_link, "alice") as alice:
         await alice.send(Prompt(text="before the editor"))
         await _agent_said(alice, "echo: before the editor")
+        # A permission request already waiting when the editor attaches.
+        await alice.send(Prompt(text="ask"))
+        await alice.wait_for(lambda t: t.item_of("permission_request") is not None)
+        waiting = alice.item_of("permission_request")
+        assert waiting is not None
         editor = Editor(sdk, host.drive_link, "zed")
         try:
             init = await editor.call("initialize")
@@ -222,6 +227,16 @@ async def test_an_editor_loads_prompts_answers_and_follows_the_shared_session(
             assert {"default", "plan"} <= {m["id"] for m in new["modes"]["availableModes"]}
             listed = (await editor.call("list"))["result"]["sessions"]
             assert [entry["sessionId"] for entry in listed] == [session]
+
+            # The request that was waiting is put to the editor once it attached.
+            asked = await editor.wait(lambda line: line["event"] == "permission")
+            assert asked["requestId"] == waiting["data"]["request_id"]
+            option_id = chosen_option(asked["params"]["options"])
+            await editor.call("answer", requestId=asked["requestId"], optionId=option_id)
+            await _agent_said(alice, f"chose {option_id}")
+            decision = alice.item_of("permission_decision", request_id=asked["requestId"])
+            assert decision is not None
+            assert decision["created_by"] == "zed"
 
             # Load: the history arrives before the answer.
             mark = editor.mark()
