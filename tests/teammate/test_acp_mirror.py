@@ -144,6 +144,22 @@ def test_a_stored_reply_repeats_none_of_what_its_deltas_streamed() -> None:
     assert [u["content"]["text"] for u in updates(mirror.item(other))] == ["final"]
 
 
+def test_an_editor_attaching_mid_reply_gets_what_streamed_so_far() -> None:
+    mirror = Mirror()
+    mirror.event(
+        {"kind": "delta", "data": {"response_id": "r1", "channel": "reasoning", "text": "hm"}}
+    )
+    mirror.event({"kind": "delta", "data": {"response_id": "r2", "text": "Hel"}})
+    mirror.event({"kind": "delta", "data": {"response_id": "r2", "text": "lo"}})
+    got = updates(mirror.streams_in_progress())
+    assert [(u["sessionUpdate"], u["content"]["text"]) for u in got] == [
+        ("agent_thought_chunk", "hm"),
+        ("agent_message_chunk", "Hello"),
+    ]
+    mirror.item(item(3, "message", {"role": "agent", "text": "Hello"}, response_id="r2"))
+    assert [u["content"]["text"] for u in updates(mirror.streams_in_progress())] == ["hm"]
+
+
 def test_the_editors_own_prompt_is_confirmed_not_echoed_and_others_are_shown() -> None:
     mirror = Mirror()
     mirror.me = "zed"

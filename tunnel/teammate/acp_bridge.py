@@ -590,7 +590,7 @@ class AcpBridge:
         assert self._ready is not None
         marker = anyio.Event()
         self._session_id = self._ready.conversation_id
-        for update in self._mirror.state_updates():
+        for update in self._mirror.state_updates() + self._mirror.streams_in_progress():
             self._queue(update)
         self._queue(marker)
         await marker.wait()
@@ -606,7 +606,7 @@ class AcpBridge:
         marker = anyio.Event()
         for update in replay(self._history):
             self._queue(update)
-        for update in self._mirror.state_updates():
+        for update in self._mirror.state_updates() + self._mirror.streams_in_progress():
             self._queue(update)
         self._queue(marker)
         self._session_id = session_id

@@ -53,6 +53,8 @@ MAX_PENDING_TURNS = 1024
 """Prompts remembered whose turn has not ended: more than the host queues (its limit is lower)."""
 MAX_STREAMS = 64
 """Streams whose streamed text is remembered, so their stored item does not repeat it."""
+MAX_STREAMED_TEXT = 1024 * 1024
+"""Characters of one stream remembered until its item is stored."""
 MAX_DEPTH = 64
 """Nesting kept of a tool call's raw input or output, as deep as the log's items may go."""
 
@@ -437,7 +439,8 @@ class Mirror:
         self._pending: OrderedDict[int, str | None] = OrderedDict()
         """Prompts whose turn has not ended, by seq: the stop reason heard so far, if any."""
         self._running: int | None = None
-        self._streamed: OrderedDict[str, str] = OrderedDict()
+        self._streamed: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        """Streams not stored yet, by response id: their update kind and the text so far."""
 
     # -- what the editor does ------------------------------------------------------------------
 
@@ -470,6 +473,11 @@ class Mirror:
     def state_updates(self) -> list[Update]:
         """The state only updates tell, as it stands: the agent's commands and the plan."""
         return [update for update in (self.commands, self.plan) if update is not None]
+
+    def streams_in_progress(self) -> list[Update]:
+        """What streamed so far of the replies not stored yet, one chunk each: a newly attached
+        editor sees a reply whole, its start included, once the rest streams and is stored."""
+        return [_text_chunk(kind, text) for kind, text in self._streamed.values()]
 
     def open_permissions(self) -> list[PermissionOpened]:
         """The permission requests the agent still waits on, oldest first."""
@@ -564,7 +572,10 @@ class Mirror:
         kind = (
             "agent_thought_chunk" if data.get("channel") == "reasoning" else "agent_message_chunk"
         )
-        self._streamed[response_id] = self._streamed.pop(response_id, "") + text
+        _, so_far = self._streamed.pop(response_id, (kind, ""))
+        if len(so_far) + len(text) <= MAX_STREAMED_TEXT:
+            # Past that (a host streaming without end), its stored item is shown whole.
+            self._streamed[response_id] = (kind, so_far + text)
         while len(self._streamed) > MAX_STREAMS:
             self._streamed.popitem(last=False)
         return [_text_chunk(kind, text)]
@@ -573,7 +584,8 @@ class Mirror:
         """A stored message or thought: only what its deltas did not show already."""
         updates: list[MirrorOutput] = list(translate(item))
         response_id = _text(item.get("response_id"))
-        streamed = self._streamed.pop(response_id, None) if response_id else None
+        kind_and_text = self._streamed.pop(response_id, None) if response_id else None
+        streamed = kind_and_text[1] if kind_and_text is not None else None
         text = _text(_map(item.get("data")).get("text"))
         if streamed is None or text is None or not updates:
             return updates
