@@ -423,8 +423,9 @@ class Mirror:
     Feed it every item (the snapshot's, its context's, the live tail's) with `item()`, every
     event with `event()`; call `prompt_sent()` before sending a prompt, so that the item which
     stores it is known for the editor's own. The state it keeps (settings, commands, plan, open
-    permission requests, turns not yet ended) is what `session_setup()`, `state_updates()` and
-    `open_permissions()` give a newly attached editor.
+    permission requests, turns not yet ended, replies still streaming) is what
+    `session_setup()`, `state_updates()`, `streams_in_progress()` and `open_permissions()` give
+    a newly attached editor.
     """
 
     def __init__(self) -> None:
