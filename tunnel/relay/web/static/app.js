@@ -99,6 +99,8 @@ function boot() {
     onCancel: () => session.send({ op: "cancel" }),
     onPermission: (requestId, optionId) =>
       session.send({ op: "permission", request_id: requestId, option_id: optionId }),
+    onQuestion: (requestId, action, content) =>
+      session.send({ op: "elicitation", request_id: requestId, action, content }),
     onSetting: (setting, value) => {
       if (setting.key === "mode") return session.send({ op: "set_mode", mode_id: value });
       if (setting.key === "model") return session.send({ op: "set_model", model_id: value });

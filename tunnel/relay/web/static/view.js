@@ -7,6 +7,7 @@ import { approvalText, askedBy, decisionText } from "./approvals.js";
 import { CommandCompletion, commandList } from "./completion.js";
 import { arr, el, formatTime, obj, pretty, str } from "./dom.js";
 import { setMarkdown } from "./markdown.js";
+import { questionCard } from "./questions.js";
 import { SettingsBar, settingsText } from "./settings.js";
 import { ToolTerminals, mergeCall, toolDetails, toolHead, unfenced } from "./tools.js";
 import { MAX_NAME_LENGTH, MAX_PROMPT_LENGTH } from "./wire.js";
@@ -70,10 +71,10 @@ export const SCREENS = {
 };
 
 export class View {
-  constructor(root, { role, name, onPrompt, onCancel, onPermission, onSetting, onRetry, onRename,
-    onTerminal }) {
-    Object.assign(this, { root, role, name, onPrompt, onCancel, onPermission, onSetting, onRetry,
-      onRename, onTerminal });
+  constructor(root, { role, name, onPrompt, onCancel, onPermission, onQuestion, onSetting, onRetry,
+    onRename, onTerminal }) {
+    Object.assign(this, { root, role, name, onPrompt, onCancel, onPermission, onQuestion, onSetting,
+      onRetry, onRename, onTerminal });
     this.isDriver = role === "drive";
     // Tool calls by (turn, tool_call_id): an agent may reuse an id in a later turn.
     this.toolCards = new Map();
@@ -83,6 +84,9 @@ export class View {
     this.toolTerminals = new ToolTerminals();
     this.permissions = new Map();
     this.decisions = new Map();
+    // The agent's questions by request id, and answers that came before their question.
+    this.questions = new Map();
+    this.answers = new Map();
     this.streams = new Map();
     this.terminal = null;
     this.agentKind = "chat";
@@ -459,7 +463,8 @@ export class View {
         if (this.completion) this.completion.setCommands(commandList(data));
       } else if (item.type === "plan") {
         this.livePlan(arr(data.entries));
-      } else if (item.type === "tool_call" || item.type === "permission_request") {
+      } else if (item.type === "tool_call" || item.type === "permission_request"
+        || item.type === "elicitation_request") {
         this.item(item);
       }
     }
@@ -577,7 +582,7 @@ export class View {
   /** The status badge: paused, waiting for an answer, working (and how many wait), or idle. */
   showStatus() {
     const badge = this.agentStatus;
-    const waiting = [...this.permissions.values()]
+    const waiting = [...this.permissions.values(), ...this.questions.values()]
       .filter((entry) => entry.element.dataset.state === "pending").length;
     if (this.storageFailing !== null) {
       badge.dataset.state = "paused";
@@ -680,6 +685,12 @@ export class View {
         break;
       case "permission_approval":
         element = this.permissionApproval(item, data);
+        break;
+      case "elicitation_request":
+        element = this.question(data);
+        break;
+      case "elicitation_response":
+        this.questionAnswer(item, data);
         break;
       case "plan":
         element = this.planItem(item, data);
@@ -1074,6 +1085,29 @@ export class View {
     if (card) this.renderTool(card);
     this.showStatus();
     return element;
+  }
+
+  question(data) {
+    const requestId = str(data.request_id);
+    if (this.questions.has(requestId)) return null;
+    const entry = questionCard(data, {
+      isDriver: this.isDriver,
+      onAnswer: (id, action, content) => this.onQuestion(id, action, content),
+      onNotSent: () => this.opError("not_connected", "Not connected to the host; the answer was not sent."),
+    });
+    this.questions.set(requestId, entry);
+    const answer = this.answers.get(requestId);
+    if (answer) entry.close(...answer);
+    this.showStatus();
+    return entry.element;
+  }
+
+  questionAnswer(item, data) {
+    const requestId = str(data.request_id);
+    const answer = [str(item.created_by, "someone"), str(data.action), obj(data.content)];
+    this.answers.set(requestId, answer);
+    this.questions.get(requestId)?.close(...answer);
+    this.showStatus();
   }
 
   permissionDecision(item, data) {
