@@ -81,17 +81,19 @@ class Agent:
 class Claude(Agent):
     """claude-agent-acp, the ACP adapter that runs Claude Code (the Agent SDK's native binary)."""
 
-    default_mode: str = "default"
-    """`permissions.defaultMode` in the user's Claude settings: the mode a session starts in."""
+    default_mode: str | None = "default"
+    """`permissions.defaultMode` in the user's Claude settings: the mode a session starts in;
+    None: no settings, so the adapter's own default (`auto` in 0.101.0)."""
 
     def environment(self, model_url: str, home: Path, workspace: Path) -> dict[str, str]:
-        claude_dir = home / ".claude"
-        claude_dir.mkdir(parents=True, exist_ok=True)
         # claude-agent-acp 0.101.0 starts a session in "auto" (Claude's own classifier approves tool
         # calls, nobody is asked) unless the user's settings name a mode: these tests are about
         # what the people sharing the agent are asked, as a user who chose "default" sees it.
-        settings = {"permissions": {"defaultMode": self.default_mode}}
-        (claude_dir / "settings.json").write_text(json.dumps(settings))
+        if self.default_mode is not None:
+            claude_dir = home / ".claude"
+            claude_dir.mkdir(parents=True, exist_ok=True)
+            settings = {"permissions": {"defaultMode": self.default_mode}}
+            (claude_dir / "settings.json").write_text(json.dumps(settings))
         return {
             "ANTHROPIC_BASE_URL": model_url,
             "ANTHROPIC_API_KEY": "dummy",
@@ -125,6 +127,8 @@ class Gemini(Agent):
 
 
 CLAUDE = Claude(name="claude", program="claude-agent-acp")
+CLAUDE_AS_INSTALLED = Claude(name="claude", program="claude-agent-acp", default_mode=None)
+"""Claude with no settings of the user's: its sessions start in the adapter's own mode."""
 GEMINI = Gemini(name="gemini", program="gemini", args=("--acp",))
 
 
