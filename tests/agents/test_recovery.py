@@ -88,10 +88,31 @@ def test_a_turn_killed_at_its_permission_request_is_closed_and_queued_prompts_dr
         "interrupted_turn": 0,
         "dropped_prompts": [4, 5],
         "closed_permissions": ["p1"],
+        "closed_questions": [],
         "closed_tool_calls": ["t1"],
         "partial_text": False,
     }
     assert all(c.created_by == "host" for c in closing)
+
+
+def test_a_question_left_open_is_cancelled_and_an_answered_one_is_not() -> None:
+    log = items(
+        prompt("one"),  # 0
+        ("elicitation_request", "agent", {"request_id": "q1", "turn": 0, "fields": []}),
+        ("elicitation_response", "bob", {"request_id": "q1", "action": "decline"}),
+        ("elicitation_request", "agent", {"request_id": "q2", "turn": 0, "fields": []}),
+    )
+    found = find_interrupted(newest_first(log))
+    assert ([i.seq for i in found.questions], found.turn) == ([3], 0)
+    closing = closing_items(found)
+    assert [(c.type, c.created_by, c.data) for c in closing[:1]] == [
+        (
+            "elicitation_response",
+            "host",
+            {"request_id": "q2", "action": "cancel", "reason": INTERRUPTED},
+        )
+    ]
+    assert closing[-1].data["closed_questions"] == ["q2"]
 
 
 def test_a_conversation_that_ended_cleanly_has_nothing_to_close() -> None:

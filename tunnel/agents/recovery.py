@@ -7,7 +7,8 @@ end of its conversation (at most `SCAN_LIMIT` items, and never past the record o
 such restart) and closes what it finds, as the host (`created_by: "host"`):
 
 - each open `permission_request` gets a `permission_decision` with `outcome: "cancelled"` and
-  `reason: "interrupted by a host restart"`;
+  `reason: "interrupted by a host restart"`; each open question of the agent's
+  (`elicitation_request`) an `elicitation_response` with `action: "cancel"` and the same reason;
 - each tool call still `pending` or `in_progress` gets a `tool_call_update` with
   `status: "failed"` and the same reason;
 - then one `session_event` (`what: "host_restarted"`) says what was closed: the turn that was
@@ -63,6 +64,8 @@ class Interrupted:
 
     permissions: tuple[Item, ...] = ()
     """The open `permission_request` items, oldest first."""
+    questions: tuple[Item, ...] = ()
+    """The open `elicitation_request` items, oldest first."""
     tool_calls: tuple[Item, ...] = ()
     """The newest item of each tool call still pending or in progress, oldest first."""
     turn: int | None = None
@@ -73,7 +76,13 @@ class Interrupted:
     """Whether the stream of the turn cut short was stored only in part."""
 
     def __bool__(self) -> bool:
-        return bool(self.permissions or self.tool_calls or self.dropped or self.turn is not None)
+        return bool(
+            self.permissions
+            or self.questions
+            or self.tool_calls
+            or self.dropped
+            or self.turn is not None
+        )
 
 
 def _turn(item: Item) -> int | None:
@@ -88,6 +97,8 @@ class _Scan:
     def __init__(self) -> None:
         self.decided: set[str] = set()
         self.permissions: list[Item] = []
+        self.answered: set[str] = set()
+        self.questions: list[Item] = []
         self.tools_seen: set[tuple[int | None, str]] = set()
         self.tools: list[Item] = []
         self.continued: set[str] = set()
@@ -116,6 +127,11 @@ class _Scan:
         elif item.type == "permission_request" and isinstance(request_id, str):
             if request_id not in self.decided:
                 self.permissions.append(item)
+        elif item.type == "elicitation_response" and isinstance(request_id, str):
+            self.answered.add(request_id)
+        elif item.type == "elicitation_request" and isinstance(request_id, str):
+            if request_id not in self.answered:
+                self.questions.append(item)
         elif item.type in ("tool_call", "tool_call_update"):
             call_id = data.get("tool_call_id")
             status = data.get("status")
@@ -136,13 +152,14 @@ class _Scan:
 
     def result(self) -> Interrupted:
         newest_turn = self.newest_turn
-        cut_short = [*self.permissions, *self.tools, *self.parts]
+        cut_short = [*self.permissions, *self.questions, *self.tools, *self.parts]
         running = None
         if newest_turn is not None and any(_turn(item) == newest_turn for item in cut_short):
             running = newest_turn
         after = newest_turn if newest_turn is not None else self.newest_agent
         return Interrupted(
             permissions=tuple(sorted(self.permissions, key=lambda i: i.seq)),
+            questions=tuple(sorted(self.questions, key=lambda i: i.seq)),
             tool_calls=tuple(sorted(self.tools, key=lambda i: i.seq)),
             turn=running,
             dropped=tuple(sorted(p for p in self.prompts if after is None or p > after)),
@@ -178,6 +195,12 @@ def closing_items(found: Interrupted) -> list[NewItem]:
         closing.append(
             NewItem(type="permission_decision", data=data, created_by="host", status="completed")
         )
+    for question in found.questions:
+        data = {"request_id": question.data["request_id"], "action": "cancel"}
+        data["reason"] = INTERRUPTED
+        closing.append(
+            NewItem(type="elicitation_response", data=data, created_by="host", status="completed")
+        )
     for call in found.tool_calls:
         data = {"tool_call_id": call.data["tool_call_id"], "status": "failed"}
         _keep_turn(data, call)
@@ -194,6 +217,7 @@ def closing_items(found: Interrupted) -> list[NewItem]:
                 "interrupted_turn": found.turn,
                 "dropped_prompts": list(found.dropped),
                 "closed_permissions": [i.data["request_id"] for i in found.permissions],
+                "closed_questions": [i.data["request_id"] for i in found.questions],
                 "closed_tool_calls": [i.data["tool_call_id"] for i in found.tool_calls],
                 "partial_text": found.partial,
             },
