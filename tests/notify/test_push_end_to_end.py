@@ -26,13 +26,18 @@ from tunnel.host.share import Shared, ShareSettings, run_share
 from tunnel.notify.service import Notifier
 from tunnel.notify.settings import NotifySettings
 from tunnel.notify.vapid import b64url_decode
+from tunnel.policy import Policy, load_policy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
 
 @contextlib.asynccontextmanager
 async def notifying_share(
-    relay: RelayProcess, tmp_path: Path, service: PushService, **notify: Any
+    relay: RelayProcess,
+    tmp_path: Path,
+    service: PushService,
+    policy: Policy | None = None,
+    **notify: Any,
 ) -> AsyncIterator[Shared]:
     workspace = tmp_path / "workspace"
     workspace.mkdir()
@@ -43,6 +48,7 @@ async def notifying_share(
         log_db=tmp_path / "log.db",
         interactive=False,
         demo_delay=0,
+        policy=policy,
         notify=NotifySettings(
             push_services=frozenset({service.origin}), **{"reminder": 0.0, **notify}
         ),
@@ -275,3 +281,33 @@ async def test_one_reminder_while_a_request_still_waits_and_never_more(
             assert [m["type"] for m in mine] == ["request", "request", "withdraw"]
             assert service.to(endpoint)[4].message["request_id"] == second
             assert service.to(endpoint)[4].message["reminder"] is True
+
+
+async def test_only_those_the_approval_rule_names_are_offered_answers(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    rules = tmp_path / "team.toml"
+    rules.write_text('[[rule]]\nverdict = "ask"\nkind = "read"\nanswer = ["alice"]\n')
+    async with (
+        push_service() as service,
+        notifying_share(relay, tmp_path, service, policy=load_policy(rules)) as shared,
+    ):
+        assert shared.console.people is not None
+        alice_link = await shared.console.people.invite("alice", "drive")
+        alice_endpoint, alice_keys = service.subscribe()
+        dan_endpoint, dan_keys = service.subscribe()
+        async with (
+            page(alice_link, "alice") as alice,
+            page(shared.host.drive_link, "dan") as dan_page,
+            attached(shared.host.drive_link, "dan") as dan,
+        ):
+            assert (await alice.push_on(alice_endpoint, alice_keys))["on"] is True
+            assert (await dan_page.push_on(dan_endpoint, dan_keys))["on"] is True
+            await dan.wait_for(lambda t: t.snapshot_done)
+            await request_waits(dan, 1)
+            await service.wait_for(
+                lambda s: len(s.to(alice_endpoint)) == 1 and len(s.to(dan_endpoint)) == 1
+            )
+            assert service.to(alice_endpoint)[0].message["options"] != []
+            # A driver on the role link: told, but the rule gives the answer to alice alone.
+            assert service.to(dan_endpoint)[0].message["options"] == []
