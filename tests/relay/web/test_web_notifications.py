@@ -3,11 +3,15 @@ toggle's requests to the host, and what a pushed request shows and a tap on it d
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,11 +19,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from playwright.sync_api import Browser, BrowserContext, CDPSession, Page, Worker, expect
 
+from tests.notify.push_keys import BrowserKeys, b64e
 from tunnel.e2e.crypto import b64url_encode
 from tunnel.relay.web import ICONS, MANIFEST_CONTENT_TYPE
 
 from .conftest import PageLog
 from .fake_relay import HOST_ID, FakeRelay, Scenario, fake_relay, wire_item
+from .stack import Host, isolated_env, running_relay
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
@@ -36,23 +42,21 @@ OPTIONS = [
 ]
 # PushManager.subscribe as a browser with a reachable push service answers it: the page's
 # requests are checked, not the push service (headless chromium reaches none).
-STUB_SUBSCRIBE = (
-    f"window.__endpoint = {json.dumps(ENDPOINT)};"
-    + """
+STUB_SUBSCRIBE = """
 window.__subscribed = [];
 window.__unsubscribed = 0;
 PushManager.prototype.subscribe = async function (options) {
   const key = new Uint8Array(options.applicationServerKey);
   window.__subscribed.push({ userVisibleOnly: options.userVisibleOnly, key: Array.from(key) });
+  const { endpoint, p256dh, auth } = window.__subscription;
   return {
-    endpoint: window.__endpoint,
+    endpoint,
     options: { applicationServerKey: key.buffer, userVisibleOnly: true },
-    toJSON() { return { endpoint: this.endpoint, keys: { p256dh: "BPk", auth: "au" } }; },
+    toJSON() { return { endpoint, keys: { p256dh, auth } }; },
     unsubscribe: async () => { window.__unsubscribed += 1; return true; },
   };
 };
 """
-)
 KEPT_LINK = """(host) => new Promise((resolve) => {
   const open = indexedDB.open("agent-tunnel");
   open.onsuccess = () => {
@@ -104,14 +108,43 @@ def wait_for_ops(relay: FakeRelay, op: str, count: int) -> list[dict[str, Any]]:
     return found
 
 
+def stub_subscribe(endpoint: str = ENDPOINT, p256dh: str = "BPk", auth: str = "au") -> str:
+    """The init script of STUB_SUBSCRIBE, whose subscription has these endpoint and keys."""
+    subscription = {"endpoint": endpoint, "p256dh": p256dh, "auth": auth}
+    return f"window.__subscription = {json.dumps(subscription)};{STUB_SUBSCRIBE}"
+
+
 @dataclass
 class Pushed:
     """A page with notifications allowed, its relay, and the DevTools session that pushes."""
 
     page: Page
-    relay: FakeRelay
+    relay: FakeRelay | None
     cdp: CDPSession
     registrations: dict[str, str]
+
+    @property
+    def fake(self) -> FakeRelay:
+        assert self.relay is not None
+        return self.relay
+
+    @classmethod
+    def start(cls, page: Page, relay: FakeRelay | None = None) -> Pushed:
+        cdp = page.context.new_cdp_session(page)
+        registrations: dict[str, str] = {}
+        cdp.on(
+            "ServiceWorker.workerRegistrationUpdated",
+            lambda event: registrations.update(
+                {r["scopeURL"]: r["registrationId"] for r in event["registrations"]}
+            ),
+        )
+        cdp.send("ServiceWorker.enable")
+        return cls(page=page, relay=relay, cdp=cdp, registrations=registrations)
+
+    @property
+    def origin(self) -> str:
+        url = self.page.url
+        return url[: url.index("/", len("http://"))]
 
     def worker(self) -> Worker:
         context = self.page.context
@@ -121,7 +154,7 @@ class Pushed:
         return context.wait_for_event("serviceworker")
 
     def deliver(self, payload: dict[str, Any] | str) -> None:
-        scope = f"{self.relay.base_url}/h/{HOST_ID}"
+        scope = self.page.url.split("?")[0].split("#")[0]
         self.page.evaluate("navigator.serviceWorker.ready.then(() => true)")
         deadline = time.monotonic() + OPS_WAIT
         while scope not in self.registrations and time.monotonic() < deadline:
@@ -130,7 +163,7 @@ class Pushed:
         data = payload if isinstance(payload, str) else json.dumps(payload)
         self.cdp.send(
             "ServiceWorker.deliverPushMessage",
-            {"origin": self.relay.base_url, "registrationId": registration, "data": data},
+            {"origin": self.origin, "registrationId": registration, "data": data},
         )
 
     def shown(
@@ -167,14 +200,14 @@ def allowed(browser: Browser) -> Iterator[BrowserContext]:
     context.close()
 
 
-def open_page(context: BrowserContext, relay: FakeRelay, log: PageLog, *, stub: bool) -> Page:
-    if stub:
-        context.add_init_script(STUB_SUBSCRIBE)
+def open_page(context: BrowserContext, url: str, log: PageLog, *, stub: str | None) -> Page:
+    if stub is not None:
+        context.add_init_script(stub)
     page = context.new_page()
     page.set_default_timeout(15_000)
     page.on("console", log.on_console)
     page.on("pageerror", log.on_page_error)
-    page.goto(relay.page_url("drive"))
+    page.goto(url)
     expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "connected")
     return page
 
@@ -183,24 +216,15 @@ def open_page(context: BrowserContext, relay: FakeRelay, log: PageLog, *, stub: 
 def pushed(allowed: BrowserContext, page_log: PageLog) -> Iterator[Pushed]:
     items = [request_item(0, "p1")]
     with fake_relay(Scenario(items=items, push_key=PUSH_KEY)) as relay:
-        page = open_page(allowed, relay, page_log, stub=True)
-        cdp = allowed.new_cdp_session(page)
-        registrations: dict[str, str] = {}
-        cdp.on(
-            "ServiceWorker.workerRegistrationUpdated",
-            lambda event: registrations.update(
-                {r["scopeURL"]: r["registrationId"] for r in event["registrations"]}
-            ),
-        )
-        cdp.send("ServiceWorker.enable")
-        yield Pushed(page=page, relay=relay, cdp=cdp, registrations=registrations)
+        page = open_page(allowed, relay.page_url("drive"), page_log, stub=stub_subscribe())
+        yield Pushed.start(page, relay)
 
 
 def test_the_page_installs_with_its_manifest_and_registers_its_worker(
     allowed: BrowserContext, page_log: PageLog
 ) -> None:
     with fake_relay(Scenario(push_key=PUSH_KEY)) as relay:
-        page = open_page(allowed, relay, page_log, stub=False)
+        page = open_page(allowed, relay.page_url("drive"), page_log, stub=None)
         scope = page.evaluate("navigator.serviceWorker.ready.then((r) => r.scope)")
         assert scope == f"{relay.base_url}/h/{HOST_ID}"
         found = page.evaluate(
@@ -256,7 +280,7 @@ def test_the_page_installs_with_its_manifest_and_registers_its_worker(
 
 
 def test_the_toggle_subscribes_with_the_hosts_key_and_tells_the_host(pushed: Pushed) -> None:
-    page, relay = pushed.page, pushed.relay
+    page, relay = pushed.page, pushed.fake
     focus = wait_for_ops(relay, "focus", 1)
     assert focus[0]["focused"] in (True, False)
     browser_id = focus[0]["browser"]
@@ -315,7 +339,7 @@ def test_the_toggle_subscribes_with_the_hosts_key_and_tells_the_host(pushed: Pus
 def test_a_pushed_request_shows_is_withdrawn_and_a_tap_opens_it_unanswered(
     pushed: Pushed,
 ) -> None:
-    page, relay = pushed.page, pushed.relay
+    page, relay = pushed.page, pushed.fake
     pushed.deliver(request_push("p1"))
     (shown,) = pushed.shown(1)
     assert shown["title"] == "claude asks: Run make deploy"
@@ -418,7 +442,7 @@ def test_refusals_by_the_browser_its_push_service_and_the_host_each_say_so(
     allowed: BrowserContext, page_log: PageLog
 ) -> None:
     with fake_relay(Scenario(push_key=PUSH_KEY)) as relay:
-        page = open_page(allowed, relay, page_log, stub=False)
+        page = open_page(allowed, relay.page_url("drive"), page_log, stub=None)
         toggle, status = page.get_by_test_id("notify-toggle"), page.get_by_test_id("notify-status")
         # Headless chromium reaches no push service: the real subscribe fails.
         toggle.click()
@@ -428,7 +452,7 @@ def test_refusals_by_the_browser_its_push_service_and_the_host_each_say_so(
         expect(toggle).to_have_attribute("aria-pressed", "false")
         assert relay.ops("push_on") == []
 
-        page.add_init_script(STUB_SUBSCRIBE)
+        page.add_init_script(stub_subscribe())
         page.reload()
         expect(page.get_by_test_id("connection-status")).to_have_attribute(
             "data-state", "connected"
@@ -454,7 +478,7 @@ def test_refusals_by_the_browser_its_push_service_and_the_host_each_say_so(
 
 
 def test_the_page_tells_the_host_whether_it_is_in_view(pushed: Pushed) -> None:
-    page, relay = pushed.page, pushed.relay
+    page, relay = pushed.page, pushed.fake
     (first,) = wait_for_ops(relay, "focus", 1)
     page.evaluate(
         """() => {
@@ -472,3 +496,106 @@ def test_the_page_tells_the_host_whether_it_is_in_view(pushed: Pushed) -> None:
     )
     sent = [(m["focused"], m["browser"]) for m in wait_for_ops(relay, "focus", 3)]
     assert sent == [(True, first["browser"]), (False, first["browser"]), (True, first["browser"])]
+
+
+@dataclass
+class PushInbox:
+    """A push service on loopback that takes every POST (201) and keeps its body."""
+
+    origin: str = ""
+    bodies: list[bytes] = field(default_factory=list)
+
+    def wait_for(self, count: int) -> list[bytes]:
+        deadline = time.monotonic() + 30
+        while len(self.bodies) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(self.bodies) >= count, self.bodies
+        return self.bodies[:count]
+
+
+@contextmanager
+def push_inbox() -> Iterator[PushInbox]:
+    inbox = PushInbox()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            inbox.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(201)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    inbox.origin = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield inbox
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_a_real_hosts_push_becomes_the_pages_notification_and_a_tap_opens_its_request(
+    allowed: BrowserContext, page_log: PageLog, tmp_path: Path
+) -> None:
+    keys = BrowserKeys()
+    with push_inbox() as inbox, running_relay(tmp_path / "relay") as relay:
+        home = tmp_path / "host"
+        home.mkdir()
+        env = {**isolated_env(home), "TUNNEL_HOST_PUSH_SERVICE": inbox.origin}
+        host = Host.start(home, relay.url, env=env)
+        try:
+            endpoint = f"{inbox.origin}/push/page"
+            stub = stub_subscribe(endpoint, b64e(keys.public), b64e(keys.auth))
+            page = open_page(allowed, host.drive_link, page_log, stub=stub)
+            pushed = Pushed.start(page)
+            page.get_by_test_id("notify-toggle").click()
+            # The host took the subscription (its endpoint on an allowed push service).
+            expect(page.get_by_test_id("notify-status")).to_have_attribute("data-state", "on")
+            # Away from the page: the host pushes the request it is asked.
+            page.evaluate("""() => {
+              document.hasFocus = () => false;
+              window.dispatchEvent(new Event("blur"));
+            }""")
+            box = page.get_by_test_id("composer-input")
+            box.fill("count the lines")
+            box.press("Enter")
+            (body,) = inbox.wait_for(1)
+            payload = json.loads(keys.decrypt(body))
+            assert payload["type"] == "request"
+            card = page.locator(
+                f"[data-testid=permission-request][data-request-id={payload['request_id']}]"
+            )
+            expect(card).to_have_attribute("data-state", "pending")
+
+            pushed.deliver(keys.decrypt(body).decode())
+            (shown,) = pushed.shown(1)
+            assert shown["title"] == f"demo asks: {payload['title']}"
+            assert shown["actions"][1]["title"] == payload["options"][0]["name"]
+            page.evaluate("document.scrollingElement.scrollTop = 0")
+            pushed.worker().evaluate(
+                """async (tag) => {
+                  const [notification] = await registration.getNotifications({ tag });
+                  notification.close();
+                  await openRequest(notification, "option:0");
+                }""",
+                payload["tag"],
+            )
+            option = card.locator(f"button[data-option-id={payload['options'][0]['option_id']}]")
+            expect(option).to_have_attribute("data-preselected", "true")
+            expect(card).to_have_attribute("data-state", "pending")
+            option.click()
+            expect(card).to_have_attribute("data-state", "answered")
+            # Answered: the host withdraws it, and the worker closes what it showed.
+            withdrawn = json.loads(keys.decrypt(inbox.wait_for(2)[1]))
+            assert withdrawn["type"] == "withdraw"
+            assert withdrawn["tag"] == payload["tag"]
+            pushed.deliver(json.dumps(withdrawn))
+            pushed.shown(0)
+        finally:
+            host.process.stop()
+    assert [e for e in page_log.errors if "Push API in incognito" not in e] == []
