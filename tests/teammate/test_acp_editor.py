@@ -29,7 +29,7 @@ import pytest
 from tests.host.host_process import HostProcess
 from tests.host.teammate import Teammate, attached
 from tests.support import RelayProcess, wait_online, wait_or_kill
-from tunnel.app.requests import PermissionAnswer, Prompt
+from tunnel.app.requests import Cancel, PermissionAnswer, Prompt
 from tunnel.e2e.crypto import ShareLink
 from tunnel.e2e.identity import HostIdentity
 from tunnel.teammate.client import TeammateSession
@@ -312,6 +312,33 @@ async def test_an_editor_loads_prompts_answers_and_follows_the_shared_session(
             await editor.call("cancel", sessionId=session)
             done = await editor.wait(lambda line: line.get("id") == prompt_id, start=mark)
             assert done["result"] == {"stopReason": "cancelled"}
+
+            # A cancel while the editor's prompt waits behind another's turn: that turn goes
+            # on; the editor's own is cancelled as soon as it runs.
+            mark = editor.mark()
+            await alice.send(Prompt(text="wait"))
+            await editor.wait(said("agent_message_chunk", "."), start=mark)
+
+            def zeds_waits(t: Teammate) -> int:
+                return sum(
+                    1
+                    for i in t.items
+                    if i["created_by"] == "zed" and i["data"].get("text") == "wait"
+                )
+
+            before = zeds_waits(alice)
+            prompt_id = editor.do("prompt", sessionId=session, text="wait")
+            await alice.wait_for(lambda t: zeds_waits(t) > before)
+            await editor.call("cancel", sessionId=session)
+            await alice.send(Cancel())
+            done = await editor.wait(lambda line: line.get("id") == prompt_id, start=mark)
+            assert done["result"] == {"stopReason": "cancelled"}
+            cancels = [
+                i["created_by"]
+                for i in alice.items
+                if i["type"] == "session_event" and i["data"].get("what") == "cancelled"
+            ]
+            assert cancels[-2:] == ["alice", "zed"]
 
             # A mode switched from the editor: the host records it as the editor's change, and
             # the editor hears the new mode.

@@ -20,6 +20,7 @@ from tunnel.teammate.acp_mirror import (
     PromptStored,
     SettingsStored,
     TurnEnded,
+    TurnStarted,
     Update,
     replay,
 )
@@ -180,10 +181,14 @@ def test_turns_end_by_status_by_later_turns_and_with_their_stop_reason() -> None
     for seq in (1, 2, 3):
         mirror.item(prompt(seq, f"p{seq}", "alice"))
     running = {"kind": "status", "data": {"state": "running", "queued": 2, "turn": 1}}
-    assert mirror.event(running) == []
+    assert mirror.event(running) == [TurnStarted(turn=1)]
+    assert mirror.running == 1
     # An item of turn 2 says turn 1 is over.
     said = item(4, "message", {"role": "agent", "text": "two", "turn": 2})
-    assert TurnEnded(turn=1, stop_reason="end_turn") in mirror.item(said)
+    assert mirror.item(said)[:2] == [
+        TurnEnded(turn=1, stop_reason="end_turn"),
+        TurnStarted(turn=2),
+    ]
     # Turn 2 was cancelled, and the agent said so: cancelled.
     mirror.item(item(5, "session_event", {"what": "cancelled"}, by="alice"))
     ended = item(6, "session_event", {"what": "turn_ended", "turn": 2, "stop_reason": "refusal"})

@@ -64,6 +64,7 @@ from tunnel.teammate.acp_mirror import (
     PromptStored,
     SettingsStored,
     TurnEnded,
+    TurnStarted,
     Update,
     replay,
 )
@@ -194,6 +195,10 @@ class AcpBridge:
         self._request_lock = anyio.Lock()
         self._outcome: _Outcome | None = None
         self._turns: dict[int, _Turn] = {}
+        self._cancel_at: set[int] = set()
+        """The editor's prompts it cancelled while queued: cancelled as soon as they run."""
+        self._cancel_next = False
+        """The editor cancelled a prompt the host has not stored yet."""
         self._asks: dict[str, _Ask] = {}
         self._attach_ids: set[Any] = set()
         self._problem = "not attached yet"
@@ -352,12 +357,20 @@ class AcpBridge:
                         self._turns[output.seq] = turn
                         outcome.turn = turn
                         outcome.done.set()
+                        if self._cancel_next:
+                            self._cancel_next = False
+                            self._cancel_at.add(output.seq)
+                case TurnStarted():
+                    if output.turn in self._cancel_at:
+                        self._cancel_at.discard(output.turn)
+                        self._send_cancel_soon()
                 case SettingsStored():
                     outcome = self._outcome
                     mine = output.by == self._mirror.me
                     if outcome is not None and outcome.kind == "settings" and mine:
                         outcome.done.set()
                 case TurnEnded():
+                    self._cancel_at.discard(output.turn)
                     ended = self._turns.pop(output.turn, None)
                     if ended is not None:
                         ended.stop_reason = output.stop_reason
@@ -644,11 +657,29 @@ class AcpBridge:
         return {"stopReason": turn.stop_reason}
 
     async def cancel(self, session_id: str, **_: Any) -> None:
-        """Cancel the running turn, as any driver's cancel does."""
-        if session_id != self._session_id or not self._driver() or self._channel is None:
+        """Cancel the editor's own prompts: the turn of one that runs now, and each still
+        queued as soon as it runs. Never another's turn: ACP's cancel is about the prompt the
+        editor sent."""
+        if session_id != self._session_id or not self._driver():
+            return
+        outcome = self._outcome
+        if outcome is not None and outcome.kind == "prompt" and not outcome.done.is_set():
+            self._cancel_next = True
+        running = self._mirror.running
+        self._cancel_at.update(turn for turn in self._turns if turn != running)
+        if running is not None and running in self._turns:
+            await self._send_cancel()
+
+    def _send_cancel_soon(self) -> None:
+        assert self._tg is not None
+        self._tg.start_soon(self._send_cancel)
+
+    async def _send_cancel(self) -> None:
+        channel = self._channel
+        if channel is None:
             return
         try:
-            await self._channel.send(encode_request(Cancel()))
+            await channel.send(encode_request(Cancel()))
         except TeammateError as exc:
             logger.info("the cancel did not reach the host: %s", exc)
 

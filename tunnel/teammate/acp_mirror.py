@@ -28,6 +28,7 @@ __all__ = [
     "PromptStored",
     "SettingsStored",
     "TurnEnded",
+    "TurnStarted",
     "Update",
     "replay",
     "tool_call_key",
@@ -80,6 +81,13 @@ class PromptStored:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TurnStarted:
+    """The turn of the prompt at `turn` runs now."""
+
+    turn: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEnded:
     """The turn of the prompt at `turn` is over, with this ACP stop reason."""
 
@@ -127,7 +135,13 @@ class SettingsStored:
 
 
 MirrorOutput = (
-    Update | PromptStored | TurnEnded | PermissionOpened | PermissionClosed | SettingsStored
+    Update
+    | PromptStored
+    | TurnStarted
+    | TurnEnded
+    | PermissionOpened
+    | PermissionClosed
+    | SettingsStored
 )
 
 
@@ -443,6 +457,11 @@ class Mirror:
         self._streamed: OrderedDict[str, tuple[str, str]] = OrderedDict()
         """Streams not stored yet, by response id: their update kind and the text so far."""
 
+    @property
+    def running(self) -> int | None:
+        """The turn that runs now, as far as the host said."""
+        return self._running
+
     # -- what the editor does ------------------------------------------------------------------
 
     def prompt_sent(self, text: str) -> None:
@@ -676,7 +695,10 @@ class Mirror:
         if self._running is not None and turn <= self._running:
             return []
         self._running = turn
-        return self._end_before(turn)
+        outputs = self._end_before(turn)
+        if turn in self._pending:
+            outputs.append(TurnStarted(turn=turn))
+        return outputs
 
     def _end_before(self, turn: int | None) -> list[MirrorOutput]:
         ended = [seq for seq in self._pending if turn is None or seq < turn]
