@@ -445,24 +445,50 @@ async def test_the_editor_stays_attached_across_a_relay_restart(
             restarted.stop()
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
-def test_a_signal_ends_it_with_the_code_every_command_gives(
-    signum: signal.Signals, code: int
-) -> None:
-    with socket.socket() as sock:  # a loopback port where nothing listens
+def unreachable_link() -> ShareLink:
+    """A link to a loopback port where nothing listens."""
+    with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    link = ShareLink(
+    return ShareLink(
         relay_url=f"http://127.0.0.1:{port}",
         host_id=HostIdentity.generate().host_id,
         role="drive",
         secret=os.urandom(32),
     )
+
+
+@pytest.mark.timeout(60)
+def test_giving_up_on_an_unreachable_relay_is_one_line_and_exit_4() -> None:
+    proc = subprocess.Popen(
+        [*TUNNEL, "acp", "--give-up-after", "0.5"],
+        cwd=ROOT,
+        env=dict(os.environ, TUNNEL_LINK=str(unreachable_link())),
+        stdin=subprocess.PIPE,  # the editor is still there: the bridge ends by itself
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.wait(30) == 4
+        assert proc.stderr is not None
+        lines = proc.stderr.read().decode().splitlines()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        wait_or_kill(proc)
+    assert lines[-1].startswith("tunnel acp: cannot reach the relay")
+    assert lines[-1].endswith("gave up after 0.5 s")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_a_signal_ends_it_with_the_code_every_command_gives(
+    signum: signal.Signals, code: int
+) -> None:
     proc = subprocess.Popen(
         [*TUNNEL, "acp"],
         cwd=ROOT,
-        env=dict(os.environ, TUNNEL_LINK=str(link)),
+        env=dict(os.environ, TUNNEL_LINK=str(unreachable_link())),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
