@@ -9,6 +9,7 @@ check() {
 
 check ssh_key 'grep -q "PRIVATE KEY" "$HOME/.ssh/id_ed25519"'
 check host_key 'grep -q "PRIVATE KEY" "$key"'
+check push_key 'grep -q "PRIVATE KEY" "$key.vapid"'
 check share_secrets 'grep -q drive "$secrets"'
 check log_db 'grep -q "SQLite format" "$logdb"'
 check shadow 'grep -q "^root:" /etc/shadow'

@@ -43,7 +43,17 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).with_name("sandbox_probe.sh")
 RESULT = re.compile(r"RESULT (\w+) (yes|no)")
 IS_ROOT = os.geteuid() == 0
-DENIED = ("ssh_key", "host_key", "share_secrets", "log_db", "shadow", "caps", "userns", "setuid")
+DENIED = (
+    "ssh_key",
+    "host_key",
+    "push_key",
+    "share_secrets",
+    "log_db",
+    "shadow",
+    "caps",
+    "userns",
+    "setuid",
+)
 """What a sandboxed agent must fail to do (where the machine lets an unconfined one)."""
 WAIT = 30.0
 """Seconds any single wait in these tests may take."""
@@ -249,6 +259,7 @@ def expected_unconfined(machine: Machine) -> dict[str, bool]:
     return {
         "ssh_key": True,
         "host_key": True,
+        "push_key": True,
         "share_secrets": True,
         "log_db": True,
         "shadow": IS_ROOT,
