@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import anyio
@@ -13,9 +14,15 @@ from tunnel.e2e.broadcast import CastOpener
 from tunnel.e2e.crypto import TAG_SIZE
 from tunnel.e2e.identity import HostIdentity
 from tunnel.handshake import MAX_NAME_LENGTH
-from tunnel.host.broadcast import MAX_LISTED_MEMBERS, Broadcaster
+from tunnel.host import broadcast
+from tunnel.host.broadcast import (
+    CAST_INTERVAL,
+    MAX_CAST_INTERVAL,
+    MAX_LISTED_MEMBERS,
+    Broadcaster,
+)
 from tunnel.host.presence import Member, Presence
-from tunnel.log import Log, MemoryStore
+from tunnel.log import Log, MemoryStore, NewItem
 from tunnel.proto import DEFAULT_LIMITS
 
 
@@ -164,9 +171,45 @@ async def presence_messages_per_join(joiners: int, pause: float) -> float:
 
 @pytest.mark.anyio
 @pytest.mark.timeout(60)
-async def test_a_join_costs_a_few_presence_messages_however_slow_the_joins_come() -> None:
+async def test_a_join_costs_a_few_presence_messages_however_slow_the_joins_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # The pauses stand for machines of different speeds: the count of presence messages per
-    # join must not grow with them (a pacing by time would cast more often per join).
+    # join must not grow with them (a pacing by time would cast more often per join). The
+    # quiet moment that casts the last changes is made long, so that a busy machine stalling
+    # this process between two joins does not pass for one.
+    monkeypatch.setattr(broadcast, "PRESENCE_QUIET", 1.0)
     per_join = [await presence_messages_per_join(120, pause) for pause in (0.0, 0.004, 0.03)]
     assert all(cost <= 4.0 for cost in per_join), per_join
     assert max(per_join) - min(per_join) <= 1.5, per_join
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_a_long_burst_is_cast_in_a_few_casts_plus_one_per_max_interval() -> None:
+    link = FakeLink()
+    async with Log(MemoryStore()) as log:
+        cast = Broadcaster(
+            identity=HostIdentity.generate(),
+            log=log,
+            conversation_id="main",
+            presence=Presence(),
+            link=lambda: link,  # type: ignore[arg-type,return-value]
+        )
+        cast.joined(object())
+        async with anyio.create_task_group() as tg:
+            await tg.start(cast.run)
+            started = anyio.current_time()
+            for n in range(150):  # an item every millisecond or so: a fast agent's burst
+                await log.append("main", NewItem(type="message", data={"n": n}, created_by="a"))
+                await anyio.sleep(0.001)
+            lasted = anyio.current_time() - started
+            with anyio.fail_after(10):
+                while cast.last_seq < 149:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    # The interval doubles from CAST_INTERVAL while the burst goes on: 5, 10, 20, 40 ms, then
+    # one cast per MAX_CAST_INTERVAL, whatever the burst's length (one per 5 ms before).
+    doubling = math.ceil(math.log2(MAX_CAST_INTERVAL / CAST_INTERVAL)) + 1
+    bound = doubling + math.ceil(lasted / MAX_CAST_INTERVAL) + 2
+    assert len(link.casts) <= bound, (len(link.casts), lasted)
