@@ -2,10 +2,11 @@
 
 The agent runs as a subprocess speaking ACP (JSON-RPC over stdio) through the
 `agent-client-protocol` package, over our own transport (`.acp_transport`) so the session sees
-each message first. We send initialize, authenticate (when the agent needs a login), session/load
-(to resume the conversation's earlier ACP session when the agent can) or session/new (cwd = the
-workspace), session/prompt, session/cancel, session/set_mode, session/set_config_option and the
-unstable session/set_model. We serve session/update, session/request_permission, the fs methods
+each message first. We send initialize, authenticate (when the agent needs a login),
+session/resume or session/load (to resume the conversation's earlier ACP session when the agent
+can; what a load replays is not recorded again) or session/new (cwd = the workspace),
+session/prompt, session/cancel, session/set_mode, session/set_config_option and the unstable
+session/set_model. We serve session/update, session/request_permission, the fs methods
 (inside the workspace only) and the terminal methods (commands run in the workspace). An agent
 that exits or crashes is recorded (an `error` item and a `session_event`); the next prompt starts
 it again, resuming its session when it can, while the log keeps the whole conversation.
