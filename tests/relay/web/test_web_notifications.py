@@ -49,13 +49,19 @@ PushManager.prototype.subscribe = async function (options) {
   const key = new Uint8Array(options.applicationServerKey);
   window.__subscribed.push({ userVisibleOnly: options.userVisibleOnly, key: Array.from(key) });
   const { endpoint, p256dh, auth } = window.__subscription;
-  return {
+  window.__current = {
     endpoint,
     options: { applicationServerKey: key.buffer, userVisibleOnly: true },
     toJSON() { return { endpoint, keys: { p256dh, auth } }; },
-    unsubscribe: async () => { window.__unsubscribed += 1; return true; },
+    unsubscribe: async () => {
+      window.__unsubscribed += 1;
+      window.__current = null;
+      return true;
+    },
   };
+  return window.__current;
 };
+PushManager.prototype.getSubscription = async () => window.__current ?? null;
 """
 KEPT_LINK = """(host) => new Promise((resolve) => {
   const open = indexedDB.open("agent-tunnel");
@@ -276,6 +282,10 @@ def test_the_page_installs_with_its_manifest_and_registers_its_worker(
         app = cdp.send("Page.getAppManifest")
         assert app["errors"] == []
         assert app["url"] == found["href"]
+        # Installable: chromium finds nothing against it but the test's own incognito context.
+        errors = cdp.send("Page.getInstallabilityErrors")["installabilityErrors"]
+        assert [e["errorId"] for e in errors if e["errorId"] != "in-incognito"] == []
+        assert cdp.send("Page.getAppId")["appId"] == f"{relay.base_url}{page_url}"
         assert page_log.errors == []
 
 
@@ -599,3 +609,20 @@ def test_a_real_hosts_push_becomes_the_pages_notification_and_a_tap_opens_its_re
         finally:
             host.process.stop()
     assert [e for e in page_log.errors if "Push API in incognito" not in e] == []
+
+
+def test_a_page_attached_again_gives_the_host_its_subscription_again(pushed: Pushed) -> None:
+    page, relay = pushed.page, pushed.fake
+    page.get_by_test_id("notify-toggle").click()
+    wait_for_ops(relay, "push_on", 1)
+    relay.send({"op": "push", "on": True, "endpoint": ENDPOINT})
+    status = page.get_by_test_id("notify-status")
+    expect(status).to_have_attribute("data-state", "on")
+    relay.drop_all()
+    (_, again) = wait_for_ops(relay, "push_on", 2)
+    assert again["endpoint"] == ENDPOINT
+    expect(status).to_have_attribute("data-state", "on")
+    # A host that no longer takes it: off here too.
+    relay.send({"op": "error", "code": "forbidden", "message": "the host keeps no more"})
+    expect(status).to_have_attribute("data-state", "failed")
+    page.wait_for_function("() => window.__unsubscribed === 1")

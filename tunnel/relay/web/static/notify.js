@@ -193,8 +193,11 @@ export class Notifications {
     this.lastFocus = null;
     this.sendFocus();
     await this.checked;
-    // The host keeps subscriptions, but one it lost (or never got) is given again.
-    if (this.subscription !== null && this.key !== null) this.sendOn(this.subscription);
+    // The host keeps subscriptions, but one it lost (or never got) is given again; its
+    // refusal now turns notifications off here too.
+    if (this.subscription !== null && this.key !== null && this.sendOn(this.subscription)) {
+      this.awaiting = true;
+    }
   }
 
   sendFocus() {
