@@ -67,7 +67,10 @@ class WaitingSession(DemoSession):
         self.pending = pending
 
     def pending_permissions(self) -> list[Item]:
-        return list(self.pending)
+        return [item for item in self.pending if item.type == "permission_request"]
+
+    def pending_elicitations(self) -> list[Item]:
+        return [item for item in self.pending if item.type == "elicitation_request"]
 
 
 @contextlib.asynccontextmanager
@@ -237,5 +240,21 @@ async def test_large_state_items_keep_the_first_page_within_one_message(tmp_path
         assert len(pack(first)) <= SNAPSHOT_PAGE_BYTES + 1024
         seqs = [item["seq"] for page in pages for item in page["items"]]
         assert seqs == list(range(first["first_seq"], 403))
+    finally:
+        await log.aclose()
+
+
+async def test_the_latest_usage_and_an_open_question_come_as_context(tmp_path: Path) -> None:
+    asked = {"request_id": "ask_1", "message": "Which?", "fields": []}
+    log = await log_of(
+        event("usage", used=1000, size=9000, cost=None),  # 0: superseded by 1
+        event("usage", used=5000, size=9000, cost=None),  # 1
+        NewItem(type="elicitation_request", data=asked, created_by="agent"),  # 2: open
+        filler(),
+    )
+    try:
+        (question,) = await log.query("c1", after=1, limit=1)
+        pages = await join(log, tmp_path, Subscribe(after=None, tail=5), pending=[question])
+        assert [item["seq"] for item in pages[0]["context"]] == [1, 2]
     finally:
         await log.aclose()

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import os
 import signal
 import time
@@ -311,6 +312,7 @@ class AcpSession(ChatSession):
         self._started_once = False
         self._late_deadline: float | None = None
         self._elicitations = ElicitationBroker(self._recorder)
+        self._recorded_usage: dict[str, Any] | None = None
         # What to do when the agent withdraws one of its requests ($/cancel_request), by the
         # request's JSON-RPC id: its permission requests and questions, while open.
         self._withdraw: dict[Any, Callable[[], Any]] = {}
@@ -561,6 +563,17 @@ class AcpSession(ChatSession):
         # A person's change is made already: its record never keeps them waiting.
         await self._recorder.session_event("settings", by=by, hold=change is not None, **details)
         self._recorded_settings = snapshot
+
+    async def _record_usage(self, update: schema.UsageUpdate) -> None:
+        """The agent's context use and cost (`usage_update`) as a `usage` session event, when it
+        changed: the latest one is state a joiner is given (tunnel.host.session)."""
+        usage: dict[str, Any] = {"used": update.used, "size": update.size, "cost": None}
+        if update.cost is not None and math.isfinite(update.cost.amount):
+            usage["cost"] = {"amount": update.cost.amount, "currency": update.cost.currency[:16]}
+        if usage == self._recorded_usage:
+            return
+        await self._recorder.session_event("usage", by="agent", **usage)
+        self._recorded_usage = usage
 
     async def _record_commands(self) -> None:
         commands = self._settings.commands
@@ -846,7 +859,9 @@ class AcpSession(ChatSession):
     async def _record_update(self, update: Any) -> None:
         async with self._update_lock:
             try:
-                if isinstance(update, _STATE_UPDATES):
+                if isinstance(update, schema.UsageUpdate):
+                    await self._record_usage(update)
+                elif isinstance(update, _STATE_UPDATES):
                     await self._on_state_update(update)
                 else:
                     if isinstance(update, schema.ToolCallStart | schema.ToolCallProgress):

@@ -75,15 +75,17 @@ logger = logging.getLogger("tunnel.session")
 REPLAY_PAGES = 2
 """Snapshot pages the whole host reads and encodes at once, whatever the number of joiners."""
 
-CONTEXT_EVENTS = ("settings", "commands")
+CONTEXT_EVENTS = ("settings", "commands", "usage")
 """The `session_event`s (by `what`) whose latest one is state every surface shows: the agent's
-modes, models and config options, and its slash commands (docs/application.md)."""
+modes, models and config options, its slash commands, and its context use and cost
+(docs/application.md)."""
 CONTEXT_TYPES = ("plan",)
 """Item types whose latest one is state: the plan a page shows beside the conversation."""
 CONTEXT_SCAN_ITEMS = 2000
 """Session events read back from a fresh joiner's snapshot, at most, to find the latest of each
 of `CONTEXT_EVENTS`: they are few among the items (one per change of setting, of command list,
-per agent start), so this reaches far back, and a log that never had one costs a bounded read."""
+per agent start, about one usage report per turn), so this reaches far back, and a log that never
+had one costs a bounded read."""
 CONTEXT_TOOL_SCAN = 200
 """Tool calls read back from an open permission request to find the one it gates."""
 CONTEXT_BYTES = SNAPSHOT_PAGE_BYTES // 2

@@ -369,6 +369,29 @@ def _count(data: Mapping[str, Any], key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def usage_text(data: Mapping[str, Any]) -> str:
+    """A `usage` session event in words: "context: 53k of 200k tokens used (26%), 147k left,
+    cost 0.42 USD"."""
+
+    def count(n: int) -> str:
+        return f"{n // 1000}k" if n >= 10_000 else str(n)
+
+    used, size = data.get("used"), data.get("size")
+    if type(used) is not int or used < 0:
+        return "context: unknown"
+    text = f"context: {count(used)} tokens used"
+    if type(size) is int and size > 0:
+        left = count(max(0, size - used))
+        text = f"context: {count(used)} of {count(size)} tokens used "
+        text += f"({100 * used // size}%), {left} left"
+    cost = data.get("cost")
+    amount = cost.get("amount") if isinstance(cost, Mapping) else None
+    if isinstance(amount, int | float) and not isinstance(amount, bool):
+        assert isinstance(cost, Mapping)
+        text += f", cost {amount:.2f} {_str(cost, 'currency')}".rstrip()
+    return text
+
+
 def _session_event(head: Text, who: str, data: Mapping[str, Any]) -> None:
     what = _str(data, "what")
     if what == "settings":
@@ -397,6 +420,9 @@ def _session_event(head: Text, who: str, data: Mapping[str, Any]) -> None:
         return
     if what == "unsupported_update":
         head.append(f"unsupported update: {_str(data, 'kind')}", style="dim")
+        return
+    if what == "usage":
+        head.append(usage_text(data), style="dim")
         return
     sentence = _sentence(what, who, data)
     if sentence is not None:

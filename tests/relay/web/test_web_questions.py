@@ -81,3 +81,23 @@ def test_a_driver_answers_the_agents_form_and_a_viewer_sees_it_read_only(
                 "question-outcome"
             )
         ).to_have_text("Cancelled by agent", timeout=30_000)
+
+
+def test_the_agents_usage_shows_under_the_settings_and_a_joiner_sees_the_latest(
+    browser: Browser, tmp_path: Path
+) -> None:
+    with scripted_stack(browser, tmp_path, FAKE_ACP_AGENT) as (host, new_page):
+        alice = new_page()
+        alice.goto(named(host.drive_link, "alice"))
+        connected(alice)
+        line = alice.get_by_test_id("agent-usage")
+        expect(line).to_be_hidden()
+        prompt(alice, "usage")
+        text = "53k of 200k tokens used (26%), 147k left, cost 0.42 USD"
+        expect(line).to_have_text(text, timeout=30_000)
+        # State, not news: nothing about it in the conversation.
+        expect(alice.locator("[data-what=usage]")).to_have_count(0)
+        victor = new_page()
+        victor.goto(named(host.view_link, "victor"))
+        connected(victor)
+        expect(victor.get_by_test_id("agent-usage")).to_have_text(text)

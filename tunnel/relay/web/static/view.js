@@ -10,6 +10,7 @@ import { setMarkdown } from "./markdown.js";
 import { questionCard } from "./questions.js";
 import { SettingsBar, settingsText } from "./settings.js";
 import { ToolTerminals, mergeCall, toolDetails, toolHead, unfenced } from "./tools.js";
+import { UsageLine } from "./usage.js";
 import { MAX_NAME_LENGTH, MAX_PROMPT_LENGTH } from "./wire.js";
 
 const ROLE_LABEL = { drive: "driver", view: "viewer" };
@@ -195,7 +196,8 @@ export class View {
         return false;
       },
     });
-    this.footer.append(this.settings.element);
+    this.usage = new UsageLine();
+    this.footer.append(this.settings.element, this.usage.element);
     if (this.isDriver) {
       this.input = el("textarea", {
         class: "composer-input", testid: "composer-input", rows: 2,
@@ -388,6 +390,7 @@ export class View {
     this.queuedPrompts = [];
     this.showStatus();
     this.settings.reset();
+    this.usage.reset();
     if (this.completion) this.completion.reset();
     if (this.terminal) this.terminal.reset();
   }
@@ -457,7 +460,9 @@ export class View {
   context(items) {
     for (const item of items) {
       const data = obj(item.data);
-      if (item.type === "session_event" && data.what === "settings") {
+      if (item.type === "session_event" && data.what === "usage") {
+        this.usage.update(data);
+      } else if (item.type === "session_event" && data.what === "settings") {
         this.settings.update(data, str(item.created_by, "someone"));
       } else if (item.type === "session_event" && data.what === "commands") {
         if (this.completion) this.completion.setCommands(commandList(data));
@@ -843,6 +848,11 @@ export class View {
 
   sessionEvent(item, data) {
     if (data.what === "turn_ended" && data.stop_reason === "cancelled") this.closeCancelledTools(data.turn);
+    if (data.what === "usage") {
+      // State, not news: the line under the settings bar, no note in the conversation.
+      this.usage.update(data);
+      return null;
+    }
     const element = this.sessionEventElement(item, data);
     element.dataset.what = str(data.what);
     return element;
