@@ -6,7 +6,7 @@
 //   ACP_COMMAND  the command to run, a JSON array (the link comes in TUNNEL_LINK, from the env)
 //
 // Commands: {"id", "do": "initialize" | "new" | "list" | "load" | "prompt" | "cancel" |
-// "set_mode" | "answer" | "quit", ...}. A request's outcome is printed as {"event": "result",
+// "set_mode" | "request" | "answer" | "quit", ...}. A request's outcome is printed as {"event": "result",
 // "id", "result"} or {"event": "error", "id", "code", "message"}; "prompt" returns at once and
 // its outcome comes when the turn ends. Also printed: every session/update ({"event": "update", "update"}), every
 // permission request ({"event": "permission", "requestId", "params"}) and its withdrawal
@@ -114,6 +114,10 @@ for await (const line of createInterface({ input: process.stdin })) {
           modeId: command.modeId,
         }),
       );
+      break;
+    case "request":
+      // Any other method, as the editor names it (session/set_model, ACP's unstable one).
+      await run(id, () => agent.request(command.method, command.params));
       break;
     case "answer": {
       const resolve = waiting.get(command.requestId);

@@ -279,6 +279,16 @@ async def test_an_editor_loads_prompts_answers_and_follows_the_shared_session(
             assert decision["created_by"] == "zed"
             assert decision["data"]["option_id"] == option_id
             await editor.wait(said("agent_message_chunk", f"chose {option_id}"), start=mark)
+            # The tool call asked about came as an update first, known by its turn.
+            tool_call_id = asked["params"]["toolCall"]["toolCallId"]
+            starts = [
+                u
+                for u in editor.updates(mark)
+                if u["sessionUpdate"] == "tool_call" and u["toolCallId"] == tool_call_id
+            ]
+            assert len(starts) == 1
+            assert starts[0]["kind"] == "edit"
+            assert tool_call_id.split(":", 1)[0].isdigit()
 
             # Another teammate's prompt and its reply reach the editor as updates.
             mark = editor.mark()
@@ -358,6 +368,20 @@ async def test_an_editor_loads_prompts_answers_and_follows_the_shared_session(
                     i["data"].get("what") == "settings"
                     and i["data"].get("change") == {"mode": "plan"}
                     and i["created_by"] == "zed"
+                    for i in t.items
+                )
+            )
+
+            # The model, through ACP's unstable session/set_model.
+            switched = await editor.call(
+                "request",
+                method="session/set_model",
+                params={"sessionId": session, "modelId": "smart"},
+            )
+            assert switched["event"] == "result", switched
+            await alice.wait_for(
+                lambda t: any(
+                    i["data"].get("change") == {"model": "smart"} and i["created_by"] == "zed"
                     for i in t.items
                 )
             )

@@ -376,3 +376,40 @@ def test_a_request_the_policy_gives_to_named_people_is_theirs_to_answer() -> Non
         if isinstance(o, PermissionOpened)
     ]
     assert opened.answerable_by("bob", verified=False)
+
+
+def test_a_request_about_a_call_the_editor_has_not_seen_shows_the_call_first() -> None:
+    mirror = Mirror()
+    asked = {
+        "request_id": "perm_3",
+        "tool_call_id": "call_ask",
+        "turn": 9,
+        "options": [{"option_id": "yes", "name": "Allow", "kind": "allow_once"}],
+        "tool_call": {"tool_call_id": "call_ask", "title": "Edit notes", "kind": "edit"},
+    }
+    outputs = mirror.item(item(10, "permission_request", asked, status="action_required"))
+    (start,) = updates(outputs)
+    assert start == {
+        "sessionUpdate": "tool_call",
+        "toolCallId": "9:call_ask",
+        "title": "Edit notes",
+        "kind": "edit",
+    }
+    assert isinstance(outputs[-1], PermissionOpened)
+    # Once shown (or announced by the agent), a request about it asks only.
+    again = {**asked, "request_id": "perm_4"}
+    assert (
+        updates(mirror.item(item(11, "permission_request", again, status="action_required"))) == []
+    )
+    announced = item(12, "tool_call", {"tool_call_id": "call_2", "turn": 9})
+    mirror.item(announced)
+    about_it = {**asked, "request_id": "perm_5", "tool_call_id": "call_2"}
+    assert (
+        updates(mirror.item(item(13, "permission_request", about_it, status="action_required")))
+        == []
+    )
+    # A load's replay shows it the same way: once.
+    got = updates(
+        replay([item(1, "permission_request", asked), item(2, "permission_request", again)])
+    )
+    assert [u["toolCallId"] for u in got] == ["9:call_ask"]

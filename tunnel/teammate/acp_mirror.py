@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -54,6 +54,9 @@ MAX_PENDING_TURNS = 1024
 """Prompts remembered whose turn has not ended: more than the host queues (its limit is lower)."""
 MAX_STREAMS = 64
 """Streams whose streamed text is remembered, so their stored item does not repeat it."""
+MAX_TOOL_CALLS = 4096
+"""Tool calls remembered as shown, so that a permission request about one does not show it
+again."""
 MAX_STREAMED_TEXT = 1024 * 1024
 """Characters of one stream remembered until its item is stored."""
 MAX_DEPTH = 64
@@ -347,15 +350,25 @@ def _choices(state: Any, id_key: str) -> tuple[str, list[dict[str, Any]]] | None
     return current, available
 
 
-def _permission(data: Mapping[str, Any], turn: Any) -> PermissionOpened | None:
+def _asked_tool_call(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The tool call a `permission_request` asks about, as an ACP `ToolCallUpdate`."""
     request_id = _text(data.get("request_id"))
     if request_id is None:
         return None
     tool = _map(data.get("tool_call"))
     tool_call_id = _text(data.get("tool_call_id")) or _text(tool.get("tool_call_id")) or request_id
+    turn = data.get("turn")
     tool_call = {"toolCallId": tool_call_key(turn, tool_call_id), **_tool_fields(tool, start=False)}
     if "title" not in tool_call and _text(data.get("title")):
         tool_call["title"] = data["title"]
+    return tool_call
+
+
+def _permission(data: Mapping[str, Any]) -> PermissionOpened | None:
+    request_id = _text(data.get("request_id"))
+    tool_call = _asked_tool_call(data)
+    if request_id is None or tool_call is None:
+        return None
     options = []
     for option in _list(data.get("options")):
         option = _map(option)
@@ -376,10 +389,23 @@ def _permission(data: Mapping[str, Any], turn: Any) -> PermissionOpened | None:
     )
 
 
-def translate(item: Mapping[str, Any]) -> list[Update]:
-    """The updates one stored item shows as, whoever made it; none for what ACP cannot show."""
+def translate(
+    item: Mapping[str, Any], first_seen: Callable[[str], bool] = lambda _key: False
+) -> list[Update]:
+    """The updates one stored item shows as, whoever made it; none for what ACP cannot show.
+
+    `first_seen(tool_call_id)` says whether the editor has not been shown that tool call yet
+    (and remembers it): a permission request about one it has not seen (an agent may ask
+    before it announces the call) shows the call first.
+    """
     data = _map(item.get("data"))
     kind = item.get("type")
+    if kind == "permission_request":
+        asked = _asked_tool_call(data)
+        if asked is None or not first_seen(asked["toolCallId"]):
+            return []
+        start = {"sessionUpdate": "tool_call", "title": "tool call", "kind": "other", **asked}
+        return [Update(update=start)]
     if kind == "message":
         text = _text(data.get("text"))
         if not text:
@@ -396,6 +422,7 @@ def translate(item: Mapping[str, Any]) -> list[Update]:
         if tool_call_id is None:
             return []
         key = tool_call_key(data.get("turn"), tool_call_id)
+        first_seen(key)
         if kind == "tool_call":
             fields = _tool_fields(data, start=True)
             return [Update(update={"sessionUpdate": "tool_call", "toolCallId": key, **fields})]
@@ -425,7 +452,14 @@ def translate(item: Mapping[str, Any]) -> list[Update]:
 
 def replay(items: Iterable[Mapping[str, Any]]) -> list[Update]:
     """The updates a `session/load` streams for these stored items, in order."""
-    return [update for item in items for update in translate(item)]
+    seen: set[str] = set()
+
+    def first_seen(key: str) -> bool:
+        new = key not in seen
+        seen.add(key)
+        return new
+
+    return [update for item in items for update in translate(item, first_seen)]
 
 
 # -- the live session -------------------------------------------------------------------------
@@ -456,6 +490,8 @@ class Mirror:
         self._running: int | None = None
         self._streamed: OrderedDict[str, tuple[str, str]] = OrderedDict()
         """Streams not stored yet, by response id: their update kind and the text so far."""
+        self._tools: OrderedDict[str, None] = OrderedDict()
+        """The tool calls the editor has been shown, newest last."""
 
     @property
     def running(self) -> int | None:
@@ -544,14 +580,18 @@ class Mirror:
         if kind in ("message", "reasoning"):
             return outputs + self._stored_stream(item)
         if kind == "permission_request":
-            opened = _permission(data, data.get("turn"))
+            opened = _permission(data)
             if opened is not None and item.get("status") != "completed":
                 self._open[opened.request_id] = opened
                 while len(self._open) > MAX_OPEN_PERMISSIONS:
                     self._open.popitem(last=False)
-                if live:
-                    outputs.append(opened)
-            return outputs + (translate(item) if live else [])
+            else:
+                opened = None
+            if not live:
+                return outputs
+            # The call asked about first, if the editor has not seen it, then the question.
+            outputs += translate(item, self._first_seen)
+            return outputs + ([opened] if opened is not None else [])
         if kind in ("permission_decision", "permission_approval"):
             request_id = _text(data.get("request_id"))
             if request_id is not None:
@@ -567,7 +607,16 @@ class Mirror:
                 self.plan = plan
         if kind == "session_event":
             outputs += self._session_event(item, data, live=live)
-        return outputs + (translate(item) if live else [])
+        return outputs + (translate(item, self._first_seen) if live else [])
+
+    def _first_seen(self, key: str) -> bool:
+        """Whether the editor has not been shown the tool call `key`; it has from now on."""
+        new = key not in self._tools
+        self._tools[key] = None
+        self._tools.move_to_end(key)
+        while len(self._tools) > MAX_TOOL_CALLS:
+            self._tools.popitem(last=False)
+        return new
 
     def _prompt(
         self, item: Mapping[str, Any], data: Mapping[str, Any], *, live: bool
