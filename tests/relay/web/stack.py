@@ -159,10 +159,12 @@ class Host:
         env: dict[str, str] | None = None,
         workspace: Path | None = None,
         timeout: float = 20.0,
+        options: tuple[str, ...] = (),
     ) -> Host:
         """`tunnel host` with its key and log in `home`. `env` replaces the isolated environment
         (a real agent's, pointed at a fake model); a `workspace` given is shared as it is, else
-        a demo one is made in `home`. `timeout`: how long to wait for the links."""
+        a demo one is made in `home`. `timeout`: how long to wait for the links. `options`:
+        more of `tunnel host`'s options."""
         db = home / "log.sqlite3"
         if workspace is None:
             workspace = home / "workspace"
@@ -183,6 +185,7 @@ class Host:
             "--workspace",
             str(workspace),
             "--no-interactive",
+            *options,
         ]
         process = Process.start("host", args, isolated_env(home) if env is None else env)
         # The view link is printed first, the drive link last.

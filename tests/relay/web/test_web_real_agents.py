@@ -81,7 +81,11 @@ class RealAgent:
 
 CLAUDE_AGENT = RealAgent(
     agent=CLAUDE,
-    options=(("allow_always", "allow_always"), ("allow", "allow_once"), ("reject", "reject_once")),
+    options=(
+        ("allow-once", "allow_once"),
+        ("allow-with-updates", "allow_always"),
+        ("reject", "reject_once"),
+    ),
     edit=claude_edit,
     # Claude's diff is of the replaced string.
     diff=("- milk", "+ bread"),
@@ -133,14 +137,14 @@ def relay(tmp_path: Path) -> Iterator[Relay]:
 @pytest.fixture
 def share(
     model: ModelServer, relay: Relay, workspace: Path, tmp_path: Path
-) -> Iterator[Callable[[RealAgent], Host]]:
-    """`share(agent)` starts `tunnel host --agent acp:<bin>/...` on the workspace with nothing of
+) -> Iterator[Callable[..., Host]]:
+    """`share(agent, *options)` starts `tunnel host --agent acp:<bin>/...` on the workspace with nothing of
     the user's environment (tests/agents/real/conftest.py); it is stopped after the test, and
     what it logged and what the model was asked is printed (shown when the test fails)."""
     bin_dir = agents_bin()
     hosts: list[Host] = []
 
-    def start(real: RealAgent) -> Host:
+    def start(real: RealAgent, *options: str) -> Host:
         agent_home = tmp_path / "home"
         agent_home.mkdir()
         env = base_environment(model.url, agent_home)
@@ -154,6 +158,7 @@ def share(
             env=env,
             workspace=workspace,
             timeout=AGENT_WAIT / 1000,
+            options=options,
         )
         hosts.append(host)
         return host
@@ -324,14 +329,20 @@ def test_each_permission_option_clicked_in_the_page_does_exactly_that_option(
 
 
 def switch_mode_from_the_bar(
-    page: Page, viewer: Page, host: Host, mode_id: str, mode_name: str
+    page: Page,
+    viewer: Page,
+    host: Host,
+    mode_id: str,
+    mode_name: str,
+    default_name: str = "Default",
 ) -> None:
     """Alice switches the mode in her bar; the host records it as hers, both pages show it, and
-    the viewer's bar is text only and her forged switch is refused."""
+    the viewer's bar is text only and her forged switch is refused. The agent starts in its
+    mode `default`, which it names `default_name`."""
     select = page.locator("[data-setting=mode] [data-testid=setting-select]")
     expect(select).to_have_value("default", timeout=AGENT_WAIT)
     viewer_mode = viewer.locator("[data-setting=mode] [data-testid=setting-value]")
-    expect(viewer_mode).to_have_text("Default", timeout=AGENT_WAIT)
+    expect(viewer_mode).to_have_text(default_name, timeout=AGENT_WAIT)
     expect(viewer.locator("[data-testid=agent-settings] select")).to_have_count(0)
     expect(viewer.locator("[data-testid=agent-settings] input")).to_have_count(0)
 
@@ -375,7 +386,7 @@ def test_claude_plan_mode_switched_in_the_page_reaches_the_model_and_a_viewer_ca
         agent_said(page, "BEFORE-PLAN done.")
         assert "Plan mode is active" not in json.dumps(model.calls("BEFORE-PLAN")[-1].body)
 
-        switch_mode_from_the_bar(page, viewer, host, "plan", "Plan Mode")
+        switch_mode_from_the_bar(page, viewer, host, "plan", "Plan", default_name="Manual")
 
         # Claude Code tells the model of plan mode in the next turn's request.
         prompt(page, "IN-PLAN")
@@ -410,6 +421,42 @@ def test_gemini_auto_edit_switched_in_the_page_applies_the_next_edit_unasked(
         assert stored(host, page, "permission_request") == []
         assert notes.read_text() == "remember the bread\n"
         assert page_log.errors == []
+
+
+def test_claudes_approve_plan_card_shows_the_plan_its_request_leaves_out(
+    page: Page,
+    page_log: PageLog,
+    share: Callable[..., Host],
+    model: ModelServer,
+    workspace: Path,
+) -> None:
+    plan = "1. Replace milk with bread in notes.txt\n2. Tell the user it is done"
+    model.script(
+        "PLAN-CARD",
+        reply(ToolCall("ExitPlanMode", {"plan": plan})),
+        reply(Text("PLAN-CARD done.")),
+    )
+    host = share(CLAUDE_AGENT, "--agent-mode", "plan")
+    page.goto(named(host.drive_link, "alice"))
+    connected(page)
+    expect(page.get_by_test_id("agent-approval")).to_have_text(
+        "The agent asks before edits and commands", timeout=AGENT_WAIT
+    )
+    prompt(page, "PLAN-CARD")
+    card = pending_card(page, 1)
+    # claude-agent-acp 0.101.0 asks with `content: []` and `rawInput: {}`: the plan is the one
+    # its tool call carried, and the card keeps it.
+    [request] = stored(host, page, "permission_request")
+    call_id = request["data"]["tool_call"]["tool_call_id"]
+    items = host.log_items(conversation_of(page))
+    calls = [i for i in items if i["data"].get("tool_call_id") == call_id]
+    assert plan.splitlines()[0] in json.dumps(calls), json.dumps(calls, indent=1)
+    expect(card).to_contain_text("Replace milk with bread in notes.txt")
+    expect(card).to_contain_text("Tell the user it is done")
+    choose(page, card, "exit-plan-default", "allow_once")
+    agent_said(page, "PLAN-CARD done.")
+    assert (workspace / "notes.txt").read_text() == NOTES
+    assert page_log.errors == []
 
 
 # -- the agent's commands ----------------------------------------------------------------------
