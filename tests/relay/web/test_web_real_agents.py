@@ -138,9 +138,10 @@ def relay(tmp_path: Path) -> Iterator[Relay]:
 def share(
     model: ModelServer, relay: Relay, workspace: Path, tmp_path: Path
 ) -> Iterator[Callable[..., Host]]:
-    """`share(agent, *options)` starts `tunnel host --agent acp:<bin>/...` on the workspace with nothing of
-    the user's environment (tests/agents/real/conftest.py); it is stopped after the test, and
-    what it logged and what the model was asked is printed (shown when the test fails)."""
+    """`share(agent, *options)` starts `tunnel host --agent acp:<bin>/... *options` on the
+    workspace with nothing of the user's environment (tests/agents/real/conftest.py); it is
+    stopped after the test, and what it logged and what the model was asked is printed (shown
+    when the test fails)."""
     bin_dir = agents_bin()
     hosts: list[Host] = []
 
