@@ -25,6 +25,8 @@ What it does depends on the prompt:
 - `elicit-withdraw` / `ask-withdraw`: asks a question / a permission, then withdraws it with
   `$/cancel_request` and says what the client answered.
 - `usage`: reports its context use and cost (`usage_update`).
+- `context ...`: says what came with the prompt besides its text: `embedded URI: FIRST LINE` or
+  `link URI` per block.
 - anything else: echoes it back (`/compact` too).
 
 Environment: FAKE_ACP_STATE=DIR keeps sessions there and advertises loadSession (session/load
@@ -32,7 +34,8 @@ replays the history; with FAKE_ACP_REPLAY=after it answers first and replays aft
 as Gemini CLI does); FAKE_ACP_RESUME=1 offers session/resume too (no replay); FAKE_ACP_AUTH=1
 requires a login first (methods `fake-key`, which needs FAKE_ACP_KEY set, and `browser`, which
 always fails); FAKE_ACP_FLAVOR=config offers the model as a config option (as Claude Code does)
-instead of the unstable `models` (as Gemini CLI does).
+instead of the unstable `models` (as Gemini CLI does); FAKE_ACP_LINKS=1 takes no embedded
+context in prompts (resource links only).
 Sessions offer the modes `default`, `plan` and `acceptEdits` and advertise the commands `compact`
 and `review`.
 """
@@ -135,6 +138,9 @@ class FakeAgent:
             agent_info=schema.Implementation(name="fake-agent", version="1.0"),
             agent_capabilities=schema.AgentCapabilities(
                 load_session=STATE is not None,
+                prompt_capabilities=schema.PromptCapabilities(
+                    embedded_context=os.environ.get("FAKE_ACP_LINKS") != "1"
+                ),
                 session_capabilities=schema.SessionCapabilities(
                     resume=schema.SessionResumeCapabilities() if RESUME else None
                 ),
@@ -328,6 +334,15 @@ class FakeAgent:
             await self._terminal_killed(session_id)
         elif text in ("elicit", "elicit-bad", "elicit-withdraw", "ask-withdraw"):
             await self._elicit(session_id, text)
+        elif word == "context":
+            said = []
+            for block in prompt[1:]:
+                if isinstance(block, schema.EmbeddedResourceContentBlock):
+                    first = getattr(block.resource, "text", "").splitlines()[:1]
+                    said.append(f"embedded {block.resource.uri}: {''.join(first)}")
+                else:
+                    said.append(f"{block.type} {getattr(block, 'uri', '')}")
+            await self._say(session_id, "; ".join(said) or "nothing attached")
         elif text == "usage":
             await self.client._conn.send_notification(
                 "session/update",

@@ -42,6 +42,7 @@ from tunnel import __version__
 from tunnel.log import Item, Log
 from tunnel.process.groups import unwrapped
 
+from .acp_context import attach, mentions
 from .acp_modes import asking_mode, mode_asks, policy_needs_asking
 from .acp_refusals import readable as readable_refusal
 from .acp_settings import Change, Settings, choices_of
@@ -313,6 +314,7 @@ class AcpSession(ChatSession):
         self._late_deadline: float | None = None
         self._elicitations = ElicitationBroker(self._recorder)
         self._recorded_usage: dict[str, Any] | None = None
+        self._embeds = False  # whether the agent takes embedded context in a prompt
         # What to do when the agent withdraws one of its requests ($/cancel_request), by the
         # request's JSON-RPC id: its permission requests and questions, while open.
         self._withdraw: dict[Any, Callable[[], Any]] = {}
@@ -353,7 +355,7 @@ class AcpSession(ChatSession):
         await live.screen.end_replay()
         try:
             response = await live.conn.prompt(
-                session_id=live.session_id, prompt=[text_block(prompt.text)]
+                session_id=live.session_id, prompt=await self._prompt_blocks(prompt.text)
             )
         except RequestError as exc:
             async with self._update_lock:
@@ -564,6 +566,27 @@ class AcpSession(ChatSession):
         await self._recorder.session_event("settings", by=by, hold=change is not None, **details)
         self._recorded_settings = snapshot
 
+    async def _prompt_blocks(self, text: str) -> list[Any]:
+        """The prompt's text, then each file it names with `@path` (tunnel.agents.acp_context);
+        what was attached is recorded as a `context_attached` session event of the turn."""
+        blocks: list[Any] = [text_block(text)]
+        attached = []
+        for name in mentions(text):
+            found = await anyio.to_thread.run_sync(
+                functools.partial(attach, self._workspace, name, embed=self._embeds)
+            )
+            if found is not None:
+                blocks.append(found.block)
+                attached.append(
+                    {"path": found.path, "embedded": found.embedded, "size": found.size}
+                )
+        if attached:
+            async with self._update_lock:
+                await self._recorder.session_event(
+                    "context_attached", files=attached, turn=self._recorder.turn
+                )
+        return blocks
+
     async def _record_usage(self, update: schema.UsageUpdate) -> None:
         """The agent's context use and cost (`usage_update`) as a `usage` session event, when it
         changed: the latest one is state a joiner is given (tunnel.host.session)."""
@@ -716,6 +739,8 @@ class AcpSession(ChatSession):
             details["auth_method"] = self._auth_method
         self._settings = Settings()
         caps = init.agent_capabilities
+        prompts = caps.prompt_capabilities if caps else None
+        self._embeds = bool(prompts and prompts.embedded_context)
         # session/resume does not replay the history (the log has it): preferred when offered.
         resume = bool(caps and caps.session_capabilities and caps.session_capabilities.resume)
         can_load = bool(caps and caps.load_session)

@@ -439,6 +439,13 @@ def _sentence(what: str, who: str, data: Mapping[str, Any]) -> str | None:
     """The session events of docs/application.md as sentences; None for any other."""
     if what == "cancelled":
         return f"{who} cancelled the turn"
+    if what == "context_attached":
+        files = [f for f in data.get("files") or () if isinstance(f, Mapping)]
+        named = [
+            f"{_str(f, 'path')} ({'its text' if f.get('embedded') is True else 'a link'})"
+            for f in files
+        ]
+        return "with the prompt: " + _clip(", ".join(named), 500)
     if what == "agent_started":
         name = " ".join(x for x in (_str(data, "agent"), _str(data, "version")) if x)
         said = f"the agent started ({name})" if name else "the agent started"

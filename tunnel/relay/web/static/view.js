@@ -905,6 +905,8 @@ export class View {
       cancelled: "The turn was cancelled.",
       fs_refused: `Refused: the agent's ${str(data.op, "access")} of ${str(data.path, "?")} is outside the workspace.`,
       terminal_refused: `Refused: the agent's command ${str(data.command, "?")} would run in ${str(data.cwd, "?")}, outside the workspace.`,
+      context_attached: `With the prompt: ${arr(data.files).map(obj).map((file) =>
+        `${str(file.path, "?")} (${file.embedded === true ? "its text" : "a link"})`).join(", ")}`,
     }[what];
     return text ?? what.replace(/_/g, " ");
   }

@@ -1,0 +1,72 @@
+"""Files a prompt names with `@path`, given to the agent with it (tests/agents/fake_acp_agent.py
+says what it got): embedded when the agent takes embedded context, linked otherwise, never one
+outside the workspace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tunnel.agents.acp_context import MAX_MENTIONS, mentions
+from tunnel.log import Log
+from tunnel.terminal.render import render_item
+
+from .conftest import running
+from .test_acp import acp_session
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+def test_mentions_are_at_words_without_their_trailing_punctuation() -> None:
+    assert mentions("see @notes.txt, and (@src/a.py) @notes.txt.") == ["notes.txt"]
+    assert mentions("@a.py then @src/b.py: mail me@host.org") == ["a.py", "src/b.py"]
+    assert len(mentions(" ".join(f"@f{i}" for i in range(20)))) == MAX_MENTIONS
+
+
+def workspace_with_files(tmp_path: Path) -> Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("remember the milk\nand eggs\n")
+    (workspace / "logo.bin").write_bytes(b"\x89PNG\0\0")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("TOP SECRET\n")
+    (workspace / "escape").symlink_to(outside)
+    return workspace
+
+
+async def test_files_inside_the_workspace_go_with_the_prompt_and_no_other(
+    log: Log, tmp_path: Path
+) -> None:
+    workspace = workspace_with_files(tmp_path)
+    session = acp_session(log, workspace)
+    async with running(session, log) as rec:
+        await session.prompt(
+            "context @notes.txt @logo.bin @escape/secret.txt @../outside/secret.txt"
+            f" @{tmp_path}/outside/secret.txt @missing.txt @.",
+            by="alice",
+        )
+        said = await rec.wait_item("message", role="agent")
+        attached = next(i for i in rec.items if i.data.get("what") == "context_attached")
+    notes, logo = (workspace / "notes.txt").as_uri(), (workspace / "logo.bin").as_uri()
+    assert said.data["text"] == f"embedded {notes}: remember the milk; resource_link {logo}"
+    assert attached.data["files"] == [
+        {"path": "notes.txt", "embedded": True, "size": 27},
+        {"path": "logo.bin", "embedded": False, "size": 6},
+    ]
+    assert attached.data["turn"] == said.data["turn"]
+    shown = render_item(attached.to_wire()).plain
+    assert "with the prompt: notes.txt (its text), logo.bin (a link)" in shown
+
+
+async def test_an_agent_without_embedded_context_gets_links(
+    log: Log, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_ACP_LINKS", "1")
+    workspace = workspace_with_files(tmp_path)
+    session = acp_session(log, workspace)
+    async with running(session, log) as rec:
+        await session.prompt("context @notes.txt", by="alice")
+        said = await rec.wait_item("message", role="agent")
+    assert said.data["text"] == f"resource_link {(workspace / 'notes.txt').as_uri()}"

@@ -1,0 +1,82 @@
+"""Files a prompt names with `@path`, given to an ACP agent with the prompt: each a file inside
+the workspace, opened through `Workspace` (so never one outside it), sent as an embedded resource
+when the agent takes embedded context and as a resource link otherwise (docs/agents.md, "Files in
+a prompt"). Pure but for the reads, which callers run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from acp import embedded_text_resource, resource_block, resource_link_block
+
+from .workspace import OutsideWorkspace, Workspace
+
+MAX_MENTIONS = 8
+"""Files one prompt may attach; further `@` words are left as text."""
+
+MAX_ATTACHED_BYTES = 256 * 1024
+"""A larger file, or one that is not UTF-8 text, is linked rather than embedded."""
+
+_MENTION = re.compile(r"(?:^|(?<=\s))@([^\s@]+)")
+_TRAILING = ".,;:!?)]}'\""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attached:
+    """One file given to the agent with a prompt."""
+
+    block: Any
+    """The ACP content block: an embedded resource or a resource link."""
+    path: str
+    """Where it is, relative to the workspace."""
+    embedded: bool
+    size: int
+
+
+def mentions(text: str) -> list[str]:
+    """The `@path` words of a prompt, in order, each once, at most MAX_MENTIONS; trailing
+    punctuation is not part of a path."""
+    found: list[str] = []
+    for match in _MENTION.finditer(text):
+        name = match.group(1).rstrip(_TRAILING)
+        if name and name not in found:
+            found.append(name)
+        if len(found) == MAX_MENTIONS:
+            break
+    return found
+
+
+def attach(workspace: Workspace, name: str, *, embed: bool) -> Attached | None:
+    """The file `name` (relative to the workspace, or absolute inside it) as a content block;
+    None for anything but a regular file inside the workspace. Blocks on the disk."""
+    try:
+        relative = workspace.resolve(name)
+        fd = workspace.open_file(relative)
+    except (OutsideWorkspace, OSError, ValueError):
+        return None
+    with os.fdopen(fd, "rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        data = file.read(MAX_ATTACHED_BYTES + 1) if embed else b""
+    uri = Path(workspace.root, relative).as_uri()
+    mime, _ = mimetypes.guess_type(relative)
+    text = _text(data) if embed and len(data) <= MAX_ATTACHED_BYTES else None
+    if text is not None:
+        resource = embedded_text_resource(uri, text, mime_type=mime or "text/plain")
+        return Attached(block=resource_block(resource), path=relative, embedded=True, size=size)
+    link = resource_link_block(os.path.basename(relative), uri, mime_type=mime, size=size)
+    return Attached(block=link, path=relative, embedded=False, size=size)
+
+
+def _text(data: bytes) -> str | None:
+    if b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
