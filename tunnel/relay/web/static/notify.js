@@ -166,7 +166,10 @@ export class Notifications {
       this.show("failed", TEXT.badKey, { disabled: true });
       return;
     }
-    this.checked = this.checkSubscription();
+    this.checked = this.checkSubscription().catch((error) => {
+      this.subscription = null;
+      this.show("failed", `The browser could not tell whether notifications are on: ${error?.message || error}`);
+    });
   }
 
   /** What this browser is subscribed to already: kept if it is to this key, dropped if not. */
@@ -217,7 +220,9 @@ export class Notifications {
     if (this.busy) return;
     this.busy = true;
     const work = this.subscription === null ? this.turnOn() : this.turnOff();
-    work.finally(() => {
+    work.catch((error) => {
+      this.show("failed", `Notifications could not be changed: ${error?.message || error}`);
+    }).finally(() => {
       this.busy = false;
       this.button.disabled = false;
     });
