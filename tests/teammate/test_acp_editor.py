@@ -411,6 +411,27 @@ async def test_a_view_link_editor_watches_and_its_prompt_is_refused(host: HostPr
             await alice.send(Prompt(text="watch this"))
             await editor.wait(said("agent_message_chunk", "echo: watch this"), start=mark)
             assert alice.item_of("message", role="user", text="let me drive") is None
+            # A permission request: the observer sees the tool call, and is asked nothing.
+
+            def requests(t: Teammate) -> list[dict[str, Any]]:
+                return [i for i in t.items if i["type"] == "permission_request"]
+
+            before = len(requests(alice))
+            mark = editor.mark()
+            await alice.send(Prompt(text="ask"))
+            await editor.wait(
+                lambda line: (
+                    line["event"] == "update" and line["update"]["sessionUpdate"] == "tool_call"
+                ),
+                start=mark,
+            )
+            await alice.wait_for(lambda t: len(requests(t)) > before)
+            request = requests(alice)[-1]
+            option_id = request["data"]["options"][0]["option_id"]
+            request_id = request["data"]["request_id"]
+            await alice.send(PermissionAnswer(request_id=request_id, option_id=option_id))
+            await editor.wait(said("agent_message_chunk", f"chose {option_id}"), start=mark)
+            assert not any(line["event"] == "permission" for line in editor.lines)
         finally:
             editor.stop()
 
