@@ -101,6 +101,8 @@ def python_values() -> dict[str, Any]:
         "MIN_BROWSER_ID_LENGTH": app_requests.MIN_BROWSER_ID_LENGTH,
         "MAX_BROWSER_ID_LENGTH": app_requests.MAX_BROWSER_ID_LENGTH,
         "MAX_PUSH_ENDPOINT_LENGTH": app_requests.MAX_PUSH_ENDPOINT_LENGTH,
+        "MAX_ID_LENGTH": app_requests.MAX_ID_LENGTH,
+        "PUSH_KEY_SIZE": app_requests.PUSH_KEY_SIZE,
     }
 
 

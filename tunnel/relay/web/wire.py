@@ -145,6 +145,8 @@ def _groups() -> list[tuple[str, dict[str, JsonValue]]]:
                 "MIN_BROWSER_ID_LENGTH": requests.MIN_BROWSER_ID_LENGTH,
                 "MAX_BROWSER_ID_LENGTH": requests.MAX_BROWSER_ID_LENGTH,
                 "MAX_PUSH_ENDPOINT_LENGTH": requests.MAX_PUSH_ENDPOINT_LENGTH,
+                "MAX_ID_LENGTH": requests.MAX_ID_LENGTH,
+                "PUSH_KEY_SIZE": requests.PUSH_KEY_SIZE,
             },
         ),
     ]

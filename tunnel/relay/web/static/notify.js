@@ -7,15 +7,19 @@
 
 import { b64urlDecode, b64urlEncode } from "./crypto.js";
 import { el } from "./dom.js";
+import {
+  MAX_BROWSER_ID_LENGTH,
+  MAX_ID_LENGTH,
+  MIN_BROWSER_ID_LENGTH,
+  PUSH_KEY_SIZE,
+} from "./wire.js";
 
 // The browser's id for the host, kept per host id: which of a person's browsers is in view.
 const BROWSER_KEY_PREFIX = "agent-tunnel.browser.";
 const BROWSER_ID_BYTES = 16; // 22 base64url characters
-const BROWSER_ID = /^[A-Za-z0-9_-]{22}$/;
-// A VAPID public key: an uncompressed P-256 point.
-const PUSH_KEY_SIZE = 65;
+const BROWSER_ID = new RegExp(`^[A-Za-z0-9_-]{${MIN_BROWSER_ID_LENGTH},${MAX_BROWSER_ID_LENGTH}}$`);
+// A VAPID public key (PUSH_KEY_SIZE bytes) is an uncompressed P-256 point.
 const UNCOMPRESSED_POINT = 0x04;
-const MAX_ID = 256;
 const WORKER_WAIT_MS = 5000;
 
 const TEXT = {
@@ -68,7 +72,7 @@ export function browserId(hostId) {
 }
 
 function isId(value) {
-  return typeof value === "string" && value.length > 0 && value.length <= MAX_ID;
+  return typeof value === "string" && value.length > 0 && value.length <= MAX_ID_LENGTH;
 }
 
 /**

@@ -18,6 +18,8 @@ const ICON = new URL("icon-192.png", self.location.href).href;
 const MAX_AGENT = 64;
 const MAX_TITLE = 160;
 const MAX_BODY = 300;
+// As long as an id the host takes in a request (MAX_ID_LENGTH of tunnel.app.requests); a
+// classic worker imports no module, so it cannot read wire.js.
 const MAX_ID = 256;
 const MAX_OPTIONS = 16;
 const MAX_OPTION_NAME = 64;
