@@ -68,10 +68,12 @@ fills, each cast waits for half again as many joins as the room held at the last
 burst of N joins costs about 3 N presence messages in all (besides each joiner's `broadcast`
 message), however fast or slow the machine and however many attach at once."""
 
-PRESENCE_QUIET = 0.1
+PRESENCE_QUIET = 0.5
 """Seconds without a change after which the changes waiting are cast, however few: the last
-joins of a burst, or a lone join into a large room, are told this long after at most. While
-changes keep coming, their count (PRESENCE_SHARE), not the clock, decides when to cast."""
+joins of a burst, or a lone join into a room of three or more, are told this long after at
+most. While changes keep coming, their count (PRESENCE_SHARE), not the clock, decides when to
+cast; this is long enough that a busy machine, whose joins come further apart, rarely stalls
+that long in the middle of a burst (each such stall costs one cast to every joined channel)."""
 
 
 class Broadcaster:
