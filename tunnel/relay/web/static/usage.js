@@ -3,7 +3,8 @@
 
 import { el, obj, str } from "./dom.js";
 
-const count = (n) => (n >= 10_000 ? `${Math.floor(n / 1000)}k` : String(n));
+const THOUSAND = 1e3;
+const count = (n) => (n >= 10 * THOUSAND ? `${Math.floor(n / THOUSAND)}k` : String(n));
 
 /** A `usage` event's data in words: "53k of 200k tokens used (26%), 147k left, cost 0.42 USD". */
 export function usageText(data) {
