@@ -18,7 +18,7 @@ import sys
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import anyio
 from acp import RequestError
@@ -100,6 +100,7 @@ class AcpSettings:
     """Items a `session/load` replays: the last N of the conversation. None: the host's
     default for a joiner (at most `DEFAULT_HISTORY_ITEMS`, one page)."""
     reconnect: bool = True
+    """Reconnect when the link drops; False ends at the first drop (exit code 4)."""
     give_up_after: float | None = None
     """End after this many seconds without being attached; None keeps trying."""
     max_backoff: float = TEAMMATE_MAX_BACKOFF
@@ -122,7 +123,9 @@ class _Turn:
 class _Outcome:
     """A driving request waiting for the log to show it happened, or for the host's error."""
 
-    kind: str
+    kind: Literal["prompt", "settings", "permission"]
+    """What shows it happened: the prompt's item, a `settings` event, the request's decision
+    or approval; each from this channel's name."""
     request_id: str | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     error: Error | None = None
@@ -140,6 +143,8 @@ class _Ask:
 
 @dataclass(frozen=True, slots=True)
 class _CancelAsk:
+    """Withdraw the editor's `session/request_permission` of this JSON-RPC id."""
+
     rpc_id: Any
 
 
