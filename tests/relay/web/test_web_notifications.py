@@ -391,6 +391,14 @@ def test_a_pushed_request_shows_is_withdrawn_and_a_tap_opens_it_unanswered(
     )
     expect(card).to_be_in_viewport()
     assert relay.ops("permission") == [], "a tap on the notification answers nothing"
+    # A tap on the notification itself (or Open) brings the request with no option chosen.
+    pushed.worker().evaluate(
+        "(data) => openRequest({ data }, '')",
+        {"host": HOST_ID, "request_id": "p1", "options": []},
+    )
+    expect(allow).not_to_have_attribute("data-preselected", "true")
+    expect(card.get_by_test_id("permission-confirm")).to_have_count(0)
+    expect(card).to_have_attribute("data-wanted", "true")
     allow.click()
     (answer,) = wait_for_ops(relay, "permission", 1)
     assert (answer["request_id"], answer["option_id"]) == ("p1", "allow")
@@ -563,6 +571,12 @@ def test_a_real_hosts_push_becomes_the_pages_notification_and_a_tap_opens_its_re
             stub = stub_subscribe(endpoint, b64e(keys.public), b64e(keys.auth))
             page = open_page(allowed, host.drive_link, page_log, stub=stub)
             pushed = Pushed.start(page)
+            # The relay serves the manifest as the page's own tests serve it.
+            served = page.evaluate(
+                """async () => (await fetch(document.querySelector("link[rel=manifest]").href))
+                  .headers.get("content-type")"""
+            )
+            assert served == MANIFEST_CONTENT_TYPE
             page.get_by_test_id("notify-toggle").click()
             # The host took the subscription (its endpoint on an allowed push service).
             expect(page.get_by_test_id("notify-status")).to_have_attribute("data-state", "on")
