@@ -69,17 +69,27 @@ def frame(data: bytes) -> None:
 
 
 def connection(data: bytes) -> None:
+    # A relay reads data as views into the message: it must judge every input as the copying
+    # path does, event for event.
+    copied, viewed = (_connection_outcome(data, views) for views in (False, True))
+    assert copied == viewed, "the viewing and the copying connection disagree"
+
+
+def _connection_outcome(data: bytes, views: bool) -> tuple[list[Any], list[bytes], str]:
     # A whole link after its hello: every message either advances the state or fails the link.
-    conn = Connection(Side.ACCEPTER)
+    conn = Connection(Side.ACCEPTER, payload_views=views)
     conn.send_hello({})
+    events: list[Any] = []
+    sent: list[bytes] = []
     try:
         conn.receive_data(msgpack.packb({"c": None, "k": "hello", "p": {}}))
         for start in range(0, len(data), 64):
             conn.receive_data(data[start : start + 64])
-            conn.events_received()
-            conn.data_to_send()
-    except ProtocolError:
-        pass
+            events += conn.events_received()
+            sent += conn.data_to_send()
+    except ProtocolError as exc:
+        return events, sent, f"{type(exc).__name__} {exc.code}"
+    return events, sent, ""
 
 
 def request(data: bytes) -> None:

@@ -35,8 +35,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
 from tunnel.link.errors import LinkClosedError
-from tunnel.link.socket_write import write_messages
-from tunnel.proto import Connection, Event, ProtocolError, RemoteProtocolError
+from tunnel.link.framing import Framing, WebsocketsFraming
+from tunnel.proto import Connection, Event, Outgoing, ProtocolError, RemoteProtocolError
 from tunnel.proto.codes import CloseCode
 
 logger = logging.getLogger("tunnel.link")
@@ -62,11 +62,12 @@ the timeout to (1 + 1/SEND_WATCH_TICKS) times it."""
 EventHandler = Callable[[Event], None]
 
 
-def _batch_end(messages: list[bytes], start: int) -> int:
+def _batch_end(messages: list[Outgoing], start: int) -> int:
     """Where the batch from `messages[start]` ends: WRITE_BATCH_BYTES, or one larger message."""
     end, size = start, 0
     while end < len(messages) and (end == start or size < WRITE_BATCH_BYTES):
-        size += len(messages[end])
+        message = messages[end]
+        size += len(message) if isinstance(message, bytes) else len(message[0]) + len(message[1])
         end += 1
     return end
 
@@ -110,6 +111,7 @@ class Link:
         "_writes",
         "_writing",
         "connection",
+        "framing",
         "label",
         "websocket",
     )
@@ -124,6 +126,8 @@ class Link:
     ) -> None:
         self.websocket = websocket
         """The WebSocket this link runs over."""
+        self.framing: Framing = WebsocketsFraming(websocket)
+        """How the link's batches become WebSocket frames on the socket."""
         self.connection = connection
         """The protocol object; mutate it only from the event loop thread, then call flush()."""
         self.label = label
@@ -140,7 +144,7 @@ class Link:
         self._task_error: BaseException | None = None
         # Frames taken from the protocol object beyond one batch, for the writer task to send
         # first: bounded by what the protocol object held.
-        self._unsent: list[bytes] = []
+        self._unsent: list[Outgoing] = []
         self._writes = 0
         self._write_started = 0
         # A write is in progress, maybe waiting for the socket to drain: the send deadline's cue.
@@ -225,7 +229,7 @@ class Link:
             self._start_writer()
             return
         try:
-            messages = self.connection.data_to_send()
+            messages = self.connection.data_to_write()
         except ProtocolError:
             return  # the link failed; close_soon() is on its way
         if not messages:
@@ -240,17 +244,14 @@ class Link:
         elif self._backed_up():
             self._start_writer()  # to wait for the socket to drain, under the send deadline
 
-    def _hand_to_socket(self, messages: list[bytes]) -> None:
+    def _hand_to_socket(self, messages: list[Outgoing]) -> None:
         """Frame `messages` and write them to the socket at once; the connection must be open."""
-        # Only these frames were added since the protocol's last drain: the connection is open
-        # (checked by the caller), and nothing else writes to it without draining at once.
-        write_messages(self.websocket, messages)
+        self.framing.write_messages(messages)
         self._writes += 1
 
     def _backed_up(self) -> bool:
         """The socket's buffer is over its high-water mark: websockets waits for it to drain."""
-        transport = self.websocket.transport
-        return transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
+        return self.framing.backed_up()
 
     def close_soon(self, code: int, reason: str = "") -> None:
         """Ask the writer to send what is queued, then close the WebSocket with `code`.
@@ -437,7 +438,7 @@ class Link:
         while True:
             messages, self._unsent = self._unsent, []
             try:
-                messages += self.connection.data_to_send()
+                messages += self.connection.data_to_write()
             except ProtocolError:
                 return  # the link failed; close_soon() is on its way
             if not messages:
@@ -450,7 +451,7 @@ class Link:
                 await self._write(messages[start:end])
                 start = end
 
-    async def _write(self, messages: list[bytes]) -> None:
+    async def _write(self, messages: list[Outgoing]) -> None:
         """Send `messages` as WebSocket binary messages in one socket write, then drain.
 
         `websocket.send()` writes to the socket once per message. `send_context()` is the same

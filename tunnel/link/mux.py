@@ -275,7 +275,8 @@ class ChannelMux:
         if isinstance(event, DataReceived):
             found = self._channels.get(event.channel)
             if found is not None:
-                found._deliver(event.data)
+                data = event.data
+                found._deliver(data if isinstance(data, bytes) else bytes(data))
         elif isinstance(event, WindowUpdated):
             found = self._channels.get(event.channel)
             if found is not None:
@@ -283,8 +284,10 @@ class ChannelMux:
         elif isinstance(event, CastReceived | CastCut):
             found = None if event.channel is None else self._channels.get(event.channel)
             if found is not None:
-                data = event.data if isinstance(event, CastReceived) else None
-                found._deliver(Casted(data))
+                cast = event.data if isinstance(event, CastReceived) else None
+                found._deliver(
+                    Casted(cast if cast is None or isinstance(cast, bytes) else bytes(cast))
+                )
         elif isinstance(event, ChannelOpened):
             self._opened(event)
         elif isinstance(event, ChannelClosed):

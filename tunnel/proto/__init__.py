@@ -7,7 +7,7 @@ Imports no network or concurrency library: the relay, the host and the clients d
 from __future__ import annotations
 
 from tunnel.proto.codes import FINAL_CODES, CloseCode, code_name
-from tunnel.proto.connection import Connection, Side
+from tunnel.proto.connection import Connection, Outgoing, Side
 from tunnel.proto.errors import (
     ChannelNotOpenError,
     FlowControlError,
@@ -27,6 +27,7 @@ from tunnel.proto.events import (
     DataReceived,
     Event,
     HelloReceived,
+    Payload,
     WindowUpdated,
 )
 from tunnel.proto.frames import (
@@ -80,7 +81,9 @@ __all__ = [
     "Limits",
     "LocalProtocolError",
     "Open",
+    "Outgoing",
     "Part",
+    "Payload",
     "ProtocolError",
     "RemoteProtocolError",
     "Side",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from tunnel.proto.codes import CloseCode
 from tunnel.proto.errors import (
@@ -35,6 +35,7 @@ from tunnel.proto.events import (
     DataReceived,
     Event,
     HelloReceived,
+    Payload,
     WindowUpdated,
 )
 from tunnel.proto.frames import (
@@ -51,18 +52,20 @@ from tunnel.proto.frames import (
     Open,
     Part,
     Window,
+    cast_head,
+    data_head,
     decode_frame,
-    encode_cast,
     encode_frame,
+    payload_at,
 )
 from tunnel.proto.limits import DEFAULT_LIMITS, Limits
 from tunnel.proto.states import Action, ChannelState, Input, transition
 from tunnel.proto.values import check_map, check_str
 
-
-def _encode_data(channel: int, data: bytes) -> bytes:
-    # Through the frame object, whose encoder checks the channel id's type too.
-    return encode_frame(Data(channel=channel, data=data))
+Outgoing: TypeAlias = bytes | tuple[bytes, Payload]
+"""One WebSocket binary message to send: bytes, or (head, data) for the message that is `head`
+followed by `data` (a `data` or `cast` frame), which a WebSocket layer may write as two pieces
+so `data` is never copied into a message of its own."""
 
 
 class Side(enum.Enum):
@@ -98,8 +101,13 @@ class Connection:
     A `LocalProtocolError` from a misused call changes nothing.
     """
 
-    def __init__(self, side: Side, *, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self, side: Side, *, limits: Limits = DEFAULT_LIMITS, payload_views: bool = False
+    ) -> None:
+        """`payload_views`: report received data as memoryviews into the received message, not
+        copies (a relay passes them to `send_data` of another connection unchanged)."""
         self._side = side
+        self._views = payload_views
         self._limits = limits
         self._channels: dict[int, _Channel] = {}
         self._ours = 0
@@ -110,7 +118,7 @@ class Connection:
         self._hello_received = False
         self._failure: ProtocolError | None = None
         self._events: list[Event] = []
-        self._outgoing: list[bytes] = []
+        self._outgoing: list[Outgoing] = []
         self._largest_message = limits.largest_data
 
     # --- introspection --------------------------------------------------------------------
@@ -175,6 +183,15 @@ class Connection:
 
     def data_to_send(self) -> list[bytes]:
         """Return the WebSocket binary messages to send, in order, and forget them."""
+        return [
+            message if isinstance(message, bytes) else b"".join(message)
+            for message in self.data_to_write()
+        ]
+
+    def data_to_write(self) -> list[Outgoing]:
+        """Return the messages to send as `data_to_send` does, a `data` or `cast` frame as its
+        head and its data (`Outgoing`), and forget them: the data is the caller's own, uncopied
+        (the memoryview a relay received is written out as it is)."""
         self._check_usable()
         outgoing, self._outgoing = self._outgoing, []
         return outgoing
@@ -192,6 +209,17 @@ class Connection:
         """
         self._check_usable()
         try:
+            if self._views and type(message) is bytes:
+                limits = self._limits
+                found = payload_at(message, limits.max_data_size)
+                if (
+                    found is not None
+                    and found[0]
+                    and (limits.max_message_size is None or len(message) <= limits.max_message_size)
+                ):
+                    # A `data` frame in the fast form: its data stays in `message`.
+                    self._receive_data_view(found[1], memoryview(message)[found[2] :])
+                    return
             self._handle(decode_frame(message, limits=self._limits))
         except ProtocolError as exc:
             self._failure = exc
@@ -223,7 +251,7 @@ class Connection:
         elif isinstance(frame, Open):
             self._receive_open(frame, state)
         elif isinstance(frame, Data):
-            self._receive_data(frame, state, found)
+            self._receive_data(frame.channel, frame.data, state, found)
         elif isinstance(frame, Window):
             self._receive_window(frame, state, found)
         else:
@@ -245,18 +273,27 @@ class Connection:
         self._theirs += 1
         self._events.append(ChannelOpened(channel=frame.channel, path=frame.path, meta=frame.meta))
 
+    def _receive_data_view(self, channel: int, data: memoryview) -> None:
+        """`_handle` for a `data` frame whose data stays in the received message."""
+        if not self._hello_received:
+            raise RemoteProtocolError("a frame before the hello")
+        if not self._hello_sent:
+            raise RemoteProtocolError("a channel frame before our hello was sent")
+        found = self._channels.get(channel)
+        self._receive_data(channel, data, found.state if found is not None else None, found)
+
     def _receive_data(
-        self, frame: Data, state: ChannelState | None, found: _Channel | None
+        self, channel: int, data: Payload, state: ChannelState | None, found: _Channel | None
     ) -> None:
         outcome = transition(state, Input.RECV_DATA)
         assert found is not None
-        size = len(frame.data)
+        size = len(data)
         if size > found.recv_window:
             raise FlowControlError("data beyond the receive window")
         found.recv_window -= size
         if outcome.action is Action.PROCEED:
             found.unacked += size
-            self._events.append(DataReceived(channel=frame.channel, data=frame.data))
+            self._events.append(DataReceived(channel=channel, data=data))
 
     def _receive_broadcast(
         self, frame: Cast | Join | Part | Cut, state: ChannelState | None, found: _Channel | None
@@ -346,15 +383,16 @@ class Connection:
         self._ours += 1
         return channel
 
-    def send_data(self, channel: int, data: bytes) -> bool:
+    def send_data(self, channel: int, data: bytes | bytearray | memoryview) -> bool:
         """Queue `data` as one `data` frame if it fits the send window; else queue nothing.
 
         Returns False when the window is too small now: wait for `WindowUpdated` and retry.
         Raises `ChannelNotOpenError` if the channel is closing or gone, and `LocalProtocolError`
         if `data` is empty or could never fit (over `max_data_size` or `initial_window`).
+        A memoryview is queued as it is, not copied: its bytes must not change until sent.
         Then call `data_to_send()`.
         """
-        return self._send_in_window(channel, data, _encode_data)
+        return self._send_in_window(channel, data, data_head)
 
     def cast(self, data: bytes) -> None:
         """Queue a cast of our broadcast (a host, the dialer, to its relay); it costs no window:
@@ -392,21 +430,29 @@ class Connection:
         transition(found.state if found is not None else None, Input.SEND_DATA)
         self._queue(frame)
 
-    def send_cast(self, channel: int, data: bytes) -> bool:
+    def send_cast(self, channel: int, data: bytes | bytearray | memoryview) -> bool:
         """Queue a cast (the relay to a teammate) on `channel` if it fits the send window, as
         `send_data` does, with the same errors; False when the window is too small now."""
         if self._side is not Side.ACCEPTER:
             raise LocalProtocolError("only the accepter (the relay) casts to a channel")
-        return self._send_in_window(channel, data, encode_cast)
+        return self._send_in_window(channel, data, cast_head)
 
     def _send_in_window(
-        self, channel: int, data: bytes, encode: Callable[[int, bytes], bytes]
+        self,
+        channel: int,
+        data: bytes | bytearray | memoryview,
+        head: Callable[[int, int], bytes],
     ) -> bool:
-        """Queue the frame `encode` makes of `data` on `channel` if `data` fits its send window
-        (`data` and `cast` frames both cost their `d`); the checks of `send_data`."""
+        """Queue the frame `head` starts, followed by `data`, on `channel` if `data` fits its
+        send window (`data` and `cast` frames both cost their `d`); the checks of `send_data`."""
         self._check_ready()
-        if not isinstance(data, bytes | bytearray):
-            raise LocalProtocolError("data must be bytes")
+        if type(data) is not bytes:
+            if isinstance(data, memoryview) and data.contiguous and data.format in ("B", "c"):
+                data = data.cast("B") if data.ndim != 1 else data
+            elif isinstance(data, bytes | bytearray | memoryview):
+                data = bytes(data)  # the caller's to change once we return
+            else:
+                raise LocalProtocolError("data must be bytes")
         size = len(data)
         if size == 0:
             raise LocalProtocolError("data must not be empty")
@@ -415,19 +461,21 @@ class Connection:
             raise LocalProtocolError(
                 "data is larger than max_data_size or initial_window", code=CloseCode.LIMIT_REACHED
             )
+        if type(channel) is not int:
+            raise LocalProtocolError("a channel id must be an int in 0..2**32-1")
         found = self._channels.get(channel)
         transition(found.state if found is not None else None, Input.SEND_DATA)
         assert found is not None
         if size > found.send_window:
             return False
-        message = encode(channel, bytes(data))
+        first = head(channel, size)
         limit = self._limits.max_message_size
         # Checked before the window is taken: a frame that cannot be sent costs nothing.
-        if limit is not None and len(message) > limit:
+        if limit is not None and len(first) + size > limit:
             raise LocalProtocolError(
                 "frame is larger than max_message_size", code=CloseCode.LIMIT_REACHED
             )
-        self._outgoing.append(message)
+        self._outgoing.append((first, data))
         found.send_window -= size
         return True
 

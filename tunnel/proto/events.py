@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+Payload: TypeAlias = bytes | memoryview
+"""A message's bytes: a memoryview into the received WebSocket message on a connection made with
+`payload_views` (a relay forwards it without copying it out), else bytes."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HelloReceived:
@@ -35,8 +39,9 @@ class DataReceived:
     channel: int
     """The channel it arrived on."""
 
-    data: bytes
-    """The message, exactly as the peer passed it to `send_data`."""
+    data: Payload
+    """The message, exactly as the peer passed it to `send_data` (bytes unless the connection
+    was made with `payload_views`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,7 +81,7 @@ class CastReceived:
     """
 
     channel: int | None
-    data: bytes
+    data: Payload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -225,15 +225,26 @@ def _bin_header(size: int) -> bytes:
     return b"\xc6" + _U32.pack(size)
 
 
+def data_head(channel: int, size: int) -> bytes:
+    """The wire bytes of a `data` frame on `channel` that come before its `size` bytes of data:
+    the frame is this head followed by the data, unchanged (arguments already checked)."""
+    return b"".join((_HEAD, _pack_uint(channel), _DATA_MIDDLE, _bin_header(size)))
+
+
+def cast_head(channel: int, size: int) -> bytes:
+    """The same as `data_head` for a `cast` frame to a channel."""
+    return b"".join((_HEAD, _pack_uint(channel), _CAST_MIDDLE, _bin_header(size)))
+
+
 def encode_data(channel: int, data: bytes) -> bytes:
     """The wire bytes of `Data(channel=channel, data=data)`, for arguments already checked."""
-    return b"".join((_HEAD, _pack_uint(channel), _DATA_MIDDLE, _bin_header(len(data)), data))
+    return data_head(channel, len(data)) + data
 
 
 def encode_cast(channel: int, data: bytes) -> bytes:
     """The wire bytes of `Cast(channel=channel, data=data)`, for arguments already checked: the
     relay writes one per teammate for every cast."""
-    return b"".join((_HEAD, _pack_uint(channel), _CAST_MIDDLE, _bin_header(len(data)), data))
+    return cast_head(channel, len(data)) + data
 
 
 def _read_uint(message: bytes, at: int) -> tuple[int, int] | None:
@@ -252,6 +263,38 @@ def _read_uint(message: bytes, at: int) -> tuple[int, int] | None:
     return None
 
 
+def payload_at(message: bytes, max_data_size: int | None) -> tuple[bool, int, int] | None:
+    """Where the data of a valid `data` or `cast` frame in the form our encoder writes starts:
+    (whether it is `data`, its channel, the offset of its data, which runs to the end), or None
+    for any other message. A relay forwards the data from there without copying it out."""
+    if not message.startswith(_HEAD):
+        return None
+    read = _read_uint(message, len(_HEAD))
+    if read is None:
+        return None
+    channel, at = read
+    is_data = message.startswith(_DATA_MIDDLE, at)
+    if not is_data and not message.startswith(_CAST_MIDDLE, at):
+        return None
+    at += len(_DATA_MIDDLE)  # as long as _CAST_MIDDLE
+    if at >= len(message):
+        return None
+    tag = message[at]
+    if tag == 0xC4 and at + 2 <= len(message):
+        size, at = message[at + 1], at + 2
+    elif tag == 0xC5 and at + 3 <= len(message):
+        size, at = _U16.unpack_from(message, at + 1)[0], at + 3
+    elif tag == 0xC6 and at + 5 <= len(message):
+        size, at = _U32.unpack_from(message, at + 1)[0], at + 5
+    else:
+        return None
+    if size == 0 or at + size != len(message):
+        return None
+    if max_data_size is not None and size > max_data_size:
+        return None
+    return is_data, channel, at
+
+
 def _decode_fast(message: bytes, max_data_size: int | None) -> Frame | None:
     """A valid `data` or `window` frame in the form our encoder writes, or None for anything else
     (which the general decoder then accepts or refuses)."""
@@ -261,33 +304,18 @@ def _decode_fast(message: bytes, max_data_size: int | None) -> Frame | None:
     if read is None:
         return None
     channel, at = read
-    is_data = message.startswith(_DATA_MIDDLE, at)
-    if is_data or message.startswith(_CAST_MIDDLE, at):
-        at += len(_DATA_MIDDLE)  # as long as _CAST_MIDDLE
-        if at >= len(message):
-            return None
-        tag = message[at]
-        if tag == 0xC4 and at + 2 <= len(message):
-            size, at = message[at + 1], at + 2
-        elif tag == 0xC5 and at + 3 <= len(message):
-            size, at = _U16.unpack_from(message, at + 1)[0], at + 3
-        elif tag == 0xC6 and at + 5 <= len(message):
-            size, at = _U32.unpack_from(message, at + 1)[0], at + 5
-        else:
-            return None
-        if size == 0 or at + size != len(message):
-            return None
-        if max_data_size is not None and size > max_data_size:
-            return None
-        if is_data:
-            return Data(channel=channel, data=message[at:])
-        return Cast(channel=channel, data=message[at:])
     if message.startswith(_WINDOW_MIDDLE, at):
         read = _read_uint(message, at + len(_WINDOW_MIDDLE))
         if read is None or read[1] != len(message) or read[0] == 0:
             return None
         return Window(channel=channel, n=read[0])
-    return None
+    found = payload_at(message, max_data_size)
+    if found is None:
+        return None
+    is_data, channel, at = found
+    if is_data:
+        return Data(channel=channel, data=message[at:])
+    return Cast(channel=channel, data=message[at:])
 
 
 def encode_frame(frame: Frame) -> bytes:

@@ -29,7 +29,7 @@ from websockets.datastructures import Headers, MultipleValuesError
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from tunnel.link.core import clip_reason
-from tunnel.link.socket_write import write_messages
+from tunnel.link.framing import WebsocketsFraming
 from tunnel.link.urls import websocket_url
 from tunnel.proto import Hello, ProtocolError, decode_frame
 from tunnel.proto.codes import CloseCode
@@ -231,7 +231,7 @@ async def _pipe(
                 async with sink.send_context():
                     # A text message is not the link protocol (the owner closes with 4000), but
                     # it is passed on as it came: the hop judges nothing.
-                    write_messages(sink, batch)
+                    WebsocketsFraming(sink).write_messages(batch)
                     if send_timeout is not None and sink.transport.get_write_buffer_size():
                         # The socket did not take it all: the drain on exit may wait for it.
                         scope.deadline = anyio.current_time() + send_timeout

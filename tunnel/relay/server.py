@@ -147,7 +147,8 @@ class Relay:
             ip = request.headers.get(CLIENT_HEADER, ip)
         link = Link(
             websocket,
-            Connection(Side.ACCEPTER, limits=self.settings.limits),
+            # The relay forwards the data it receives as it came: no copy out of the message.
+            Connection(Side.ACCEPTER, limits=self.settings.limits, payload_views=True),
             send_timeout=self.settings.send_timeout,
             label=f"{kind.value} {ip}",
         )

@@ -49,6 +49,7 @@ from tunnel.proto import (
     HelloReceived,
     Limits,
     LocalProtocolError,
+    Payload,
     WindowUpdated,
 )
 from tunnel.proto.codes import CloseCode
@@ -106,14 +107,14 @@ class _QueuedCast:
 
     __slots__ = ("data",)
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: Payload) -> None:
         self.data = data
 
 
 _CUT = object()
 """The `cut` that follows the data still queued for a channel cut from the broadcast."""
 
-_Queued = bytes | _QueuedCast | object
+_Queued = Payload | _QueuedCast | object
 
 
 class _Outcome(enum.Enum):
@@ -544,7 +545,7 @@ class Switch:
         destination = Endpoint(link=peer, channel=channel)
         while waiting:
             entry = waiting[0]
-            if type(entry) is bytes:
+            if isinstance(entry, bytes | memoryview):
                 if self._send(destination, entry) is _Outcome.BLOCKED:
                     return
                 self._acknowledge(source.link, source.channel, len(entry))
@@ -559,7 +560,7 @@ class Switch:
         del self._pending[key]
         self._cast_backlog.pop(key, None)
 
-    def _send(self, destination: Endpoint[Peer], data: bytes, *, cast: bool = False) -> _Outcome:
+    def _send(self, destination: Endpoint[Peer], data: Payload, *, cast: bool = False) -> _Outcome:
         """Queue `data` (a cast with `cast`) on the destination channel if its window allows."""
         link = destination.link.link
         connection = link.connection

@@ -1,0 +1,113 @@
+"""WebSocket framing of a link's outgoing messages: the one seam between a link's writes and the
+WebSocket library under it.
+
+A link hands over a batch of messages and expects their frames in one socket write
+(tunnel/link/core.py says why). A message is bytes, or a head and the data behind it (a `data`
+frame, `proto.Outgoing`): the data is written as it is, never joined into a message first, so a
+relay forwards a received payload with one copy (the socket write's) and a client's masking is
+the only other pass over it. `Framing` is what a WebSocket library must offer for that;
+`WebsocketsFraming` is the implementation over python-websockets, which frames here (RFC 6455,
+section 5.2) and writes to the connection's transport, leaving pings and the close to websockets.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable
+from typing import Protocol
+
+from websockets.asyncio.connection import Connection as WebSocket
+from websockets.protocol import Side
+
+try:  # websockets' C masking; its pure Python fallback is two orders of magnitude slower
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover - a build of websockets without its C extension
+    from websockets.utils import apply_mask
+
+from tunnel.proto import Outgoing
+
+_OP_TEXT = 0x81
+"""FIN and the text opcode: a whole text message in one frame."""
+_OP_BINARY = 0x82
+"""FIN and the binary opcode: a whole binary message in one frame."""
+_MASKED = 0x80
+_SHORT = struct.Struct("!BB")
+_MEDIUM = struct.Struct("!BBH")
+_LONG = struct.Struct("!BBQ")
+_MASK_SIZE = 4
+
+
+def frame_header(opcode: int, size: int, mask: bytes = b"") -> bytes:
+    """The header of one unfragmented frame of `size` payload bytes, with the masking key `mask`
+    (4 bytes, a client's) or none (a server's)."""
+    bit = _MASKED if mask else 0
+    if size < 126:
+        header = _SHORT.pack(opcode, bit | size)
+    elif size < 65536:
+        header = _MEDIUM.pack(opcode, bit | 126, size)
+    else:
+        header = _LONG.pack(opcode, bit | 127, size)
+    return header + mask if mask else header
+
+
+def frame_pieces(messages: Iterable[Outgoing | str], *, mask: bool) -> list[bytes | memoryview]:
+    """The frames of `messages` (bytes and heads with data as binary, str as text), as pieces to
+    write in order: a data's bytes are a piece of their own, uncopied unless masked."""
+    pieces: list[bytes | memoryview] = []
+    append = pieces.append
+    head: bytes
+    data: bytes | memoryview
+    for message in messages:
+        if isinstance(message, str):
+            head, data, opcode = b"", message.encode(), _OP_TEXT
+        elif isinstance(message, bytes):
+            head, data, opcode = b"", message, _OP_BINARY
+        else:
+            (head, data), opcode = message, _OP_BINARY
+        size = len(head) + len(data)
+        if not mask:
+            append(frame_header(opcode, size) + head)
+            append(data)
+            continue
+        # A client masks every frame with a fresh key (RFC 6455, section 5.3). The data's key is
+        # the frame's, turned by the head's length, so the two are masked apart.
+        key = os.urandom(_MASK_SIZE)
+        turn = len(head) % _MASK_SIZE
+        append(frame_header(opcode, size, key) + (apply_mask(head, key) if head else b""))
+        append(apply_mask(data, key[turn:] + key[:turn]))
+    return pieces
+
+
+class Framing(Protocol):
+    """What a link needs of the WebSocket library for its writes."""
+
+    def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
+        """Frame `messages` and hand them to the socket in one write; the WebSocket is open."""
+
+    def backed_up(self) -> bool:
+        """Whether the socket's buffer is over its high-water mark (the writer must wait)."""
+
+
+class WebsocketsFraming:
+    """`Framing` over a python-websockets connection."""
+
+    __slots__ = ("_mask", "_websocket")
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self._websocket = websocket
+        self._mask = websocket.protocol.side is Side.CLIENT
+
+    def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
+        """Frame `messages` and write them to the transport at once.
+
+        The connection must be open (checked by the caller, e.g. inside `send_context()`), and
+        no frame of websockets' own may be half written: websockets writes every frame whole
+        within one call, on the same event loop, so frames never interleave.
+        """
+        self._websocket.transport.writelines(frame_pieces(messages, mask=self._mask))
+
+    def backed_up(self) -> bool:
+        """Whether the transport's buffer is over its high-water mark."""
+        transport = self._websocket.transport
+        return transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
