@@ -199,6 +199,21 @@ def test_turns_end_by_status_by_later_turns_and_with_their_stop_reason() -> None
     assert mirror.event(idle) == []
 
 
+def test_turns_a_restarted_host_stopped_end_cancelled() -> None:
+    mirror = Mirror()
+    for seq in (1, 2, 3):
+        mirror.item(prompt(seq, f"p{seq}", "alice"))
+    mirror.event({"kind": "status", "data": {"state": "running", "queued": 2, "turn": 1}})
+    restarted = {"what": "host_restarted", "interrupted_turn": 1, "dropped_prompts": [2, 7]}
+    assert mirror.item(item(9, "session_event", restarted, by="host")) == [
+        TurnEnded(turn=1, stop_reason="cancelled"),
+        TurnEnded(turn=2, stop_reason="cancelled"),
+    ]
+    assert mirror.running is None
+    idle = {"kind": "status", "data": {"state": "idle", "queued": 0}}
+    assert mirror.event(idle) == [TurnEnded(turn=3, stop_reason="end_turn")]
+
+
 def test_a_turn_ended_item_gives_the_agents_stop_reason() -> None:
     mirror = Mirror()
     mirror.item(prompt(1, "go", "alice"))

@@ -690,6 +690,17 @@ class Mirror:
             if self._running == turn:
                 self._running = None
             return [TurnEnded(turn=turn, stop_reason=heard)]
+        if what == "host_restarted":
+            # A host stopped mid-turn: the turn it ran and the prompts it held never finish.
+            stopped = [_int(data.get("interrupted_turn")), *_list(data.get("dropped_prompts"))]
+            outputs: list[MirrorOutput] = []
+            for turn in stopped:
+                if type(turn) is int and turn in self._pending:
+                    del self._pending[turn]
+                    outputs.append(TurnEnded(turn=turn, stop_reason="cancelled"))
+            if self._running is not None and self._running not in self._pending:
+                self._running = None
+            return outputs
         running = self._running
         if what == "cancelled" and running is not None and running in self._pending:
             # The running turn was cancelled: ACP's stop reason is then `cancelled`.
