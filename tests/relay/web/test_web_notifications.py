@@ -640,3 +640,18 @@ def test_a_page_attached_again_gives_the_host_its_subscription_again(pushed: Pus
     relay.send({"op": "error", "code": "forbidden", "message": "the host keeps no more"})
     expect(status).to_have_attribute("data-state", "failed")
     page.wait_for_function("() => window.__unsubscribed === 1")
+
+
+def test_a_browser_without_push_says_so_and_offers_no_toggle(
+    allowed: BrowserContext, page_log: PageLog
+) -> None:
+    with fake_relay(Scenario(push_key=PUSH_KEY)) as relay:
+        page = open_page(
+            allowed, relay.page_url("drive"), page_log, stub="delete window.PushManager;"
+        )
+        status = page.get_by_test_id("notify-status")
+        expect(status).to_have_attribute("data-state", "unsupported")
+        expect(status).to_contain_text("Home Screen")
+        expect(page.get_by_test_id("notify-toggle")).to_be_disabled()
+        # It still says whether it is in view: the host pushes to the person's other browsers.
+        wait_for_ops(relay, "focus", 1)

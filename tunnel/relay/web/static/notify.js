@@ -27,7 +27,7 @@ const TEXT = {
   on: "On: this browser gets a notification when the agent asks for permission while this page is not in view.",
   asking: "Asking the browser…",
   waiting: "Waiting for the host…",
-  unsupported: "This browser cannot get notifications from this page (it has no service workers or no push).",
+  unsupported: "This browser cannot get notifications from this page (it has no service workers or no push). On an iPhone or iPad, add the page to the Home Screen and open it from there.",
   blocked: "The browser blocks notifications for this page: allow them in its site settings, then turn them on here.",
   dismissed: "Notifications were not allowed. Turn them on again to be asked again.",
   notConnected: "Not connected to the host: turn notifications on once the page is connected.",
