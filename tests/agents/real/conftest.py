@@ -126,10 +126,32 @@ class Gemini(Agent):
         return {"GEMINI_API_KEY": "dummy", "GOOGLE_GEMINI_BASE_URL": model_url}
 
 
+class Codex(Agent):
+    """codex-acp, the ACP adapter of OpenAI's Codex, with a model provider of its own pointed at
+    the fake model's Responses API (its config file in CODEX_HOME, as a user writes one)."""
+
+    def environment(self, model_url: str, home: Path, workspace: Path) -> dict[str, str]:
+        codex_home = home / ".codex"
+        codex_home.mkdir(parents=True, exist_ok=True)
+        (codex_home / "config.toml").write_text(
+            'model = "gpt-5.4-mini"\n'
+            'model_provider = "fake"\n'
+            "[model_providers.fake]\n"
+            'name = "Fake"\n'
+            f'base_url = "{model_url}/v1"\n'
+            'wire_api = "responses"\n'
+            'env_key = "FAKE_MODEL_KEY"\n'
+            f"[projects.{json.dumps(str(workspace))}]\n"
+            'trust_level = "trusted"\n'
+        )
+        return {"CODEX_HOME": str(codex_home), "FAKE_MODEL_KEY": "dummy"}
+
+
 CLAUDE = Claude(name="claude", program="claude-agent-acp")
 CLAUDE_AS_INSTALLED = Claude(name="claude", program="claude-agent-acp", default_mode=None)
 """Claude with no settings of the user's: its sessions start in the adapter's own mode."""
 GEMINI = Gemini(name="gemini", program="gemini", args=("--acp",))
+CODEX = Codex(name="codex", program="codex-acp")
 
 
 def base_environment(model_url: str, home: Path) -> dict[str, str]:

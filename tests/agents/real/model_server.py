@@ -1,8 +1,9 @@
 """A fake model API on loopback, for running real agents with no key and no network.
 
-It speaks just enough of two APIs for the agents we test: Anthropic Messages (`POST /v1/messages`,
-streamed as server-sent events; Claude Code through claude-agent-acp) and Gemini
-(`POST /v1beta/models/MODEL:streamGenerateContent?alt=sse`; Gemini CLI). It answers from a script:
+It speaks just enough of three APIs for the agents we test: Anthropic Messages (`POST
+/v1/messages`, streamed as server-sent events; Claude Code through claude-agent-acp), Gemini
+(`POST /v1beta/models/MODEL:streamGenerateContent?alt=sse`; Gemini CLI) and OpenAI Responses
+(`POST /v1/responses`, streamed; Codex through codex-acp). It answers from a script:
 each prompt names a scripted turn by a keyword it contains, and the turn lists the replies of its
 model rounds in order (text, tool calls). Every request is recorded, so a test can check what the
 agent sent back, such as a tool's result after a permission answer.
@@ -81,7 +82,7 @@ class Recorded:
     """One request the server answered."""
 
     api: str
-    """`anthropic`, `gemini`, or `other` (a path neither API has)."""
+    """`anthropic`, `gemini`, `openai`, or `other` (a path none of the APIs has)."""
     method: str
     path: str
     body: dict[str, Any]
@@ -190,7 +191,7 @@ class ModelServer:
 
 
 def _conversation(api: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    key = "messages" if api == "anthropic" else "contents"
+    key = {"anthropic": "messages", "openai": "input"}.get(api, "contents")
     value = body.get(key)
     return value if isinstance(value, list) else []
 
@@ -204,8 +205,9 @@ def _user_text(message: dict[str, Any]) -> str:
         return content
     texts = []
     for block in content or ():
-        # Anthropic marks text blocks with a type; Gemini's parts are bare {"text": ...}.
-        is_text = isinstance(block, dict) and block.get("type", "text") == "text"
+        # Anthropic marks text blocks with a type, OpenAI's Responses input_text; Gemini's parts
+        # are bare {"text": ...}.
+        is_text = isinstance(block, dict) and block.get("type", "text") in ("text", "input_text")
         if is_text and isinstance(block.get("text"), str):
             texts.append(block["text"])
     return "\n".join(texts)
@@ -227,7 +229,18 @@ def _find_prompt(
 
 def _model_rounds(contents: list[dict[str, Any]], index: int) -> int:
     """How many model replies follow the prompt at `index`: the round now asked for."""
-    return sum(1 for m in contents[index + 1 :] if m.get("role") in ("assistant", "model"))
+    rounds = 0
+    replying = False
+    for item in contents[index + 1 :]:
+        # A Responses reply is several items (a message, a call): one round until a result.
+        mine = item.get("role") in ("assistant", "model") or item.get("type") in _OPENAI_CALLS
+        if mine and not replying:
+            rounds += 1
+        replying = mine
+    return rounds
+
+
+_OPENAI_CALLS = ("function_call", "custom_tool_call", "local_shell_call", "reasoning")
 
 
 def _tool_results(api: str, body: dict[str, Any], key: str) -> Iterator[ToolResult]:
@@ -235,6 +248,18 @@ def _tool_results(api: str, body: dict[str, Any], key: str) -> Iterator[ToolResu
     _, index = _find_prompt(contents, {key: []})
     names: dict[str, str] = {}
     for message in contents[index + 1 :]:
+        # OpenAI's Responses input: calls and their outputs are items of their own.
+        if message.get("type") in ("function_call", "custom_tool_call"):
+            names[message.get("call_id", "")] = message.get("name", "")
+        elif message.get("type") in ("function_call_output", "custom_tool_call_output"):
+            output = message.get("output")
+            if isinstance(output, dict):  # a function's output may be {"content": ...}
+                output = output.get("content")
+            yield ToolResult(
+                name=names.get(message.get("call_id", ""), ""),
+                output=str(output or ""),
+                is_error=False,
+            )
         blocks = message.get("content", message.get("parts"))
         if not isinstance(blocks, list):
             continue
@@ -365,6 +390,59 @@ def _gemini_chunks(model: str, answer: Reply) -> Iterator[dict[str, Any]]:
         yield chunk
 
 
+def _openai_events(model: str, answer: Reply, custom: set[str]) -> Iterator[dict[str, Any]]:
+    """A Responses API stream: `response.created`, each part as an output item (a message's text
+    in `output_text` deltas first), `response.completed`. A call of a tool in `custom` (a
+    freeform tool, such as Codex's apply_patch) is a `custom_tool_call` with `args["input"]`."""
+    response_id = f"resp_fake_{next(_ids)}"
+    response: dict[str, Any] = {"id": response_id, "object": "response", "model": model}
+    yield {"type": "response.created", "response": {**response, "status": "in_progress"}}
+    for index, part in enumerate(answer.parts):
+        item_id = f"item_fake_{next(_ids)}"
+        item: dict[str, Any]
+        if isinstance(part, Text):
+            empty = {"type": "message", "id": item_id, "role": "assistant", "content": []}
+            yield {"type": "response.output_item.added", "output_index": index, "item": empty}
+            for chunk in _chunks(part.text):
+                yield {
+                    "type": "response.output_text.delta",
+                    "item_id": item_id,
+                    "output_index": index,
+                    "content_index": 0,
+                    "delta": chunk,
+                }
+            text = {"type": "output_text", "text": part.text, "annotations": []}
+            item = {**empty, "status": "completed", "content": [text]}
+        elif part.name in custom:
+            item = {
+                "type": "custom_tool_call",
+                "id": item_id,
+                "call_id": f"call_fake_{next(_ids)}",
+                "name": part.name,
+                "input": str(part.args.get("input", "")),
+                "status": "completed",
+            }
+        else:
+            item = {
+                "type": "function_call",
+                "id": item_id,
+                "call_id": f"call_fake_{next(_ids)}",
+                "name": part.name,
+                "arguments": json.dumps(part.args),
+                "status": "completed",
+            }
+        yield {"type": "response.output_item.done", "output_index": index, "item": item}
+    usage = {
+        "input_tokens": 10,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 15,
+    }
+    completed = {**response, "status": "completed", "usage": usage}
+    yield {"type": "response.completed", "response": completed}
+
+
 GEMINI_PATH = re.compile(r"^/v1(?:beta|alpha)?/models/([^/:]+):(\w+)")
 
 
@@ -423,6 +501,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {"input_tokens": 10})
         elif gemini is not None:
             self._gemini(gemini.group(1), gemini.group(2), body)
+        elif path == "/v1/responses":
+            self._openai(body)
         else:
             self.model._record_side("other", "POST", self.path, body)
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
@@ -472,6 +552,23 @@ class _Handler(BaseHTTPRequestHandler):
             f"data: {json.dumps(c)}\r\n\r\n".encode() for c in _gemini_chunks(model, scripted)
         )
         self._stream(chunks, scripted.hold, record, hold_after=1)
+
+    def _openai(self, body: dict[str, Any]) -> None:
+        model = str(body.get("model", "gpt-fake"))
+        tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+        custom = {t.get("name") for t in tools if isinstance(t, dict) and t.get("type") == "custom"}
+        if not tools:
+            # A side request (a title, a summary): not part of any turn.
+            self.model._record_side("openai", "POST", self.path, body)
+            answer, record = reply(Text("ok")), None
+        else:
+            record, answer = self.model._answer("openai", self.path, body)
+        events = (
+            f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode()
+            for e in _openai_events(model, answer, {str(name) for name in custom})
+        )
+        # Held after response.created, the message's output_item.added and its first delta.
+        self._stream(events, answer.hold, record, hold_after=3)
 
     # -- HTTP ----------------------------------------------------------------------------------
 
