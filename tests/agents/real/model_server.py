@@ -234,7 +234,8 @@ def _model_rounds(contents: list[dict[str, Any]], index: int) -> int:
     for item in contents[index + 1 :]:
         # A Responses reply is several items (a message, a call): one round until a result.
         mine = item.get("role") in ("assistant", "model") or item.get("type") in _OPENAI_CALLS
-        if mine and not replying:
+        # Anthropic's and Gemini's messages carry no `type`: each reply is one message.
+        if mine and (not replying or "type" not in item):
             rounds += 1
         replying = mine
     return rounds
