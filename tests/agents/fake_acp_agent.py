@@ -25,8 +25,8 @@ What it does depends on the prompt:
 - `elicit-withdraw` / `ask-withdraw`: asks a question / a permission, then withdraws it with
   `$/cancel_request` and says what the client answered.
 - `usage`: reports its context use and cost (`usage_update`).
-- `context ...`: says what came with the prompt besides its text: `embedded URI: FIRST LINE` or
-  `link URI` per block.
+- `context ...`: says what came with the prompt besides its text: `embedded URI: FIRST LINE`,
+  `resource_link URI` or `image MIME N bytes` per block.
 - anything else: echoes it back (`/compact` too).
 
 Environment: FAKE_ACP_STATE=DIR keeps sessions there and advertises loadSession (session/load
@@ -35,7 +35,7 @@ as Gemini CLI does); FAKE_ACP_RESUME=1 offers session/resume too (no replay); FA
 requires a login first (methods `fake-key`, which needs FAKE_ACP_KEY set, and `browser`, which
 always fails); FAKE_ACP_FLAVOR=config offers the model as a config option (as Claude Code does)
 instead of the unstable `models` (as Gemini CLI does); FAKE_ACP_LINKS=1 takes no embedded
-context in prompts (resource links only).
+context and no images in prompts (resource links only).
 Sessions offer the modes `default`, `plan` and `acceptEdits` and advertise the commands `compact`
 and `review`.
 """
@@ -43,6 +43,7 @@ and `review`.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import sys
@@ -139,7 +140,8 @@ class FakeAgent:
             agent_capabilities=schema.AgentCapabilities(
                 load_session=STATE is not None,
                 prompt_capabilities=schema.PromptCapabilities(
-                    embedded_context=os.environ.get("FAKE_ACP_LINKS") != "1"
+                    embedded_context=os.environ.get("FAKE_ACP_LINKS") != "1",
+                    image=os.environ.get("FAKE_ACP_LINKS") != "1",
                 ),
                 session_capabilities=schema.SessionCapabilities(
                     resume=schema.SessionResumeCapabilities() if RESUME else None
@@ -340,6 +342,9 @@ class FakeAgent:
                 if isinstance(block, schema.EmbeddedResourceContentBlock):
                     first = getattr(block.resource, "text", "").splitlines()[:1]
                     said.append(f"embedded {block.resource.uri}: {''.join(first)}")
+                elif isinstance(block, schema.ImageContentBlock):
+                    size = len(base64.b64decode(block.data))
+                    said.append(f"image {block.mime_type} {size} bytes")
                 else:
                     said.append(f"{block.type} {getattr(block, 'uri', '')}")
             await self._say(session_id, "; ".join(said) or "nothing attached")

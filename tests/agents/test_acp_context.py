@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tunnel.agents import SessionError
 from tunnel.agents.acp_context import MAX_MENTIONS, mentions
+from tunnel.app.requests import PromptImage
 from tunnel.log import Log
 from tunnel.terminal.render import render_item
 
@@ -70,3 +72,30 @@ async def test_an_agent_without_embedded_context_gets_links(
         await session.prompt("context @notes.txt", by="alice")
         said = await rec.wait_item("message", role="agent")
     assert said.data["text"] == f"resource_link {(workspace / 'notes.txt').as_uri()}"
+
+
+async def test_images_go_with_the_prompt_and_only_their_size_is_recorded(
+    log: Log, tmp_path: Path
+) -> None:
+    session = acp_session(log, tmp_path)
+    png = PromptImage(mime_type="image/png", data=b"\x89PNG" + bytes(96))
+    async with running(session, log) as rec:
+        await session.prompt("context look", by="alice", images=[png])
+        said = await rec.wait_item("message", role="agent")
+    asked = next(i for i in rec.items if i.data.get("role") == "user")
+    assert said.data["text"] == "image image/png 100 bytes"
+    assert asked.data["images"] == [{"mime_type": "image/png", "size": 100}]
+
+
+async def test_an_agent_that_takes_no_images_refuses_a_prompt_with_one(
+    log: Log, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_ACP_LINKS", "1")
+    session = acp_session(log, tmp_path)
+    png = PromptImage(mime_type="image/png", data=b"\x89PNG")
+    async with running(session, log) as rec:
+        await rec.wait_item("session_event", what="agent_started")
+        with pytest.raises(SessionError) as refused:
+            await session.prompt("context look", by="alice", images=[png])
+        assert refused.value.code == "not_supported"
+    assert not any(i.data.get("role") == "user" for i in rec.items)  # nothing recorded

@@ -22,6 +22,7 @@ from tunnel.app.requests import (
     Input,
     PermissionAnswer,
     Prompt,
+    PromptImage,
     Request,
     Resize,
     SetConfig,
@@ -41,6 +42,18 @@ requests: st.SearchStrategy[Request] = st.one_of(
         limit=st.integers(min_value=1, max_value=MAX_HISTORY_ITEMS),
     ),
     st.builds(Prompt, text=st.text(min_size=1, max_size=200).filter(lambda t: t.strip() != "")),
+    st.builds(
+        Prompt,
+        text=st.just("look"),
+        images=st.lists(
+            st.builds(
+                PromptImage,
+                mime_type=st.sampled_from(["image/png", "image/jpeg"]),
+                data=st.binary(max_size=100),
+            ),
+            max_size=4,
+        ).map(tuple),
+    ),
     st.builds(
         PermissionAnswer,
         request_id=st.text(max_size=50),
@@ -117,6 +130,7 @@ def test_arbitrary_bytes_raise_only_bad_request(data: bytes) -> None:
                 "limit",
                 "text",
                 "request_id",
+                "images",
                 "action",
                 "content",
                 "option_id",
@@ -165,6 +179,23 @@ def test_arbitrary_maps_raise_only_bad_request(message: dict[str, Any], op: str)
     [
         ({"op": "prompt", "text": "   "}, "empty prompt"),
         ({"op": "elicitation", "request_id": "a", "action": "yes"}, "accept, decline"),
+        (
+            {"op": "prompt", "text": "x", "images": [{"mime_type": "image/svg+xml", "data": b""}]},
+            "must be one of",
+        ),
+        ({"op": "prompt", "text": "x", "images": [{"mime_type": "image/png"}]}, "must be bytes"),
+        (
+            {"op": "prompt", "text": "x", "images": [{"mime_type": "image/png", "data": b""}] * 5},
+            "at most 4 images",
+        ),
+        (
+            {
+                "op": "prompt",
+                "text": "x",
+                "images": [{"mime_type": "image/png", "data": b"1" * 200_000}],
+            },
+            "larger than",
+        ),
         (
             {"op": "elicitation", "request_id": "a", "action": "accept", "content": {"x": {}}},
             "kind no form asks",

@@ -21,7 +21,8 @@ def asked(request_id: str = "ask_1", **extra: Any) -> dict[str, Any]:
 def test_a_question_is_numbered_with_its_choices_and_escaped() -> None:
     item = asked(message="Pick \x1b]52;c;aGk=\x07 one")
     shown = render_item(item).plain
-    assert "\x1b" not in shown and "\x07" not in shown
+    assert "\x1b" not in shown
+    assert "\x07" not in shown
     assert "1. Name (text, length 1..20, required)" in shown
     assert "2. Color (one of: 1 r (Red), 2 g (Green), required)" in shown
     assert "/answer N=VALUE" in shown
@@ -40,9 +41,11 @@ def test_answer_fills_fields_by_number_name_and_label() -> None:
         request_id="ask_1", action="decline"
     )
     said = parse_line("/answer 9=x", view)
-    assert isinstance(said, Say) and "1 name, 2 color" in said.text
+    assert isinstance(said, Say)
+    assert "1 name, 2 color" in said.text
     said = parse_line("/answer 3=many", view)
-    assert isinstance(said, Say) and "integer" in said.text
+    assert isinstance(said, Say)
+    assert "integer" in said.text
 
 
 def test_an_answered_question_is_no_longer_waiting() -> None:
@@ -51,6 +54,7 @@ def test_an_answered_question_is_no_longer_waiting() -> None:
     response = {"request_id": "ask_1", "action": "cancel"}
     view.accept({"seq": 6, "type": "elicitation_response", "created_by": "bob", "data": response})
     said = parse_line("/answer decline", view)
-    assert isinstance(said, Say) and said.text == "no question is waiting"
+    assert isinstance(said, Say)
+    assert said.text == "no question is waiting"
     view.absorb_earlier(asked())  # an earlier copy cannot reopen it
     assert view.questions == {}

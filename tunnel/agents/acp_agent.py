@@ -16,6 +16,7 @@ docs/agents.md has the table of every method and update and how each is served a
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import json
@@ -33,7 +34,14 @@ from typing import Any, cast
 
 import anyio
 import anyio.abc
-from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, schema, text_block
+from acp import (
+    PROTOCOL_VERSION,
+    RequestError,
+    connect_to_agent,
+    image_block,
+    schema,
+    text_block,
+)
 from acp.client.connection import ClientSideConnection
 from acp.interfaces import Client
 from pydantic import ValidationError
@@ -315,6 +323,7 @@ class AcpSession(ChatSession):
         self._elicitations = ElicitationBroker(self._recorder)
         self._recorded_usage: dict[str, Any] | None = None
         self._embeds = False  # whether the agent takes embedded context in a prompt
+        self._images_ok = False  # and images
         # What to do when the agent withdraws one of its requests ($/cancel_request), by the
         # request's JSON-RPC id: its permission requests and questions, while open.
         self._withdraw: dict[Any, Callable[[], Any]] = {}
@@ -355,7 +364,7 @@ class AcpSession(ChatSession):
         await live.screen.end_replay()
         try:
             response = await live.conn.prompt(
-                session_id=live.session_id, prompt=await self._prompt_blocks(prompt.text)
+                session_id=live.session_id, prompt=await self._prompt_blocks(prompt)
             )
         except RequestError as exc:
             async with self._update_lock:
@@ -566,12 +575,18 @@ class AcpSession(ChatSession):
         await self._recorder.session_event("settings", by=by, hold=change is not None, **details)
         self._recorded_settings = snapshot
 
-    async def _prompt_blocks(self, text: str) -> list[Any]:
-        """The prompt's text, then each file it names with `@path` (tunnel.agents.acp_context);
-        what was attached is recorded as a `context_attached` session event of the turn."""
-        blocks: list[Any] = [text_block(text)]
+    def takes_images(self) -> bool:
+        return self._images_ok
+
+    async def _prompt_blocks(self, prompt: Prompt) -> list[Any]:
+        """The prompt's text, its images, then each file it names with `@path`
+        (tunnel.agents.acp_context); what was attached is recorded as a `context_attached`
+        session event of the turn."""
+        blocks: list[Any] = [text_block(prompt.text)]
+        for image in prompt.images:
+            blocks.append(image_block(base64.b64encode(image.data).decode(), image.mime_type))
         attached = []
-        for name in mentions(text):
+        for name in mentions(prompt.text):
             found = await anyio.to_thread.run_sync(
                 functools.partial(attach, self._workspace, name, embed=self._embeds)
             )
@@ -741,6 +756,7 @@ class AcpSession(ChatSession):
         caps = init.agent_capabilities
         prompts = caps.prompt_capabilities if caps else None
         self._embeds = bool(prompts and prompts.embedded_context)
+        self._images_ok = bool(prompts and prompts.image)
         # session/resume does not replay the history (the log has it): preferred when offered.
         resume = bool(caps and caps.session_capabilities and caps.session_capabilities.resume)
         can_load = bool(caps and caps.load_session)

@@ -8,12 +8,14 @@ of the error codes of docs/application.md, and nothing is recorded for them.
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.abc
 
+from tunnel.app.requests import PromptImage
 from tunnel.log import Item
 
 from .errors import SessionError, check_by
@@ -74,8 +76,9 @@ class AgentSession(abc.ABC):
         """Start the agent, report started, serve requests until cancelled, then clean up."""
 
     @abc.abstractmethod
-    async def prompt(self, text: str, *, by: str) -> None:
-        """Record `text` as a user `message` from `by` at once, then hand it to the agent."""
+    async def prompt(self, text: str, *, by: str, images: Sequence[PromptImage] = ()) -> None:
+        """Record `text` as a user `message` from `by` at once, then hand it to the agent, with
+        `images` if it takes images (`SessionError("not_supported")` otherwise)."""
 
     @abc.abstractmethod
     async def cancel(self, *, by: str) -> None:

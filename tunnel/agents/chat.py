@@ -17,12 +17,14 @@ import abc
 import contextlib
 import functools
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import anyio.abc
 
+from tunnel.app.requests import PromptImage
 from tunnel.log import Log, LogClosedError, StoreError
 
 from .base import AgentInfo, AgentSession
@@ -52,6 +54,7 @@ class Prompt:
     by: str
     seq: int | None = None
     """The seq of its `message` item: the turn it starts is known by it."""
+    images: tuple[PromptImage, ...] = ()
 
 
 class ChatSession(AgentSession):
@@ -126,8 +129,14 @@ class ChatSession(AgentSession):
                     await self._recorder.flush()
                 tg.cancel_scope.cancel()
 
-    async def prompt(self, text: str, *, by: str) -> None:
+    def takes_images(self) -> bool:
+        """Whether the agent takes images with a prompt."""
+        return False
+
+    async def prompt(self, text: str, *, by: str, images: Sequence[PromptImage] = ()) -> None:
         check_prompt(text, by)
+        if images and not self.takes_images():
+            raise SessionError("not_supported", f"{self.info.name} takes no images in a prompt")
         if not self._serving:
             raise SessionError("agent_unavailable", "the agent session is not running")
         self._recorder.writer.check_writable()
@@ -140,8 +149,9 @@ class ChatSession(AgentSession):
         self._queued += 1
         try:
             async with self._accept_lock:
-                item = await self._recorder.user_message(text, by=by)
-                self._send.send_nowait(Prompt(text=text, by=by, seq=item.seq))
+                shown = [{"mime_type": i.mime_type, "size": len(i.data)} for i in images]
+                item = await self._recorder.user_message(text, by=by, images=shown)
+                self._send.send_nowait(Prompt(text=text, by=by, seq=item.seq, images=tuple(images)))
         except ValueError as exc:
             self._queued -= 1
             raise SessionError("bad_request", f"the prompt cannot be stored: {exc}") from None

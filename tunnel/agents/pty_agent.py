@@ -26,7 +26,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from tunnel.app.requests import MAX_INPUT_SIZE, MAX_TERMINAL_SIDE
+from tunnel.app.requests import MAX_INPUT_SIZE, MAX_TERMINAL_SIDE, PromptImage
 from tunnel.log import Log, StoreError
 
 from .base import AgentInfo, AgentSession
@@ -140,9 +140,13 @@ class PtySession(AgentSession):
                 self._started.set()  # release prompts waiting for a restart
                 tg.cancel_scope.cancel()
 
-    async def prompt(self, text: str, *, by: str) -> None:
+    async def prompt(self, text: str, *, by: str, images: Sequence[PromptImage] = ()) -> None:
         """Record the prompt, then type it into the program followed by Enter."""
         check_prompt(text, by)
+        if images:
+            raise SessionError(
+                "not_supported", f"{self.info.name} is a terminal: it takes no images"
+            )
         if not self._serving:
             raise SessionError("agent_unavailable", "the terminal session is not running")
         # Typed only once stored: nothing reaches the program that the log does not show.

@@ -154,10 +154,16 @@ class Recorder:
 
     # -- conversation ------------------------------------------------------------------------
 
-    async def user_message(self, text: str, *, by: str) -> Item:
+    async def user_message(
+        self, text: str, *, by: str, images: Sequence[Mapping[str, Any]] = ()
+    ) -> Item:
         """The prompt a driver or the host sent: stored now, or `StoreError` (never held: the
-        sender must be told it was not stored)."""
-        new = self._new("message", {"role": "user", "text": text}, by, "completed", None)
+        sender must be told it was not stored). `images`: what images went with it (their type
+        and size; the bytes go to the agent only)."""
+        data: dict[str, Any] = {"role": "user", "text": text}
+        if images:
+            data["images"] = list(images)
+        new = self._new("message", data, by, "completed", None)
         return await self.writer.try_append(new)
 
     async def delta(self, channel: Channel, text: str, *, key: str | None = None) -> None:

@@ -44,6 +44,13 @@ PUSH_AUTH_SIZE = 16
 MIN_BROWSER_ID_LENGTH = 16
 MAX_BROWSER_ID_LENGTH = 64
 """A `browser` id: random url-safe characters the page keeps per host (docs/application.md)."""
+MAX_PROMPT_IMAGES = 4
+"""Images one prompt may carry."""
+MAX_PROMPT_IMAGE_BYTES = 192 * 1024
+"""Bytes of all the images of one prompt together: they travel in the prompt's one request
+(`MAX_REQUEST_SIZE`); the page scales a larger picture down to fit."""
+PROMPT_IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+"""The image types a prompt may carry."""
 MAX_ELICITATION_FIELDS = 16
 """Fields of one question an agent asks (`elicitation/create`), and so of one answer's content: a
 request's maps hold at most 16 entries (`decode_request`)."""
@@ -83,10 +90,21 @@ class History:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PromptImage:
+    """An image that goes with a prompt (pasted or dropped in the page)."""
+
+    mime_type: str
+    """One of `PROMPT_IMAGE_TYPES`."""
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Prompt:
-    """Ask the agent something; drivers only."""
+    """Ask the agent something; drivers only. `images` go with the text to an agent that
+    takes images (at most `MAX_PROMPT_IMAGES`, `MAX_PROMPT_IMAGE_BYTES` together)."""
 
     text: str
+    images: tuple[PromptImage, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -252,6 +270,25 @@ def _push_key(message: Mapping[str, Any], name: str, size: int) -> bytes:
     return value
 
 
+def _images(message: Mapping[str, Any]) -> tuple[PromptImage, ...]:
+    listed = _field(message, "images", list, optional=True) or []
+    if len(listed) > MAX_PROMPT_IMAGES:
+        raise BadRequest(f"a prompt carries at most {MAX_PROMPT_IMAGES} images")
+    images = []
+    for image in listed:
+        if not isinstance(image, dict):
+            raise BadRequest("field 'images' holds something that is not an image")
+        _expect_keys(image, {"mime_type", "data"})
+        mime_type = _bounded_str(image, "mime_type", MAX_ID_LENGTH)
+        if mime_type not in PROMPT_IMAGE_TYPES:
+            raise BadRequest(f"an image must be one of {', '.join(PROMPT_IMAGE_TYPES)}")
+        data: bytes = _field(image, "data", bytes)
+        images.append(PromptImage(mime_type=mime_type, data=data))
+    if sum(len(image.data) for image in images) > MAX_PROMPT_IMAGE_BYTES:
+        raise BadRequest(f"a prompt's images are larger than {MAX_PROMPT_IMAGE_BYTES} bytes")
+    return tuple(images)
+
+
 def _content(message: Mapping[str, Any]) -> dict[str, Any] | None:
     """An answer's `content`: field names to strings, numbers, booleans or lists of strings
     (their fit to the question is the host's to check)."""
@@ -333,11 +370,11 @@ def decode_request(plaintext: bytes) -> Request:
             raise BadRequest(f"field 'limit' must be 1 to {MAX_HISTORY_ITEMS}")
         return History(before=before, limit=limit)
     if op == "prompt":
-        _expect_keys(message, {"op", "text"})
+        _expect_keys(message, {"op", "text", "images"})
         text = _bounded_str(message, "text", MAX_PROMPT_LENGTH)
         if not text.strip():
             raise BadRequest("empty prompt")
-        return Prompt(text=text)
+        return Prompt(text=text, images=_images(message))
     if op == "permission":
         _expect_keys(message, {"op", "request_id", "option_id"})
         return PermissionAnswer(
@@ -422,8 +459,13 @@ def encode_request(request: Request) -> bytes:
                 message["tail"] = tail
         case History(before=before, limit=limit):
             message = {"op": "history", "before": before, "limit": limit}
-        case Prompt(text=text):
+        case Prompt(text=text, images=images):
             message = {"op": "prompt", "text": text}
+            if images:
+                # Left out when there are none, so a host from before images takes the prompt.
+                message["images"] = [
+                    {"mime_type": image.mime_type, "data": image.data} for image in images
+                ]
         case PermissionAnswer(request_id=request_id, option_id=option_id):
             message = {"op": "permission", "request_id": request_id, "option_id": option_id}
         case ElicitationAnswer(request_id=request_id, action=action, content=content):

@@ -203,7 +203,8 @@ class SessionChannelHandler:
         once its snapshot is sent (docs/application.md, "The broadcast"); without, on the
         channel itself. `heads` gives a joiner the latest signed chain head after its snapshot
         (docs/log.md, "The audit chain"). `notifier` takes the teammate's push subscriptions
-        and focus (docs/application.md, "Notifications")."""
+        and focus (docs/application.md, "Notifications"). `files` reads the workspace files a
+        teammate asks to see (`read_file`); None refuses them."""
         self._channel = channel
         self._notifier = notifier
         self._session = session
@@ -339,8 +340,8 @@ class SessionChannelHandler:
     async def _drive(self, request: Request) -> None:
         by = self._channel.name
         match request:
-            case Prompt(text=text):
-                await self._session.prompt(text, by=by)
+            case Prompt(text=text, images=images):
+                await self._session.prompt(text, by=by, images=images)
             case PermissionAnswer(request_id=request_id, option_id=option_id):
                 await self._session.answer_permission(
                     request_id, option_id, by=by, verified=self._verified

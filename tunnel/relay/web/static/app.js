@@ -95,7 +95,9 @@ function boot() {
   const view = new View(root, {
     role: link.role,
     name,
-    onPrompt: (text) => session.send({ op: "prompt", text }),
+    // Images only when there are some: a host from before them takes the prompt as it was.
+    onPrompt: (text, images = []) =>
+      session.send(images.length > 0 ? { op: "prompt", text, images } : { op: "prompt", text }),
     onCancel: () => session.send({ op: "cancel" }),
     onPermission: (requestId, optionId) =>
       session.send({ op: "permission", request_id: requestId, option_id: optionId }),

@@ -6,6 +6,7 @@
 import { approvalText, askedBy, decisionText } from "./approvals.js";
 import { CommandCompletion, commandList } from "./completion.js";
 import { arr, el, formatTime, obj, pretty, str } from "./dom.js";
+import { PromptImages } from "./images.js";
 import { setMarkdown } from "./markdown.js";
 import { questionCard } from "./questions.js";
 import { SettingsBar, settingsText } from "./settings.js";
@@ -219,12 +220,22 @@ export class View {
         onclick: () => this.onCancel(),
       });
       this.completion = new CommandCompletion(this.input);
+      this.images = new PromptImages({ onError: (text) => this.opError("image", text) });
+      // Images pasted or dropped go with the next prompt; other pastes are the textarea's.
+      this.input.addEventListener("paste", (event) => {
+        if (this.images.addFiles(event.clipboardData?.files ?? [])) event.preventDefault();
+      });
       this.composer = el("form", {
         class: "composer", testid: "composer",
         onsubmit: (event) => { event.preventDefault(); this.submit(); },
+        ondragover: (event) => event.preventDefault(),
+        ondrop: (event) => {
+          event.preventDefault();
+          this.images.addFiles(event.dataTransfer?.files ?? []);
+        },
       }, this.completion.element, this.input, this.sendButton, this.cancelButton);
       this.composerError = el("div", { class: "composer-error", testid: "composer-error", role: "alert", hidden: true });
-      this.footer.append(this.composer, this.composerError, el("div", {
+      this.footer.append(this.images.element, this.composer, this.composerError, el("div", {
         class: "composer-hint", id: "composer-hint",
         text: "Enter sends, Shift+Enter starts a new line, / lists the agent's commands",
       }));
@@ -266,8 +277,9 @@ export class View {
       return;
     }
     this.composerError.hidden = true;
-    if (this.onPrompt(text)) {
+    if (this.onPrompt(text, this.images.list())) {
       this.input.value = "";
+      this.images.clear();
       this.completion.close();
     } else {
       this.opError("not_connected", "Not connected to the host; the message was not sent.");
@@ -927,10 +939,14 @@ export class View {
     const role = data.role === "user" ? "user" : "agent";
     if (role === "agent") this.endStream(str(item.response_id), "message");
     const who = role === "user" ? str(item.created_by, "someone") : (this.agentName.textContent || "agent");
+    const images = arr(data.images).map(obj);
     return el("article", { class: `item message ${role}`, testid: "message", "data-role": role },
       el("div", { class: "who" }, el("span", { text: who }),
         el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) })),
-      this.markdownBlock(data.text));
+      this.markdownBlock(data.text),
+      images.length > 0 ? el("div", { class: "message-images", testid: "message-images",
+        text: `With ${images.length === 1 ? "an image" : `${images.length} images`}: ${images.map((image) =>
+          `${str(image.mime_type, "?")}, ${Number.isSafeInteger(image.size) ? Math.ceil(image.size / 1024) : "?"} KiB`).join("; ")}` }) : null);
   }
 
   /** The key of a tool call: (turn, tool_call_id), since ids may repeat across turns. */
