@@ -130,6 +130,11 @@ class HostPeople:
         if self._host.invitations.get(name) is not None:
             # Their old link's channels close: the key they hold reads nothing cast after.
             self._broadcast.new_epoch()
+            # And its browsers' pushes stop: the old link may be in other hands, and a drive
+            # link's subscriptions would still offer answers to a name invited again to view.
+            # The new link's page subscribes again when it attaches.
+            if self._notifier is not None:
+                self._notifier.forget_person(name)
         return str(await self._host.invite(name, role))
 
     async def revoke(self, name: str) -> None:

@@ -8,6 +8,7 @@ origins the host user adds (`tunnel host --push-service ORIGIN`).
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from tunnel.app.requests import MAX_PUSH_ENDPOINT_LENGTH
@@ -23,6 +24,9 @@ PUSH_SERVICES = (
 )
 """The push services of Chrome, Edge (through FCM or WNS), Firefox and Safari; `*.` is any
 subdomain."""
+
+
+_HOST_NAME = re.compile(r"[a-z0-9-]+(\.[a-z0-9-]+)*")
 
 
 class EndpointRefused(ValueError):
@@ -50,6 +54,10 @@ def check_endpoint(endpoint: str, extra_origins: frozenset[str] = frozenset()) -
         raise EndpointRefused("the push endpoint is too long")
     if any(ord(c) < 0x21 or ord(c) == 0x7F for c in endpoint):
         raise EndpointRefused("the push endpoint holds spaces or control characters")
+    if not endpoint.isascii():
+        # A browser's endpoint is ASCII; urlsplit lower-cases a name as Unicode does (the
+        # Kelvin sign becomes "k"), the HTTP client maps it with IDNA: neither is ours to trust.
+        raise EndpointRefused("the push endpoint is not a push service's URL")
     try:
         parts = urlsplit(endpoint)
         parts.port  # noqa: B018 - raises for a port that is not a number
@@ -63,7 +71,12 @@ def check_endpoint(endpoint: str, extra_origins: frozenset[str] = frozenset()) -
         raise EndpointRefused("the push endpoint must be https")
     if parts.port not in (None, 443):
         raise EndpointRefused("the push endpoint is not on a known push service")
-    host = parts.hostname.lower().rstrip(".")
+    host = parts.hostname.lower()
+    if not _HOST_NAME.fullmatch(host):
+        # A push service's name is plain letters, digits, hyphens and dots: anything else (a
+        # percent sign, a backslash, a semicolon, a trailing dot) is a name the HTTP client,
+        # the resolver and this check might each read apart.
+        raise EndpointRefused("the push endpoint is not on a known push service")
     for service in PUSH_SERVICES:
         if service.startswith("*."):
             if host.endswith(service[1:]) and len(host) > len(service) - 1:

@@ -2,10 +2,11 @@
 path.
 
 `send_nowait` never waits: a push goes into a bounded queue (dropped, and said once, when it is
-full), a few workers POST at once, each with a timeout, and redirects are never followed. A push
-service answering 404 or 410 says the subscription is gone: it is dropped. Other failures are
-logged once per endpoint until one succeeds again; the endpoint itself (a capability) never goes
-in the log, only its origin.
+full), a few workers POST at once, each with a timeout; redirects are never followed and an
+answer's body is never read. A push whose subscription was dropped while it waited (a revoked
+person's) is not sent. A push service answering 404 or 410 says the subscription is gone: it is
+dropped. Other failures are logged once per endpoint until one succeeds again; the endpoint
+itself (a capability) never goes in the log, only its origin.
 """
 
 from __future__ import annotations
@@ -113,6 +114,10 @@ class PushSender:
 
     async def _post(self, client: httpx.AsyncClient, job: PushJob) -> int:
         endpoint = job.subscription.endpoint
+        if self._subscriptions.get(endpoint) != job.subscription:
+            # Dropped (or replaced) while this push waited its turn: a revoked person, a
+            # browser that turned notifications off, gets nothing more.
+            return 0
         try:
             # Checked again: the host may have dropped a --push-service since it was taken.
             check_endpoint(endpoint, self._extra_origins)
@@ -123,8 +128,10 @@ class PushSender:
         headers = push_headers(
             self._vapid, endpoint, contact=self._contact, now=time.time(), topic=job.topic
         )
-        response = await client.post(endpoint, content=body, headers=headers)
-        status = response.status_code
+        # Only the status line counts: the body is never read, so however large a service's
+        # answer, it costs no memory (closing the stream drops the connection).
+        async with client.stream("POST", endpoint, content=body, headers=headers) as response:
+            status = response.status_code
         if status in GONE:
             if self._subscriptions.remove(endpoint):
                 logger.info("a push subscription at %s is gone; dropped", origin_of(endpoint))

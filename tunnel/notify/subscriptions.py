@@ -26,6 +26,11 @@ MAX_PER_OWNER = 4
 oldest, so one person's browsers cannot crowd out everyone else's."""
 MAX_SUBSCRIPTIONS = 256
 """Subscriptions a host keeps in all; `push_on` beyond is refused."""
+MAX_PER_ROLE_LINK = 64
+"""Subscriptions made through one role link (its browsers' together); `push_on` of a new
+browser beyond is refused. Anyone holding the link can make up browser ids, so without this
+one holder could take every place and leave none to invited people or the other link; and a
+new one is refused rather than an old one dropped, so made-up ids push out nobody."""
 
 OwnerKind = Literal["person", "browser"]
 
@@ -110,12 +115,22 @@ class Subscriptions:
     def add(self, subscription: Subscription) -> None:
         """Keep `subscription` (replacing its owner's one with the same endpoint); beyond
         `MAX_PER_OWNER` the owner's oldest goes. Raises Refused for an endpoint another owner
-        holds, or a host holding `MAX_SUBSCRIPTIONS` already."""
+        holds, a host holding `MAX_SUBSCRIPTIONS` already, or a new browser of a role link
+        holding `MAX_PER_ROLE_LINK`."""
         held = self._by_endpoint.get(subscription.endpoint)
         if held is not None and held.owner != subscription.owner:
             raise Refused("this push endpoint is subscribed by someone else")
         if held is None and len(self._by_endpoint) >= MAX_SUBSCRIPTIONS:
             raise Refused("the host keeps no more push subscriptions")
+        if held is None and subscription.owner.kind == "browser":
+            owned = [s for s in self._by_endpoint.values() if s.owner == subscription.owner]
+            link = [
+                s
+                for s in self._by_endpoint.values()
+                if s.owner.kind == "browser" and s.role == subscription.role
+            ]
+            if len(owned) < MAX_PER_OWNER and len(link) >= MAX_PER_ROLE_LINK:
+                raise Refused("the host keeps no more push subscriptions for this link")
         self._by_endpoint.pop(subscription.endpoint, None)
         self._by_endpoint[subscription.endpoint] = subscription
         mine = [s for s in self._by_endpoint.values() if s.owner == subscription.owner]

@@ -39,13 +39,19 @@ _B64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 
 
 def origin_of(url: str) -> str:
-    """`scheme://host[:port]` of `url`, lower-cased: a JWT's audience (RFC 8292 section 2)."""
+    """`scheme://host[:port]` of `url`, lower-cased, the port only if not the scheme's default
+    (RFC 6454 section 6.2): a JWT's audience (RFC 8292 section 2)."""
     parts = urlsplit(url)
+    scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
     if ":" in host:
         host = f"[{host}]"
-    port = f":{parts.port}" if parts.port is not None else ""
-    return f"{parts.scheme.lower()}://{host}{port}"
+    default = _DEFAULT_PORTS.get(scheme)
+    port = f":{parts.port}" if parts.port is not None and parts.port != default else ""
+    return f"{scheme}://{host}{port}"
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class VapidKey:
