@@ -236,13 +236,13 @@ async def roundtrip_pass(systems: Sequence[System], count: int, results: Results
 
 
 GOALS = {
-    "down 64 KiB MiB/s": ">= 0.8",
-    "up 64 KiB MiB/s": ">= 0.8",
-    "down 4 KiB MiB/s": ">= 0.5",
-    "up 4 KiB MiB/s": ">= 0.5",
+    "down 64 KiB MiB/s": ">= 1.0",
+    "up 64 KiB MiB/s": ">= 1.0",
+    "down 4 KiB MiB/s": ">= 0.8",
+    "up 4 KiB MiB/s": ">= 0.8",
     "CPU s/MiB": "<= 2",
-    "round trip p50 ms": "<= 1.5",
-    "round trip p99 ms": "<= 2",
+    "round trip p50 ms": "<= 1.2",
+    "round trip p99 ms": "<= 1.5",
 }
 
 
