@@ -7,6 +7,8 @@ What it does depends on the prompt:
 - `ask`: proposes an edit of notes.txt (kind, location, raw input, diff) and asks permission with
   the options Claude Code offers when leaving plan mode (bypass first); says `chose OPTION_ID`.
 - `ask-big`: the same with a raw input and a diff far larger than one message.
+- `become MODE`: switches to MODE by itself (reported as `current_mode_update`), says `became
+  MODE`.
 - `create PATH`: reads PATH (missing: it must get empty content) then writes it, as Gemini CLI's
   write_file does; says what it read.
 - `tool`: a finished tool call whose id, `call_1`, is the same in every turn.
@@ -308,6 +310,11 @@ class FakeAgent:
             await self._ask(session_id, big=text == "ask-big")
         elif word == "create":
             await self._create(session_id, rest)
+        elif word == "become":
+            # Its own switch, as Claude's leaving plan mode for the mode a person picked.
+            self.mode = rest
+            await self.client.session_update(session_id, update_current_mode(rest))
+            await self._say(session_id, f"became {rest}")
         elif text == "tool":
             await self.client.session_update(
                 session_id, acp.start_tool_call("call_1", "Same id", status="completed")

@@ -151,3 +151,23 @@ async def test_under_a_policy_that_asks_the_agent_starts_asking_and_cannot_stop(
         await session.set_mode("plan", by="alice")  # a mode that asks is fine
         with anyio.fail_after(5):
             await rec.wait_until(lambda: session.settings()["modes"]["current"] == "plan")
+
+
+async def test_under_a_policy_that_asks_a_mode_the_agent_picks_itself_is_switched_back(
+    log: Log, workspace: Path
+) -> None:
+    session = fake_session(log, workspace, policy=preset("trust-reads"))
+    async with running(session, log) as rec:
+        await session.prompt("become acceptEdits", by="alice")
+        await rec.wait_item("message", text="became acceptEdits")
+        back = await rec.wait_item("session_event", what="settings", change={"mode": "default"})
+        assert back.created_by == "host"
+        assert back.data["approval"] == {"asks": True, "text": ASKING_TEXT}
+        said = await rec.wait_item("error")
+        assert said.data["message"] == (
+            "the agent switched itself to the mode acceptEdits, which does not ask before edits"
+            " and commands, and the approval policy preset:trust-reads needs them asked: the host"
+            " switched it back to default"
+        )
+        await session.prompt("settings", by="alice")
+        await rec.wait_item("message", text="mode default model fast")

@@ -923,6 +923,48 @@ class AcpSession(ChatSession):
             await self._record_commands()
         elif not self._changing:
             await self._record_settings(by="agent")
+            self._hold_to_asking()
+
+    def _hold_to_asking(self) -> None:
+        """Under an approval policy that needs requests asked, switch the agent back from a mode
+        it moved to by itself that does not ask (a person's pick among Claude's plan options).
+        In a task: the agent may be waiting for this update to be taken."""
+        policy = self._permissions.policy
+        current = (self._settings.snapshot()["modes"] or {}).get("current")
+        if policy is None or not isinstance(current, str) or mode_asks(current):
+            return
+        if policy_needs_asking(policy) and self._task_group is not None:
+            self._task_group.start_soon(self._back_to_asking, current, policy.source)
+
+    async def _back_to_asking(self, left: str, source: str) -> None:
+        try:
+            async with self._change_lock:
+                live = self._live
+                modes = self._settings.snapshot()["modes"] or {}
+                if live is None or live.exited.is_set() or modes.get("current") != left:
+                    return
+                target = asking_mode(m["id"] for m in modes.get("available", ()))
+                said = (
+                    f"the agent switched itself to the mode {left}, which does not ask before"
+                    f" edits and commands, and the approval policy {source} needs them asked"
+                )
+                if target is None:
+                    await self._recorder.error(f"{said}; it offers no mode that asks")
+                    return
+                self._changing = True
+                try:
+                    await self._send_change(live, self._settings.mode_change(target))
+                except SessionError as exc:
+                    await self._recorder.error(f"{said}; switching back failed: {exc.message}")
+                    return
+                finally:
+                    self._changing = False
+                await self._recorder.error(f"{said}: the host switched it back to {target}")
+                async with self._update_lock:
+                    await self._record_settings(by="host", change={"mode": target})
+        except Exception:
+            # The session outlives a failed switch; the settings event shows the mode as it is.
+            logger.exception("could not switch %s back to a mode that asks", self.info.name)
 
     def _settings_from(self, update: Any) -> None:
         if isinstance(update, schema.CurrentModeUpdate):
