@@ -47,7 +47,7 @@ def agents_bin() -> Path:
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         key = hashlib.sha256(LOCK.read_bytes()).hexdigest()[:16]
         path = cache / "agent-tunnel" / "agents" / key / "node_modules" / ".bin"
-    if not (path / "claude-agent-acp").exists() or not (path / "gemini").exists():
+    if not all((path / name).exists() for name in ("claude-agent-acp", "gemini", "codex-acp")):
         problem = f"the real agents are not installed in {path}: run ./scripts/test"
         # A required suite (tests/conftest.py): under TUNNEL_REQUIRE_ALL=1 it fails, never skips.
         if os.environ.get("TUNNEL_REQUIRE_ALL") == "1":
