@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tunnel.agents import SessionError
-from tunnel.agents.acp_context import MAX_MENTIONS, mentions
+from tunnel.agents.acp_context import MAX_COMPLETIONS, MAX_MENTIONS, complete, mentions
+from tunnel.agents.workspace import Workspace
 from tunnel.app.requests import PromptImage
 from tunnel.log import Log
 from tunnel.terminal.render import render_item
@@ -99,3 +100,21 @@ async def test_an_agent_that_takes_no_images_refuses_a_prompt_with_one(
             await session.prompt("context look", by="alice", images=[png])
         assert refused.value.code == "not_supported"
     assert not any(i.data.get("role") == "user" for i in rec.items)  # nothing recorded
+
+
+def test_completion_lists_the_workspace_and_nothing_outside_it(tmp_path: Path) -> None:
+    workspace = workspace_with_files(tmp_path)
+    (workspace / "src").mkdir()
+    (workspace / "src" / "app.py").write_text("")
+    (workspace / ".env").write_text("")
+    room = Workspace(workspace)
+    assert complete(room, "") == (["escape", "logo.bin", "notes.txt", "src/"], False)
+    assert complete(room, "src/a") == (["src/app.py"], False)
+    assert complete(room, ".e") == ([".env"], False)
+    # The symlink leads out: listed by its name (as a link), never followed.
+    for outside in ("escape/", "../", "../outside/", f"{tmp_path}/outside/", "/"):
+        assert complete(room, outside) == ([], False)
+    for n in range(MAX_COMPLETIONS + 1):
+        (workspace / "src" / f"m{n:03}.py").write_text("")
+    listed, more = complete(room, "src/m")
+    assert (len(listed), more) == (MAX_COMPLETIONS, True)

@@ -20,6 +20,7 @@ from tunnel.app.requests import (
     ElicitationAnswer,
     History,
     Input,
+    ListPaths,
     PermissionAnswer,
     Prompt,
     PromptImage,
@@ -75,6 +76,7 @@ requests: st.SearchStrategy[Request] = st.one_of(
         ),
     ),
     st.just(Cancel()),
+    st.builds(ListPaths, prefix=st.text(max_size=50)),
     st.builds(SetMode, mode_id=st.text(max_size=50)),
     st.builds(SetModel, model_id=st.text(max_size=50)),
     st.builds(
@@ -154,6 +156,7 @@ def test_arbitrary_bytes_raise_only_bad_request(data: bytes) -> None:
             "prompt",
             "permission",
             "elicitation",
+            "paths",
             "cancel",
             "set_mode",
             "set_model",
@@ -179,6 +182,7 @@ def test_arbitrary_maps_raise_only_bad_request(message: dict[str, Any], op: str)
     [
         ({"op": "prompt", "text": "   "}, "empty prompt"),
         ({"op": "elicitation", "request_id": "a", "action": "yes"}, "accept, decline"),
+        ({"op": "paths", "prefix": "x" * 1025}, "longer"),
         (
             {"op": "prompt", "text": "x", "images": [{"mime_type": "image/svg+xml", "data": b""}]},
             "must be one of",

@@ -1,7 +1,8 @@
 """Files a prompt names with `@path`, given to an ACP agent with the prompt: each a file inside
 the workspace, opened through `Workspace` (so never one outside it), sent as an embedded resource
 when the agent takes embedded context and as a resource link otherwise (docs/agents.md, "Files in
-a prompt"). Pure but for the reads, which callers run in a worker thread.
+a prompt"); and the paths that complete an `@` being typed. Pure but for the reads, which callers
+run in a worker thread.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ MAX_MENTIONS = 8
 
 MAX_ATTACHED_BYTES = 256 * 1024
 """A larger file, or one that is not UTF-8 text, is linked rather than embedded."""
+
+MAX_COMPLETIONS = 50
+"""Paths one completion lists (`complete`)."""
+
+MAX_SCANNED = 10_000
+"""Matching entries of one directory a completion looks at, at most."""
 
 _MENTION = re.compile(r"(?:^|(?<=\s))@([^\s@]+)")
 _TRAILING = ".,;:!?)]}'\""
@@ -80,3 +87,37 @@ def _text(data: bytes) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def complete(workspace: Workspace, prefix: str) -> tuple[list[str], bool]:
+    """The workspace paths that complete `prefix` (what follows an `@` being typed): the entries
+    of its directory whose names start with its last part, a directory's with a `/` after it,
+    sorted, at most MAX_COMPLETIONS; hidden ones only for a part that starts with `.`. Whether
+    there were more. Nothing for an absolute path or a directory outside the workspace. Blocks on
+    the disk."""
+    if prefix.startswith("/"):
+        return [], False  # typed paths are the workspace's own, relative to it
+    folder, _, start = prefix.rpartition("/")
+    try:
+        fd = workspace.open_dir(folder or ".")
+    except (OutsideWorkspace, OSError, ValueError):
+        return [], False
+    names: list[str] = []
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                if not entry.name.startswith(start):
+                    continue
+                if entry.name.startswith(".") and not start.startswith("."):
+                    continue
+                directory = entry.is_dir(follow_symlinks=False)
+                names.append(entry.name + ("/" if directory else ""))
+                if len(names) > MAX_SCANNED:
+                    break
+    except OSError:
+        return [], False
+    finally:
+        os.close(fd)
+    names.sort()
+    lead = f"{folder}/" if folder else ""
+    return [lead + name for name in names[:MAX_COMPLETIONS]], len(names) > MAX_COMPLETIONS

@@ -121,6 +121,11 @@ class AgentSession(abc.ABC):
         """The `elicitation_request` items still waiting for an answer, oldest first."""
         return []
 
+    async def list_paths(self, prefix: str) -> tuple[list[str], bool]:
+        """The workspace paths that complete `prefix` (an `@path` being typed in a prompt), and
+        whether there were more; none for a session whose agent reads no files of a prompt."""
+        return [], False
+
     def set_policy(self, policy: Policy | None, *, workspace: Workspace | None) -> None:
         """Decide this session's permission requests by `policy` (docs/policy.md), its paths
         resolved in `workspace`; before `run()`."""

@@ -51,6 +51,8 @@ MAX_PROMPT_IMAGE_BYTES = 192 * 1024
 (`MAX_REQUEST_SIZE`); the page scales a larger picture down to fit."""
 PROMPT_IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 """The image types a prompt may carry."""
+MAX_PATH_PREFIX_LENGTH = 1024
+"""Longest path a `paths` request may ask to complete."""
 MAX_ELICITATION_FIELDS = 16
 """Fields of one question an agent asks (`elicitation/create`), and so of one answer's content: a
 request's maps hold at most 16 entries (`decode_request`)."""
@@ -113,6 +115,14 @@ class PermissionAnswer:
 
     request_id: str
     option_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListPaths:
+    """Send the workspace paths that complete `prefix` (an `@path` being typed) as a `paths`
+    message; read-only, so any role (docs/application.md, "Teammate to host")."""
+
+    prefix: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,6 +217,7 @@ Request = (
     | Prompt
     | PermissionAnswer
     | ElicitationAnswer
+    | ListPaths
     | Cancel
     | SetMode
     | SetModel
@@ -381,6 +392,9 @@ def decode_request(plaintext: bytes) -> Request:
             request_id=_bounded_str(message, "request_id", MAX_ID_LENGTH),
             option_id=_bounded_str(message, "option_id", MAX_ID_LENGTH),
         )
+    if op == "paths":
+        _expect_keys(message, {"op", "prefix"})
+        return ListPaths(prefix=_bounded_str(message, "prefix", MAX_PATH_PREFIX_LENGTH))
     if op == "elicitation":
         _expect_keys(message, {"op", "request_id", "action", "content"})
         action = _bounded_str(message, "action", MAX_ID_LENGTH)
@@ -468,6 +482,8 @@ def encode_request(request: Request) -> bytes:
                 ]
         case PermissionAnswer(request_id=request_id, option_id=option_id):
             message = {"op": "permission", "request_id": request_id, "option_id": option_id}
+        case ListPaths(prefix=prefix):
+            message = {"op": "paths", "prefix": prefix}
         case ElicitationAnswer(request_id=request_id, action=action, content=content):
             message = {
                 "op": "elicitation",

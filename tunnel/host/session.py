@@ -48,6 +48,7 @@ from tunnel.app.requests import (
     Focus,
     History,
     Input,
+    ListPaths,
     PermissionAnswer,
     Prompt,
     PushOff,
@@ -284,6 +285,11 @@ class SessionChannelHandler:
             # of its own: one history read per channel at a time, and a teammate that asks
             # faster than it reads the answers waits for them.
             await self._send_history(request)
+        elif isinstance(request, ListPaths):
+            # Read-only, as history: names of the workspace an `@path` being typed may complete.
+            paths, more = await self._session.list_paths(request.prefix)
+            answer = {"op": "paths", "prefix": request.prefix, "paths": paths, "more": more}
+            await self._send_plaintext(out.pack(answer))
         elif isinstance(request, PushOn | PushOff | Focus):
             # Any role: a viewer may want to know that a request waits, too.
             await self._notifications(request)

@@ -101,6 +101,7 @@ function boot() {
     onCancel: () => session.send({ op: "cancel" }),
     onPermission: (requestId, optionId) =>
       session.send({ op: "permission", request_id: requestId, option_id: optionId }),
+    onPaths: (prefix) => session.send({ op: "paths", prefix }),
     onQuestion: (requestId, action, content) =>
       session.send({ op: "elicitation", request_id: requestId, action, content }),
     onSetting: (setting, value) => {
@@ -160,6 +161,7 @@ function boot() {
     onHostMessage: (message) => {
       if (message.op === "ready") notifications.offered(message);
       else if (message.op === "push") notifications.confirmed(message);
+      else if (message.op === "paths") view.paths?.received(message);
       else if (message.op === "error") notifications.refused(message);
     },
   });

@@ -8,6 +8,7 @@ import { CommandCompletion, commandList } from "./completion.js";
 import { arr, el, formatTime, obj, pretty, str } from "./dom.js";
 import { PromptImages } from "./images.js";
 import { setMarkdown } from "./markdown.js";
+import { PathCompletion } from "./paths.js";
 import { questionCard } from "./questions.js";
 import { SettingsBar, settingsText } from "./settings.js";
 import { ToolTerminals, mergeCall, toolDetails, toolHead, unfenced } from "./tools.js";
@@ -73,10 +74,10 @@ export const SCREENS = {
 };
 
 export class View {
-  constructor(root, { role, name, onPrompt, onCancel, onPermission, onQuestion, onSetting, onRetry,
-    onRename, onTerminal }) {
-    Object.assign(this, { root, role, name, onPrompt, onCancel, onPermission, onQuestion, onSetting,
-      onRetry, onRename, onTerminal });
+  constructor(root, { role, name, onPrompt, onCancel, onPermission, onQuestion, onPaths, onSetting,
+    onRetry, onRename, onTerminal }) {
+    Object.assign(this, { root, role, name, onPrompt, onCancel, onPermission, onQuestion, onPaths,
+      onSetting, onRetry, onRename, onTerminal });
     this.isDriver = role === "drive";
     // Tool calls by (turn, tool_call_id): an agent may reuse an id in a later turn.
     this.toolCards = new Map();
@@ -207,7 +208,7 @@ export class View {
         "aria-describedby": "composer-hint",
         oninput: () => { this.composerError.hidden = true; },
         onkeydown: (event) => {
-          if (this.completion.keydown(event)) return;
+          if (this.completion.keydown(event) || this.paths.keydown(event)) return;
           if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
             event.preventDefault();
             this.submit();
@@ -220,6 +221,7 @@ export class View {
         onclick: () => this.onCancel(),
       });
       this.completion = new CommandCompletion(this.input);
+      this.paths = new PathCompletion(this.input, (prefix) => this.onPaths(prefix));
       this.images = new PromptImages({ onError: (text) => this.opError("image", text) });
       // Images pasted or dropped go with the next prompt; other pastes are the textarea's.
       this.input.addEventListener("paste", (event) => {
@@ -233,7 +235,7 @@ export class View {
           event.preventDefault();
           this.images.addFiles(event.dataTransfer?.files ?? []);
         },
-      }, this.completion.element, this.input, this.sendButton, this.cancelButton);
+      }, this.completion.element, this.paths.element, this.input, this.sendButton, this.cancelButton);
       this.composerError = el("div", { class: "composer-error", testid: "composer-error", role: "alert", hidden: true });
       this.footer.append(this.images.element, this.composer, this.composerError, el("div", {
         class: "composer-hint", id: "composer-hint",

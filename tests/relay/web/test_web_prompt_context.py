@@ -1,6 +1,7 @@
-"""Images pasted into the page's composer go with the next prompt, against the real stack
-(`tunnel relay`, `tunnel host` and tests/agents/fake_acp_agent.py, which says what it got): one
-as it is, one too large scaled down to a JPEG that fits; everyone sees that the prompt had them."""
+"""What goes with a prompt from the page, against the real stack (`tunnel relay`, `tunnel host`
+and tests/agents/fake_acp_agent.py, which says what it got): images pasted into the composer, one
+as it is, one too large scaled down to a JPEG that fits, and everyone sees that the prompt had
+them; `@path` completed from the host's workspace, the file then embedded."""
 
 from __future__ import annotations
 
@@ -61,3 +62,38 @@ def test_pasted_images_reach_the_agent_within_the_budget(browser: Browser, tmp_p
         victor.goto(named(host.view_link, "victor"))
         connected(victor)
         expect(victor.get_by_test_id("message-images")).to_contain_text("With 2 images: image/png")
+
+
+def test_an_at_path_is_completed_from_the_workspace_and_its_file_goes_with_the_prompt(
+    browser: Browser, tmp_path: Path
+) -> None:
+    with scripted_stack(browser, tmp_path, FAKE_ACP_AGENT) as (host, new_page):
+        workspace = tmp_path / "host" / "workspace"
+        (workspace / "docs").mkdir()
+        (workspace / "docs" / "guide.md").write_text("# Guide\n")
+        (workspace / ".secret").write_text("hidden\n")
+        alice = new_page()
+        alice.goto(named(host.drive_link, "alice"))
+        connected(alice)
+        box = alice.get_by_test_id("composer-input")
+        box.press_sequentially("context @")
+        options = alice.get_by_test_id("path-option")
+        expect(options).to_have_count(2)  # the dot file only for a typed dot
+        assert options.evaluate_all("os => os.map(o => o.dataset.path)") == [
+            "README.md",
+            "docs/",
+        ]
+        box.press_sequentially("d")
+        expect(options).to_have_count(1)
+        box.press("Tab")  # a directory: the list goes on inside it
+        expect(options).to_have_text(["@docs/guide.md"])
+        box.press("Enter")
+        expect(box).to_have_value("context @docs/guide.md ")
+        box.press("Enter")
+        guide = (workspace / "docs" / "guide.md").resolve().as_uri()
+        said = alice.locator("[data-testid=message][data-role=agent]")
+        expect(said).to_have_text(re.compile(f"embedded {re.escape(guide)}: # Guide"))
+        # Nothing outside the workspace is listed.
+        box.press_sequentially("@../")
+        alice.wait_for_timeout(500)
+        expect(options).to_have_count(0)
