@@ -33,8 +33,7 @@ FAKE = "acp:" + shlex.join([sys.executable, str(FAKE_AGENT)])
         (
             FAKE,
             ["--agent-mode", "turbo"],
-            "--agent-mode: the agent offers no mode 'turbo' (it offers default, plan,"
-            " acceptEdits)",
+            "--agent-mode: the agent offers no mode 'turbo' (it offers default, plan, acceptEdits)",
         ),
     ],
 )
@@ -74,3 +73,14 @@ def test_an_agent_mode_that_cannot_be_used_stops_the_host_in_one_line(
     [line] = result.stderr.splitlines()
     assert line == f"tunnel host: {said}"
     assert "link" not in result.stdout
+    log_db = tmp_path / "log.db"
+    if log_db.exists():
+        shown = subprocess.run(
+            [sys.executable, "-m", "tunnel", "log", "show", "main", "--db", str(log_db)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert "agent_started" not in shown.stdout, shown.stdout

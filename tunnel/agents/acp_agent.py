@@ -139,6 +139,10 @@ _STATE_UPDATES = (
 )
 
 
+class _StartModeError(Exception):
+    """`--agent-mode` names a mode the agent does not offer (the host user's to fix)."""
+
+
 class _AuthNeeded(Exception):
     """The agent needs a login the host cannot choose by itself (the user's to fix)."""
 
@@ -531,13 +535,16 @@ class AcpSession(ChatSession):
                 try:
                     await self._send_change(live, plan())
                 except SessionError as exc:
-                    if first and what == f"the mode {self._start_mode}":
-                        # Not recorded: the host stops, and the next run would show it again.
-                        self._start_problem = f"--agent-mode: {exc.message}{self._modes_text()}"
-                        return
                     await self._recorder.error(f"could not set {what}: {exc.message}")
         finally:
             self._changing = False
+
+    def _check_start_mode(self, mode_id: str) -> None:
+        """_StartModeError when the agent offers no mode `mode_id` (`--agent-mode`)."""
+        try:
+            self._settings.mode_change(mode_id)
+        except SessionError as exc:
+            raise _StartModeError(f"--agent-mode: {exc.message}{self._modes_text()}") from None
 
     def _modes_text(self) -> str:
         modes = self._settings.snapshot()["modes"] or {}
@@ -635,6 +642,11 @@ class AcpSession(ChatSession):
             try:
                 started: _Live = await self._task_group.start(self._agent_lifetime)
             except Exception as exc:
+                problem = unwrapped(exc)
+                if isinstance(problem, _StartModeError):
+                    # Not recorded: the host stops, and the next run would show it again.
+                    self._start_problem = str(problem)
+                    return None
                 logger.warning("could not start %s: %s", self.info.name, exc)
                 reason = _describe(exc, self._start_timeout)
                 await self._recorder.error(f"could not start the agent {self.info.name}: {reason}")
@@ -684,6 +696,8 @@ class AcpSession(ChatSession):
                 tg.start_soon(_drain_stderr, process, tail)
                 with anyio.fail_after(self._start_timeout) as deadline:
                     session_id, details = await self._open_session(conn, screen, deadline)
+                if not self._started_once and self._start_mode is not None:
+                    self._check_start_mode(self._start_mode)
                 live = self._live = _Live(
                     conn=conn,
                     transport=transport,
