@@ -34,8 +34,10 @@ What it does depends on the prompt:
 Environment: FAKE_ACP_STATE=DIR keeps sessions there and advertises loadSession (session/load
 replays the history; with FAKE_ACP_REPLAY=after it answers first and replays after, bit by bit,
 as Gemini CLI does); FAKE_ACP_RESUME=1 offers session/resume too (no replay); FAKE_ACP_AUTH=1
-requires a login first (methods `fake-key`, which needs FAKE_ACP_KEY set, and `browser`, which
-always fails); FAKE_ACP_FLAVOR=config offers the model as a config option (as Claude Code does)
+requires a login first (methods `fake-key`, which needs FAKE_ACP_KEY set, `browser`, which
+always fails, and `password`, which always works: a person logged in), and the prompt `logout`
+makes every later prompt answer auth_required until the next login;
+FAKE_ACP_FLAVOR=config offers the model as a config option (as Claude Code does)
 instead of the unstable `models` (as Gemini CLI does); FAKE_ACP_LINKS=1 takes no embedded
 context and no images in prompts (resource links only).
 Sessions offer the modes `default`, `plan` and `acceptEdits` and advertise the commands `compact`
@@ -135,6 +137,9 @@ class FakeAgent:
                     vars=[schema.AuthEnvVar(name="FAKE_ACP_KEY")],
                 ),
                 schema.AuthMethodAgent(id="browser", name="Browser login"),
+                schema.AuthMethodAgent(
+                    id="password", name="Password", description="as a person types it"
+                ),
             ]
         return schema.InitializeResponse(
             protocol_version=acp.PROTOCOL_VERSION,
@@ -153,7 +158,7 @@ class FakeAgent:
         )
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> None:
-        if method_id == "fake-key" and os.environ.get("FAKE_ACP_KEY"):
+        if method_id == "password" or (method_id == "fake-key" and os.environ.get("FAKE_ACP_KEY")):
             self.authenticated = True
             return
         raise acp.RequestError(-32603, "no browser here", {"hint": "use fake-key"})
@@ -299,6 +304,12 @@ class FakeAgent:
         self, session_id: str, prompt: list[Any], **kwargs: Any
     ) -> schema.PromptResponse:
         text = "".join(getattr(block, "text", "") for block in prompt).strip()
+        if not self.authenticated:
+            raise acp.RequestError.auth_required({"reason": "logged out"})
+        if text == "logout":
+            self.authenticated = False
+            await self.client.session_update(session_id, acp.update_agent_message_text("bye"))
+            return schema.PromptResponse(stop_reason="end_turn")
         self.cancelled[session_id] = asyncio.Event()
         self._remember(session_id, text)
         word, _, rest = text.partition(" ")

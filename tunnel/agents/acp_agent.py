@@ -139,10 +139,6 @@ _STATE_UPDATES = (
 )
 
 
-class _StartModeError(Exception):
-    """`--agent-mode` names a mode the agent does not offer (the host user's to fix)."""
-
-
 class _AuthNeeded(Exception):
     """The agent needs a login the host cannot choose by itself (the user's to fix)."""
 
@@ -300,6 +296,10 @@ class AcpSession(ChatSession):
         self._workspace = Workspace(workspace)
         self._start_timeout = start_timeout
         self._auth_method = auth_method
+        # The login methods the agent offered in its latest initialize (id, name, description),
+        # and one login at a time (docs/agents.md, "Logging in").
+        self._auth_methods: list[dict[str, str]] = []
+        self._login_lock = anyio.Lock()
         # The mode the host's first start of the agent sets (`--agent-mode`); later starts
         # restore what the conversation last chose (_restore_choices).
         self._start_mode = start_mode
@@ -373,6 +373,8 @@ class AcpSession(ChatSession):
         except RequestError as exc:
             async with self._update_lock:
                 await self._recorder.error(f"the agent failed the prompt: {_error_text(exc)}")
+                if exc.code == AUTH_REQUIRED:
+                    await self._auth_required("it needs a login to answer")
             return
         except ConnectionError:
             # The agent went away mid-turn; its exit is recorded by _agent_lifetime.
@@ -404,6 +406,51 @@ class AcpSession(ChatSession):
         if not self._watchdog_armed and self._task_group is not None:
             self._watchdog_armed = True
             self._task_group.start_soon(self._cancel_watchdog, self._turn)
+
+    # -- logging in ----------------------------------------------------------------------------
+
+    async def _auth_required(self, reason: str) -> None:
+        """Tell every surface the agent needs a login, and which methods it offers."""
+        await self._recorder.session_event(
+            "auth_required", by="agent", reason=reason, methods=self._auth_methods
+        )
+
+    async def authenticate(self, method_id: str, *, by: str) -> None:
+        check_by(by)
+        if method_id not in [m["id"] for m in self._auth_methods]:
+            raise SessionError("unknown_request", f"the agent offers no login method {method_id!r}")
+        # A login nobody could see recorded is not made.
+        self._recorder.writer.check_writable()
+        async with self._login_lock:
+            live = self._live
+            if live is not None and not live.exited.is_set():
+                failed = await self._login_live(live, method_id)
+            else:
+                # Not running: its start needed this login. Start it with the method.
+                previous, self._auth_method = self._auth_method, method_id
+                failed = None
+                if await self._ensure_agent() is None:
+                    self._auth_method = previous
+                    failed = "the agent did not start with it (see the error above)"
+            if failed is None:
+                await self._recorder.session_event("authenticated", by=by, method_id=method_id)
+            else:
+                await self._recorder.session_event(
+                    "auth_failed", by=by, method_id=method_id, reason=failed
+                )
+
+    async def _login_live(self, live: _Live, method_id: str) -> str | None:
+        """`authenticate` on the running agent; why it failed, or None."""
+        try:
+            with anyio.fail_after(self._start_timeout):
+                await live.conn.authenticate(method_id=method_id)
+        except RequestError as exc:
+            return f"the agent refused: {_error_text(exc)}"
+        except TimeoutError:
+            return f"no answer within {self._start_timeout:g} s"
+        except ConnectionError:
+            return "the agent exited"
+        return None
 
     # -- modes, models, config options ---------------------------------------------------------
 
@@ -535,16 +582,13 @@ class AcpSession(ChatSession):
                 try:
                     await self._send_change(live, plan())
                 except SessionError as exc:
+                    if first and what == f"the mode {self._start_mode}":
+                        # Not recorded: the host stops, and the next run would show it again.
+                        self._start_problem = f"--agent-mode: {exc.message}{self._modes_text()}"
+                        return
                     await self._recorder.error(f"could not set {what}: {exc.message}")
         finally:
             self._changing = False
-
-    def _check_start_mode(self, mode_id: str) -> None:
-        """_StartModeError when the agent offers no mode `mode_id` (`--agent-mode`)."""
-        try:
-            self._settings.mode_change(mode_id)
-        except SessionError as exc:
-            raise _StartModeError(f"--agent-mode: {exc.message}{self._modes_text()}") from None
 
     def _modes_text(self) -> str:
         modes = self._settings.snapshot()["modes"] or {}
@@ -642,11 +686,6 @@ class AcpSession(ChatSession):
             try:
                 started: _Live = await self._task_group.start(self._agent_lifetime)
             except Exception as exc:
-                problem = unwrapped(exc)
-                if isinstance(problem, _StartModeError):
-                    # Not recorded: the host stops, and the next run would show it again.
-                    self._start_problem = str(problem)
-                    return None
                 logger.warning("could not start %s: %s", self.info.name, exc)
                 reason = _describe(exc, self._start_timeout)
                 await self._recorder.error(f"could not start the agent {self.info.name}: {reason}")
@@ -696,8 +735,6 @@ class AcpSession(ChatSession):
                 tg.start_soon(_drain_stderr, process, tail)
                 with anyio.fail_after(self._start_timeout) as deadline:
                     session_id, details = await self._open_session(conn, screen, deadline)
-                if not self._started_once and self._start_mode is not None:
-                    self._check_start_mode(self._start_mode)
                 live = self._live = _Live(
                     conn=conn,
                     transport=transport,
@@ -766,6 +803,7 @@ class AcpSession(ChatSession):
             self.info = AgentInfo(name=name[:64] or self.info.name, kind="chat")
             details.update(agent=name, agent_id=agent_id, version=init.agent_info.version)
         methods = list(init.auth_methods or ())
+        self._auth_methods = [_method_data(m) for m in methods]
         if self._auth_method is not None:
             await self._authenticate(conn, methods, self._auth_method)
             details["auth_method"] = self._auth_method
@@ -826,7 +864,12 @@ class AcpSession(ChatSession):
         except RequestError as exc:
             if exc.code != AUTH_REQUIRED or self._auth_method is not None:
                 raise
-            method = _automatic_method(methods)
+            try:
+                method = _automatic_method(methods)
+            except _AuthNeeded:
+                # A driver (or the host console) chooses: `authenticate` starts it again.
+                await self._auth_required("it needs a login to start a session")
+                raise
             await self._authenticate(conn, methods, method)
             details["auth_method"] = method
             new = await conn.new_session(cwd=self._workspace.root, mcp_servers=[])
@@ -1323,6 +1366,15 @@ class _Screen:
 
 def _hashable(value: Any) -> bool:
     return isinstance(value, int | str) and not isinstance(value, bool)
+
+
+def _method_data(method: Any) -> dict[str, str]:
+    """A login method as a session event shows it: its id, name and description."""
+    data = {"id": str(method.id), "name": str(getattr(method, "name", "") or method.id)}
+    description = getattr(method, "description", None)
+    if description:
+        data["description"] = clip_text(str(description), 500)
+    return data
 
 
 def _automatic_method(methods: list[Any]) -> str:

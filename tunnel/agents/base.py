@@ -145,6 +145,11 @@ class AgentSession(abc.ABC):
         """Set one of the agent's session config options; recorded with who asked (ACP agents)."""
         raise SessionError("not_supported", f"{self.info.name} has no config options")
 
+    async def authenticate(self, method_id: str, *, by: str) -> None:
+        """Log the agent in with `method_id`, one of the login methods it offers; the outcome
+        is recorded with who asked (ACP agents; docs/agents.md, "Logging in")."""
+        raise SessionError("not_supported", f"{self.info.name} has no login to give")
+
     def settings(self) -> dict[str, Any]:
         """The agent's current modes, models and config options, as the latest `settings`
         session event has them; empty when it offers none."""

@@ -16,6 +16,7 @@ import msgpack
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tunnel.app.errors import BadRequest
+from tunnel.app.file_view import MAX_FILE_FIND_LENGTH, MAX_FILE_PATH_LENGTH
 
 # One request fits one `d` (256 KiB); prompts are text, so this is generous and keeps a hostile
 # driver from handing the agent megabytes at once.
@@ -211,6 +212,25 @@ class Focus:
     browser: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadFile:
+    """Send a window of lines of a workspace file around `line` (1-based; None: its start), as
+    a `file` message; read-only, so any role (docs/application.md, "Reading a file"). With
+    `find`, the window is around the first line where that text begins (a diff's new text),
+    if the file holds it."""
+
+    path: str
+    line: int | None = None
+    find: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Authenticate:
+    """Have the host log the agent in with one of the login methods it offers; drivers only."""
+
+    method_id: str
+
+
 Request = (
     Subscribe
     | History
@@ -227,6 +247,8 @@ Request = (
     | PushOn
     | PushOff
     | Focus
+    | ReadFile
+    | Authenticate
 )
 
 # Ops that change the session: a viewer sending one is refused with `forbidden`.
@@ -240,6 +262,7 @@ DRIVING_REQUESTS = (
     SetConfig,
     Input,
     Resize,
+    Authenticate,
 )
 
 
@@ -456,6 +479,19 @@ def decode_request(plaintext: bytes) -> Request:
     if op == "focus":
         _expect_keys(message, {"op", "focused", "browser"})
         return Focus(focused=_field(message, "focused", bool), browser=_browser(message))
+    if op == "read_file":
+        _expect_keys(message, {"op", "path", "line", "find"})
+        path = _bounded_str(message, "path", MAX_FILE_PATH_LENGTH)
+        line = _field(message, "line", int, optional=True)
+        if not path or (line is not None and not 1 <= line <= MAX_SEQ):
+            raise BadRequest("read_file needs a path and a line from 1")
+        find = None
+        if message.get("find") is not None:
+            find = _bounded_str(message, "find", MAX_FILE_FIND_LENGTH)
+        return ReadFile(path=path, line=line, find=find or None)
+    if op == "authenticate":
+        _expect_keys(message, {"op", "method_id"})
+        return Authenticate(method_id=_bounded_str(message, "method_id", MAX_ID_LENGTH))
     raise BadRequest("unknown op")
 
 
@@ -515,5 +551,11 @@ def encode_request(request: Request) -> bytes:
             message = {"op": "push_off", "endpoint": endpoint}
         case Focus(focused=focused, browser=browser):
             message = {"op": "focus", "focused": focused, "browser": browser}
+        case ReadFile(path=path, line=line, find=find):
+            message = {"op": "read_file", "path": path, "line": line}
+            if find is not None:
+                message["find"] = find
+        case Authenticate(method_id=method_id):
+            message = {"op": "authenticate", "method_id": method_id}
     packed: bytes = msgpack.packb(message, use_bin_type=True)
     return packed

@@ -23,6 +23,7 @@ from rich.text import Text
 from tunnel.agents import AgentSession, SessionError
 from tunnel.app.host_messages import Member, PresenceMessage
 from tunnel.app.requests import (
+    Authenticate,
     Cancel,
     ElicitationAnswer,
     PermissionAnswer,
@@ -271,6 +272,8 @@ class HostConsole:
                     await self._session.set_model(model_id, by=self._host_name)
                 case SetConfig(config_id=config_id, value=value):
                     await self._session.set_config(config_id, value, by=self._host_name)
+                case Authenticate(method_id=method_id):
+                    await self._session.authenticate(method_id, by=self._host_name)
                 case _:
                     self._screen.note(HELP)
         except (SessionError, InvitationError) as exc:

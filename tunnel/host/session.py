@@ -40,9 +40,11 @@ from tunnel.agents.writer import STORAGE_EVENT
 from tunnel.app import host_messages as out
 from tunnel.app.entries import SNAPSHOT_PAGE_BYTES, SNAPSHOT_PAGE_ITEMS, encode_entry, fit_item
 from tunnel.app.errors import AppError, BadRequest
+from tunnel.app.file_view import FileWindow, encode_file
 from tunnel.app.requests import (
     DEFAULT_HISTORY_ITEMS,
     DRIVING_REQUESTS,
+    Authenticate,
     Cancel,
     ElicitationAnswer,
     Focus,
@@ -53,6 +55,7 @@ from tunnel.app.requests import (
     Prompt,
     PushOff,
     PushOn,
+    ReadFile,
     Request,
     Resize,
     SetConfig,
@@ -61,6 +64,7 @@ from tunnel.app.requests import (
     Subscribe,
     decode_request,
 )
+from tunnel.host.files import FileReader, ReadLimit
 from tunnel.host.presence import Member, Presence
 from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE, ReplayLimit
 from tunnel.log import Event, Item, Log, StoreError
@@ -197,6 +201,7 @@ class SessionChannelHandler:
         replay_rate: float = REPLAY_RATE,
         heads: HeadSource | None = None,
         notifier: Notifier | None = None,
+        files: FileReader | None = None,
     ) -> None:
         """`replay` is the host's budget shared by every channel; None gives this channel one
         of its own. `replay_burst` and `replay_rate` bound this channel's catch-up
@@ -207,6 +212,8 @@ class SessionChannelHandler:
         and focus (docs/application.md, "Notifications"). `files` reads the workspace files a
         teammate asks to see (`read_file`); None refuses them."""
         self._channel = channel
+        self._files = files
+        self._read_limit: ReadLimit | None = None
         self._notifier = notifier
         self._session = session
         self._log = log
@@ -290,6 +297,9 @@ class SessionChannelHandler:
             paths, more = await self._session.list_paths(request.prefix)
             answer = {"op": "paths", "prefix": request.prefix, "paths": paths, "more": more}
             await self._send_plaintext(out.pack(answer))
+        elif isinstance(request, ReadFile):
+            # Read-only, so viewers may ask; one read per channel at a time, as history.
+            await self._read_file(request)
         elif isinstance(request, PushOn | PushOff | Focus):
             # Any role: a viewer may want to know that a request waits, too.
             await self._notifications(request)
@@ -307,6 +317,21 @@ class SessionChannelHandler:
                 await self._send(
                     out.Error(code="agent_unavailable", message="the log cannot be written")
                 )
+
+    async def _read_file(self, request: ReadFile) -> None:
+        """A window of a workspace file (docs/application.md, "Reading a file")."""
+        if self._files is None:
+            await self._send(out.Error(code="not_supported", message="this host shows no files"))
+            return
+        now = anyio.current_time()
+        if self._read_limit is None:
+            self._read_limit = ReadLimit(now=now)
+        if self._read_limit.take(now):
+            window = await self._files.read(request.path, request.line, request.find)
+        else:
+            why = "too many files were asked for at once; try again in a moment"
+            window = FileWindow(path=request.path, line=request.line, refused=why)
+        await self._send_plaintext(out.pack(encode_file(window)))
 
     async def _notifications(self, request: PushOn | PushOff | Focus) -> None:
         """A teammate's push subscription or focus (docs/application.md, "Notifications")."""
@@ -366,7 +391,9 @@ class SessionChannelHandler:
                 await self._session.input(data, by=by)
             case Resize(cols=cols, rows=rows):
                 await self._session.resize(cols, rows, by=by)
-            case Subscribe() | History() | PushOn() | PushOff() | Focus():
+            case Authenticate(method_id=method_id):
+                await self._session.authenticate(method_id, by=by)
+            case Subscribe() | History() | PushOn() | PushOff() | Focus() | ReadFile():
                 pass  # handled by the caller; here for exhaustiveness
 
     async def _restart_stream(self, tg: anyio.abc.TaskGroup, request: Subscribe) -> None:

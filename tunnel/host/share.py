@@ -32,10 +32,12 @@ from tunnel.agents.sandbox import (
     host_private_paths,
     prepare_sandbox,
 )
+from tunnel.agents.workspace import Workspace
 from tunnel.host.audit import HeadSigner
 from tunnel.host.broadcast import Broadcaster
 from tunnel.host.channel import HostChannel
 from tunnel.host.console import HostConsole
+from tunnel.host.files import FileReader
 from tunnel.host.invitations import InvitationError
 from tunnel.host.presence import Member, Presence
 from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE
@@ -244,6 +246,10 @@ async def run_share(
 
         # One for the whole host: late joiners' replays take turns (tunnel/host/session.py).
         replay = ReplayBudget()
+        files = FileReader(
+            Workspace(workspace),
+            hidden=(*_private_paths(settings), *(sandbox.hide if sandbox is not None else ())),
+        )
 
         async def handler(channel: HostChannel) -> None:
             await SessionChannelHandler(
@@ -257,6 +263,7 @@ async def run_share(
                 replay_rate=settings.replay_rate,
                 heads=signer,
                 notifier=notifier,
+                files=files,
             ).run()
 
         async def approve(channel: HostChannel) -> bool:
@@ -361,14 +368,9 @@ def _notifier(settings: ShareSettings, host: Host, session: AgentSession) -> Not
     )
 
 
-async def _prepare_sandbox(settings: ShareSettings, workspace: Path) -> Sandbox:
-    """The agent's sandbox, checked (bubblewrap runs once): a SandboxError, a ValueError, says
-    in one line why there is none, before anything is registered or written."""
-    assert settings.sandbox is not None
-    kind, argv = parse_spec(settings.agent)
-    if kind == "demo":
-        raise ValueError("--sandbox needs an acp: or pty: agent; the demo agent runs no program")
-    hide = host_private_paths(
+def _private_paths(settings: ShareSettings) -> tuple[Path, ...]:
+    """The host's own files: hidden from a sandboxed agent, and never shown to a teammate."""
+    return host_private_paths(
         key_file=settings.host.resolved_key_file,
         secrets_file=settings.host.resolved_secrets_file,
         invitations_file=settings.host.resolved_invitations_file,
@@ -378,6 +380,16 @@ async def _prepare_sandbox(settings: ShareSettings, workspace: Path) -> Sandbox:
             settings.host.resolved_subscriptions_file,
         ),
     )
+
+
+async def _prepare_sandbox(settings: ShareSettings, workspace: Path) -> Sandbox:
+    """The agent's sandbox, checked (bubblewrap runs once): a SandboxError, a ValueError, says
+    in one line why there is none, before anything is registered or written."""
+    assert settings.sandbox is not None
+    kind, argv = parse_spec(settings.agent)
+    if kind == "demo":
+        raise ValueError("--sandbox needs an acp: or pty: agent; the demo agent runs no program")
+    hide = _private_paths(settings)
     prepare = functools.partial(
         prepare_sandbox,
         settings.sandbox,

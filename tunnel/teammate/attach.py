@@ -28,6 +28,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from tunnel.app import host_messages as incoming
+from tunnel.app.file_view import FileWindow
 from tunnel.app.follower import (
     CatchingUp,
     Event,
@@ -90,8 +91,27 @@ MAX_BACKFILL_PAGES = 5
 """History pages read after a fresh join, unprinted, to learn the agent's commands and settings
 and the open permission requests from before the replayed end of the conversation."""
 
+ATTACH_FILE_LINES = 40
+"""Lines of a file `/open` prints: the host's window is larger, a terminal shows less."""
+
 VIEW_ONLY = "this is a view link: you can watch but not drive (a drive link can)"
 """What a viewer is told when a line would drive the session."""
+
+
+def file_lines(window: FileWindow, around: int = ATTACH_FILE_LINES) -> list[str]:
+    """A `FileWindow` as a terminal shows it: a header, then at most `around` lines centred on
+    the one asked for (or found), each numbered, that one marked with `>`."""
+    target = window.found or window.line or window.first
+    start = max(window.first, target - around // 2)
+    shown = window.lines[start - window.first : start - window.first + around]
+    width = len(str(start + len(shown)))
+    header = f"{window.shown or window.path} (lines {start}-{start + len(shown) - 1}"
+    header += f" of {window.total})"
+    rows = [header]
+    for number, text in enumerate(shown, start):
+        mark = ">" if number == target and (window.line or window.found) else " "
+        rows.append(f"{mark}{number:>{width}} | {text}")
+    return rows
 
 
 def sandbox_text(sandbox: incoming.SandboxInfo) -> str:
@@ -320,6 +340,7 @@ class Attachment:
                 # A resume: everything missed, exactly once; what is printed of it is cut here.
                 await channel.subscribe(after=self._view.last_seq)
             self._channel = channel
+            channel.on_file = self._show_file
             async with anyio.create_task_group() as tg:
                 self._connection = tg
                 tg.start_soon(self._forward_lines, channel)
@@ -425,6 +446,14 @@ class Attachment:
                 logger.warning("dropped a message from the host: %s", event.reason)
             case CatchingUp():
                 logger.info("catching up after seq %d: %s", event.after, event.reason)
+
+    def _show_file(self, window: FileWindow) -> None:
+        """The answer to `/open`: the lines around the one asked for, numbered, that one marked."""
+        if window.refused is not None:
+            self._screen.note(window.refused, "red")
+            return
+        for line in file_lines(window):
+            self._screen.note(line, "default")
 
     def _signal_waiting(self) -> None:
         """Show how many permission requests wait, and ring for each new one. Not while a

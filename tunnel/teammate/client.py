@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import ClassVar
 
 import anyio
 
 from tunnel.app.errors import BadRequest
+from tunnel.app.file_view import FileWindow, parse_file
 from tunnel.app.follower import CatchingUp, Follower, FollowerError, FollowerEvent, Skipped
 from tunnel.app.host_messages import Error, HistoryPage, Member, decode_host_message
 from tunnel.app.requests import MAX_HISTORY_ITEMS, MAX_SEQ, History, encode_request
@@ -177,6 +178,9 @@ class TeammateSession:
         self._history_wait: _HistoryWait | None = None
         # The events of the last message or cast still to hand on: one cast's worth at most.
         self._events: deque[FollowerEvent] = deque()
+        self.on_file: Callable[[FileWindow], None] | None = None
+        """Called with each answer to a `read_file` this teammate sent (they are not events of
+        the session); None drops them."""
 
     @property
     def role(self) -> str:
@@ -245,7 +249,7 @@ class TeammateSession:
         Casts of the host's broadcast are opened here, each item is returned once, and a
         catch-up is asked for on its own (`CatchingUp`). While a `history()` call waits, its
         answer is handed to it and not returned here. `members` is already updated when a
-        `Presence` is returned.
+        `Presence` is returned. The answer to a `read_file` goes to `on_file`.
         """
         while True:
             if self._events:
@@ -285,6 +289,15 @@ class TeammateSession:
             message = decode_host_message(plaintext)
         except BadRequest as exc:
             return [Skipped(op=None, reason=str(exc))]
+        if message["op"] == "file":
+            # An answer to this teammate's `read_file`: nothing of the session's state.
+            try:
+                window = parse_file(message)
+            except BadRequest as exc:
+                return [Skipped(op="file", reason=str(exc))]
+            if self.on_file is not None:
+                self.on_file(window)
+            return []
         return self.follower.receive_message(message)
 
     async def subscribe(self, after: int | None = None, *, tail: int | None = None) -> None:

@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunnel.app.requests import (
+    Authenticate,
     Cancel,
     PermissionAnswer,
     Prompt,
+    ReadFile,
     Request,
     SetMode,
     SetModel,
@@ -42,6 +44,8 @@ LOCAL_COMMANDS = (
     "/help",
     "/mode",
     "/model",
+    "/open",
+    "/login",
 )
 """Words handled here; any other `/word` goes to the agent."""
 
@@ -54,6 +58,8 @@ HELP = (
     " request id to answer another one); /deny rejects it (/deny always); /answer N=VALUE ..."
     " answers the agent's latest question (/answer decline, /answer cancel); /cancel stops the"
     " running turn; /mode and /model show or switch the agent's mode and model (/mode ID);"
+    " /open PATH[:LINE] shows a workspace file around a line; /login METHOD_ID logs the agent in"
+    " when it asks;"
     " /revoke (host) replaces both links, /revoke NAME ends one person's link, /invite NAME"
     " view|drive makes a personal link, /people lists them; /quit leaves. Any other /command"
     " goes to the agent (//x sends /x)."
@@ -135,6 +141,12 @@ def parse_line(line: str, view: ConversationView) -> Command | None:
         return _mode(args, view.settings)
     if word == "/model":
         return _model(args, view.settings)
+    if word == "/open":
+        return _open(rest.strip())
+    if word == "/login":
+        if len(args) != 1:
+            return Say(text="usage: /login METHOD_ID (the agent lists its methods when it asks)")
+        return Authenticate(method_id=args[0])
     if word == "/answer":
         answer = parse_answer(args, view.questions)
         return Say(text=answer) if isinstance(answer, str) else answer
@@ -199,6 +211,16 @@ def _single(request: PendingPermission, kind: str, options: str) -> Option | Say
     return Say(
         text=f"request {request.request_id} has {how_many} {kind} options: use /allow N; {options}"
     )
+
+
+def _open(target: str) -> Command:
+    """`/open PATH[:LINE]`: a path may hold spaces and colons; a last `:N` is the line."""
+    if not target:
+        return Say(text="usage: /open PATH[:LINE]")
+    path, colon, number = target.rpartition(":")
+    if colon and path and number.isdigit() and int(number) >= 1:
+        return ReadFile(path=path, line=int(number))
+    return ReadFile(path=target)
 
 
 def _mode(args: list[str], settings: Mapping[str, Any]) -> Command:

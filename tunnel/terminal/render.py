@@ -454,6 +454,17 @@ def _sentence(what: str, who: str, data: Mapping[str, Any]) -> str | None:
         if data.get("load_failed"):
             said += f"; it could not resume its earlier session: {_str(data, 'load_failed')}"
         return said
+    if what == "auth_required":
+        methods = [m for m in data.get("methods") or () if isinstance(m, Mapping)]
+        listed = ", ".join(f"{_str(m, 'id')} ({_str(m, 'name')})" for m in methods) or "none"
+        reason = _str(data, "reason")
+        return f"the agent needs a login ({reason}); its methods: {_clip(listed, 500)}"
+    if what == "authenticated":
+        return f"{who} logged the agent in ({_str(data, 'method_id')})"
+    if what == "auth_failed":
+        return (
+            f"{who}'s login ({_str(data, 'method_id')}) failed: {_clip(_str(data, 'reason'), 500)}"
+        )
     if what == "agent_exited":
         code = data.get("code")
         return f"the agent exited with code {code}" if code is not None else "the agent exited"

@@ -9,6 +9,7 @@ import pytest
 from playwright.sync_api import Page
 
 from tunnel import handshake
+from tunnel.app import file_view
 from tunnel.app import requests as app_requests
 from tunnel.e2e import broadcast, crypto, identity, opening
 from tunnel.log import chain
@@ -103,6 +104,11 @@ def python_values() -> dict[str, Any]:
         "MAX_PUSH_ENDPOINT_LENGTH": app_requests.MAX_PUSH_ENDPOINT_LENGTH,
         "MAX_ID_LENGTH": app_requests.MAX_ID_LENGTH,
         "PUSH_KEY_SIZE": app_requests.PUSH_KEY_SIZE,
+        "FILE_WINDOW_LINES": file_view.FILE_WINDOW_LINES,
+        "MAX_FILE_FIND_LENGTH": file_view.MAX_FILE_FIND_LENGTH,
+        "MAX_FILE_LINE_LENGTH": file_view.MAX_FILE_LINE_LENGTH,
+        "MAX_FILE_PATH_LENGTH": file_view.MAX_FILE_PATH_LENGTH,
+        "MAX_FILE_VIEW_BYTES": file_view.MAX_FILE_VIEW_BYTES,
     }
 
 

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
-from tunnel.app import requests
+from tunnel.app import file_view, requests
 from tunnel.e2e import broadcast, crypto, identity, opening
 from tunnel.handshake import MAX_NAME_LENGTH, PROTOCOL_VERSION
 from tunnel.log import chain
@@ -150,6 +150,16 @@ def _groups() -> list[tuple[str, dict[str, JsonValue]]]:
                 "MAX_PUSH_ENDPOINT_LENGTH": requests.MAX_PUSH_ENDPOINT_LENGTH,
                 "MAX_ID_LENGTH": requests.MAX_ID_LENGTH,
                 "PUSH_KEY_SIZE": requests.PUSH_KEY_SIZE,
+            },
+        ),
+        (
+            "tunnel.app.file_view",
+            {
+                "FILE_WINDOW_LINES": file_view.FILE_WINDOW_LINES,
+                "MAX_FILE_FIND_LENGTH": file_view.MAX_FILE_FIND_LENGTH,
+                "MAX_FILE_LINE_LENGTH": file_view.MAX_FILE_LINE_LENGTH,
+                "MAX_FILE_PATH_LENGTH": file_view.MAX_FILE_PATH_LENGTH,
+                "MAX_FILE_VIEW_BYTES": file_view.MAX_FILE_VIEW_BYTES,
             },
         ),
     ]

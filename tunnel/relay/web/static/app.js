@@ -4,6 +4,9 @@
 
 import { BadLinkError, cryptoAvailable, hostIdFromPath, parseFragment } from "./crypto.js";
 import { cleanName } from "./link.js";
+import { FilePanel, FileReads } from "./files.js";
+import { setFileOpener } from "./links.js";
+import { setLoginSender } from "./login.js";
 import { Notifications, keptLink, requestInAddress } from "./notify.js";
 import { Session } from "./session.js";
 import { TerminalView } from "./terminal.js";
@@ -145,6 +148,12 @@ function boot() {
   view.sandboxDetail.after(notifications.element);
   const opened = requestInAddress(location, history);
   if (opened) view.openRequest(opened.requestId, opened.optionId);
+  // Workspace files a tool call names, read from the host and shown beside the conversation.
+  const reads = new FileReads({ send: (message) => session.send(message) });
+  const files = new FilePanel({ reads });
+  root.after(files.element);
+  setFileOpener((path, line) => files.open(path, line), reads);
+  setLoginSender((message) => session.send(message));
   // The host's signature over its log, checked against the items this page holds.
   const verified = new VerifiedMark(hostId);
   view.agentStatus.after(verified.element);
@@ -162,12 +171,13 @@ function boot() {
       if (message.op === "ready") notifications.offered(message);
       else if (message.op === "push") notifications.confirmed(message);
       else if (message.op === "paths") view.paths?.received(message);
+      else if (message.op === "file") reads.received(message);
       else if (message.op === "error") notifications.refused(message);
     },
   });
   window.addEventListener("pagehide", () => session.stop());
   // For tests and debugging from the console; it holds nothing the page's own script lacks.
-  window.__tunnel = { session, view, verified, notifications };
+  window.__tunnel = { session, view, verified, notifications, files };
   session.start();
 }
 

@@ -1,4 +1,8 @@
-// Line diffs for tool-call content of type "diff": which lines were removed, added or kept.
+// Line diffs for tool-call content of type "diff": which lines were removed, added or kept,
+// shown as hunks under a header per file.
+
+import { el } from "./dom.js";
+import { fileLink, fileReads } from "./links.js";
 
 // Above this many cells the quadratic table costs too much: show old then new instead.
 const MAX_TABLE_CELLS = 250000;
@@ -66,23 +70,136 @@ function splitLines(text) {
 }
 
 const CLASS = { " ": "diff-ctx", "-": "diff-del", "+": "diff-add" };
+// Unchanged lines shown around each change; longer runs between changes fold into one line.
+export const CONTEXT_LINES = 3;
+// Lines of the current file shown around a snippet the agent sent, when the file holds it.
+const FILE_CONTEXT_LINES = 5;
+// Below this width a diff starts folded (a phone), above it open; its toggle changes that.
+const NARROW = "(max-width: 700px)";
 
-/** A <figure> showing the change to `path`; `oldText` null means a new file. */
-export function renderDiff(path, oldText, newText) {
-  const rows = diffLines(oldText === null ? [] : splitLines(oldText), splitLines(newText));
-  const pre = document.createElement("pre");
-  pre.className = "diff-body";
-  for (const { op, line } of rows) {
-    const row = document.createElement("span");
-    row.className = CLASS[op];
-    row.textContent = `${op} ${line}\n`;
-    pre.append(row);
+/**
+ * The rows of `rows` to show: every change with `context` unchanged lines around it, and for each
+ * longer unchanged run one `{gap: n}` in its place. Each row keeps its old and new line numbers
+ * (`old`, `new`: 1-based, null on the side it is not on).
+ */
+export function hunks(rows, context = CONTEXT_LINES) {
+  let oldNo = 0;
+  let newNo = 0;
+  const numbered = rows.map((row) => {
+    if (row.op !== "+") oldNo++;
+    if (row.op !== "-") newNo++;
+    return { ...row, old: row.op === "+" ? null : oldNo, new: row.op === "-" ? null : newNo };
+  });
+  const near = new Array(numbered.length).fill(false);
+  numbered.forEach((row, index) => {
+    if (row.op === " ") return;
+    for (let i = Math.max(0, index - context); i <= Math.min(numbered.length - 1, index + context); i++) {
+      near[i] = true;
+    }
+  });
+  const out = [];
+  let gap = 0;
+  numbered.forEach((row, index) => {
+    if (near[index]) {
+      if (gap) out.push({ gap });
+      gap = 0;
+      out.push(row);
+    } else {
+      gap++;
+    }
+  });
+  if (gap) out.push({ gap });
+  return out;
+}
+
+function rowElement(row, from = null) {
+  if (row.gap !== undefined) {
+    return el("span", { class: "diff-gap", text: `⋯ ${row.gap} unchanged line${row.gap === 1 ? "" : "s"}\n` });
   }
-  const caption = document.createElement("figcaption");
-  caption.textContent = oldText === null ? `${path} (new file)` : path;
-  const figure = document.createElement("figure");
-  figure.className = "diff";
-  figure.dataset.testid = "diff";
-  figure.append(caption, pre);
+  const line = el("span", { class: CLASS[row.op], text: `${row.op} ${row.line}\n` });
+  if (row.old !== null) line.dataset.old = String(row.old + (from ?? 1) - 1);
+  if (row.new !== null) line.dataset.new = String(row.new + (from ?? 1) - 1);
+  return line;
+}
+
+/**
+ * A <figure> showing the change to `path`: a header (the file, what changed, a toggle) and the
+ * hunks, folded on a narrow screen. `oldText` null means a new file. Opened the first time, a
+ * change whose new text the current file holds elsewhere than at its start (a snippet) gets the
+ * file's lines around it and their numbers, read from the host.
+ */
+export function renderDiff(path, oldText, newText) {
+  const oldLines = oldText === null ? [] : splitLines(oldText);
+  const newLines = splitLines(newText);
+  const rows = diffLines(oldLines, newLines);
+  const added = rows.filter((row) => row.op === "+").length;
+  const removed = rows.filter((row) => row.op === "-").length;
+  const shown = hunks(rows);
+  const pre = el("pre", { class: "diff-body", testid: "diff-body" },
+    ...shown.map((row) => rowElement(row)));
+  const caption = el("figcaption", {}, fileLink(path, null, path),
+    oldText === null ? " (new file)" : null);
+  const folded = typeof matchMedia === "function" && matchMedia(NARROW).matches;
+  const toggle = el("button", { class: "diff-toggle", testid: "diff-toggle", type: "button",
+    "aria-expanded": String(!folded), text: folded ? "Show" : "Hide" });
+  const figure = el("figure", { class: "diff", testid: "diff" },
+    el("div", { class: "diff-head" }, caption,
+      el("span", { class: "diff-stat", testid: "diff-stat", text: `+${added} −${removed}` }), toggle),
+    pre);
+  pre.hidden = folded;
+  let widened = false;
+  const widen = () => {
+    if (widened || oldText === null || newLines.length === 0) return;
+    widened = true;
+    const reads = fileReads();
+    if (!reads) return;
+    reads.read(path, null, newLines.join("\n")).then((message) => {
+      const found = message && Number.isInteger(message.found) ? message.found : null;
+      if (found === null || !Array.isArray(message.lines) || !Number.isInteger(message.first)) return;
+      const fileLines = message.lines.map((line) => String(line));
+      const at = (number) => fileLines[number - message.first];
+      const before = [];
+      for (let n = Math.max(message.first, found - FILE_CONTEXT_LINES); n < found; n++) {
+        before.push({ op: " ", line: at(n), old: null, new: n });
+      }
+      const end = found + newLines.length;
+      const after = [];
+      for (let n = end; n < end + FILE_CONTEXT_LINES && at(n) !== undefined; n++) {
+        after.push({ op: " ", line: at(n), old: null, new: n });
+      }
+      if (found === 1 && after.length === 0) return; // the whole file: nothing around it
+      const fromFile = (row) => {
+        const line = rowElement(row);
+        line.classList.add("diff-file");
+        delete line.dataset.old;
+        return line;
+      };
+      // The diff's own rows, numbered where the file has them.
+      pre.replaceChildren(...before.map(fromFile),
+        ...shown.map((row) => {
+          const line = rowElement(row, found);
+          delete line.dataset.old;
+          if (row.new === null) delete line.dataset.new;
+          return line;
+        }),
+        ...after.map(fromFile));
+      figure.dataset.context = "file";
+    });
+  };
+  toggle.addEventListener("click", () => {
+    pre.hidden = !pre.hidden;
+    toggle.setAttribute("aria-expanded", String(!pre.hidden));
+    toggle.textContent = pre.hidden ? "Show" : "Hide";
+    if (!pre.hidden) widen();
+  });
+  if (!folded && typeof IntersectionObserver === "function") {
+    // Read once the diff is on screen: a long replay does not ask for every file it shows.
+    const seen = new IntersectionObserver((entries) => {
+      if (!entries.some((entry) => entry.isIntersecting)) return;
+      seen.disconnect();
+      widen();
+    });
+    seen.observe(figure);
+  }
   return figure;
 }

@@ -5,6 +5,7 @@
 
 import { renderDiff } from "./diff.js";
 import { arr, el, obj, pretty, str } from "./dom.js";
+import { fileLink } from "./links.js";
 
 // Characters of a running terminal's output kept in the page; older output is dropped (the
 // host's tool_terminal item keeps the end of it too).
@@ -224,7 +225,8 @@ export function toolDetails(call, terminals, { open = false, showOutput = true, 
   const locations = arr(call.locations);
   if (locations.length) {
     parts.push(el("ul", { class: "tool-locations", testid: "tool-locations" },
-      ...locations.map((location) => el("li", { text: locationText(location) }))));
+      ...locations.map((location) => el("li", {},
+        fileLink(obj(location).path, obj(location).line, locationText(location))))));
   }
   // A command to run is what an execute request is about: shown as a command line, not only as
   // a field of the raw input.

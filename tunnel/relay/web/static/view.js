@@ -7,6 +7,7 @@ import { approvalText, askedBy, decisionText } from "./approvals.js";
 import { CommandCompletion, commandList } from "./completion.js";
 import { arr, el, formatTime, obj, pretty, str } from "./dom.js";
 import { PromptImages } from "./images.js";
+import { loginCard } from "./login.js";
 import { setMarkdown } from "./markdown.js";
 import { PathCompletion } from "./paths.js";
 import { questionCard } from "./questions.js";
@@ -906,6 +907,8 @@ export class View {
       }
       case "unsupported_update":
         return this.note(item, `unsupported update: ${str(data.kind, "?")}`, "unsupported-update");
+      case "auth_required":
+        return loginCard(item, data, this.isDriver);
       default:
         return this.note(item, this.sessionEventText(data));
     }
@@ -916,6 +919,8 @@ export class View {
     const text = {
       agent_started: "The agent started.",
       agent_exited: "The agent exited.",
+      authenticated: `The agent is logged in (${str(data.method_id, "?")}).`,
+      auth_failed: `The login (${str(data.method_id, "?")}) failed: ${str(data.reason, "?")}`,
       cancelled: "The turn was cancelled.",
       fs_refused: `Refused: the agent's ${str(data.op, "access")} of ${str(data.path, "?")} is outside the workspace.`,
       terminal_refused: `Refused: the agent's command ${str(data.command, "?")} would run in ${str(data.cwd, "?")}, outside the workspace.`,
