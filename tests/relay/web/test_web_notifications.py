@@ -443,6 +443,73 @@ def test_a_push_that_is_not_this_hosts_request_shows_nothing_and_text_is_cut(
     }
 
 
+def test_a_hostile_push_tap_or_message_shows_keeps_and_opens_nothing_but_this_hosts_page(
+    pushed: Pushed,
+) -> None:
+    page = pushed.page
+    # Overrides, isolates, marks and other lines: none reorders or breaks what is shown.
+    pushed.deliver(
+        request_push(
+            "p1",
+            agent="\u2067claude\u2069",
+            title="Run \u202etests\u202c \u200fnow\u061c\u0085 please\u2028ok",
+            command="make\u200e deploy",
+        )
+    )
+    (shown,) = pushed.shown(1)
+    assert shown["title"] == "claude asks: Run tests now please ok"
+    assert shown["body"] == "make deploy"
+
+    # The worker keeps only this host's page on this origin, with its fragment.
+    worker = pushed.worker()
+    page_link = f"{pushed.origin}/h/{HOST_ID}#drive.secret"
+    candidates = [
+        page_link,
+        f"https://evil.example/h/{HOST_ID}#drive.secret",
+        f"{pushed.origin}/h/{'a' * 26}#drive.secret",
+        f"{pushed.origin}/h/{HOST_ID}",
+        f"{pushed.origin}/h/{HOST_ID}/x#drive.secret",
+        f"javascript:alert(1)//{HOST_ID}#x",
+    ]
+    kept = worker.evaluate("(values) => values.map(isPageLink)", candidates)
+    assert kept == [True] + [False] * (len(candidates) - 1)
+    ask = """async (message) => {
+      const registration = await navigator.serviceWorker.ready;
+      const channel = new MessageChannel();
+      const reply = new Promise((resolve) => {
+        channel.port1.onmessage = (e) => resolve(e.data);
+      });
+      registration.active.postMessage(message, [channel.port2]);
+      return await reply;
+    }"""
+    assert page.evaluate(ask, {"type": "keep_link", "url": candidates[1]}) == {"ok": False}
+    assert page.evaluate(ask, {"type": "kept_link"}) == {"ok": True, "url": None}
+
+    # A tap whose data is another host's tells the page nothing; an option the notification
+    # never had chooses none.
+    page.evaluate(
+        """() => {
+          window.__told = [];
+          navigator.serviceWorker.addEventListener("message", (e) => window.__told.push(e.data));
+        }"""
+    )
+    worker.evaluate(
+        "(data) => openRequest({ data }, 'option:0')",
+        {"host": "a" * 26, "request_id": "p1", "options": OPTIONS},
+    )
+    worker.evaluate(
+        "(data) => openRequest({ data }, 'option:7')",
+        {"host": HOST_ID, "request_id": "p1", "options": OPTIONS},
+    )
+    page.wait_for_function("window.__told.length > 0")
+    told = page.evaluate("window.__told")
+    assert told == [{"type": "open_request", "request_id": "p1", "option_id": None}]
+    card = page.locator("[data-testid=permission-request][data-request-id=p1]")
+    expect(card).to_have_attribute("data-wanted", "true")
+    expect(card.locator("[data-preselected=true]")).to_have_count(0)
+    assert pushed.fake.ops("permission") == []
+
+
 def test_a_host_without_push_gets_no_toggle_and_no_notification_requests(page: Page) -> None:
     with fake_relay() as relay:
         page.goto(relay.page_url("drive"))

@@ -23,8 +23,9 @@ const MAX_BODY = 300;
 const MAX_ID = 256;
 const MAX_OPTIONS = 16;
 const MAX_OPTION_NAME = 64;
-// Control characters, and the bidirectional overrides that could make a title read as another.
-const UNSHOWN = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]+/g;
+// Control characters, and the bidirectional overrides, isolates and marks that could make a
+// title read as another.
+const UNSHOWN = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]+/g;
 
 /** `value` as one line of at most `max` code points ("" if it is not a string). */
 function line(value, max) {
