@@ -171,3 +171,23 @@ async def test_under_a_policy_that_asks_a_mode_the_agent_picks_itself_is_switche
         )
         await session.prompt("settings", by="alice")
         await rec.wait_item("message", text="mode default model fast")
+
+
+async def test_a_restarted_agent_gets_its_config_options_back(
+    log: Log, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_ACP_FLAVOR", "config")  # the model is a config option too
+    session = fake_session(log, workspace)
+    async with running(session, log) as rec:
+        await rec.wait_item("session_event", what="settings")
+        await session.set_config("thinking", True, by="alice")
+        await session.set_model("smart", by="alice")
+        pid = session.agent_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        await rec.wait_item("session_event", what="agent_exited")
+        await session.prompt("settings", by="alice")
+        await rec.wait_item("message", text="mode default model smart")
+        # The new agent answered the host's set_config_option with thinking on.
+        options = {o["id"]: o["current_value"] for o in session.settings()["config_options"]}
+        assert options == {"model": "smart", "thinking": True}
