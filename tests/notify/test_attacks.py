@@ -9,6 +9,7 @@ import io
 import logging
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, cast
 
 import anyio
@@ -247,6 +248,21 @@ async def test_a_push_queued_before_a_revocation_is_not_sent() -> None:
             tg.cancel_scope.cancel()
     assert service.to(gone_endpoint) == []
     assert service.errors == []
+
+
+def test_a_restarted_host_keeps_only_the_subscriptions_of_links_still_valid(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "host_key.push"
+    held = Subscriptions.load(path, host_id="a" * 26)
+    for number, owner in enumerate((person("alice"), person("bob"), browser(1))):
+        held.add(subscription(f"https://fcm.googleapis.com/fcm/send/{number}", owner))
+    # Alice's link was revoked as the host went down, before her subscriptions were dropped.
+    again = Subscriptions.load(path, host_id="a" * 26, people=["bob"])
+    assert [s.owner for s in again.all()] == [person("bob"), browser(1)]
+    assert len(Subscriptions.load(path, host_id="a" * 26)) == 2
+    # The host key was replaced: every link changed, so every subscription goes.
+    assert Subscriptions.load(path, host_id="b" * 26, people=["bob"]).all() == []
 
 
 # -- a hostile push service or webhook ---------------------------------------------------------

@@ -341,8 +341,12 @@ def _notifier(settings: ShareSettings, host: Host, session: AgentSession) -> Not
     if not (notify.push or notify.webhooks or notify.command):
         return None
     vapid = VapidKey.load_or_create(settings.host.resolved_vapid_file) if notify.push else None
+    # Only those of links still valid: made for this host key, by people still invited (a
+    # revocation the host did not live to save, or an invitations file edited, ends theirs too).
     subscriptions = Subscriptions.load(
-        settings.host.resolved_subscriptions_file if notify.push else None
+        settings.host.resolved_subscriptions_file if notify.push else None,
+        host_id=host.host_id,
+        people=[invitation.name for invitation in host.invitations.all()],
     )
     listeners: list[WebhookSender | CommandRunner] = [
         WebhookSender(url, notify, conversation_id=session.conversation_id, host_id=host.host_id)

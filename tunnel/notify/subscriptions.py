@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -65,16 +66,25 @@ class Refused(ValueError):
 class Subscriptions:
     """Every subscription, by endpoint; saved to `path` on each change (None: in memory)."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, host_id: str | None = None) -> None:
+        """`host_id`: the host whose subscriptions these are, saved with each (None: any)."""
         self._path = path
+        self._host_id = host_id
         self._by_endpoint: dict[str, Subscription] = {}
 
     @classmethod
-    def load(cls, path: Path | None) -> Subscriptions:
+    def load(
+        cls,
+        path: Path | None,
+        *,
+        host_id: str | None = None,
+        people: Iterable[str] | None = None,
+    ) -> Subscriptions:
         """The subscriptions saved at `path` (an empty file made if there is none). Raises
         KeyFileError for a file others may read; an entry that does not read is dropped with a
-        warning."""
-        subscriptions = cls(path)
+        warning. With `host_id`, those saved by another host (its key was replaced: every link
+        changed) are dropped; with `people`, those of a person no longer invited."""
+        subscriptions = cls(path, host_id=host_id)
         if path is None:
             return subscriptions
         if not path.exists():
@@ -91,15 +101,25 @@ class Subscriptions:
                 f"{path} holds no push subscriptions; move it away (teammates then turn"
                 " notifications on again)"
             ) from None
-        dropped = 0
+        dropped = revoked = 0
+        invited = None if people is None else frozenset(people)
         for entry in entries[:MAX_SUBSCRIPTIONS]:
             subscription = _from_json(entry)
             if subscription is None:
                 dropped += 1
+            elif (host_id is not None and entry.get("host") != host_id) or (
+                invited is not None
+                and subscription.owner.kind == "person"
+                and subscription.owner.id not in invited
+            ):
+                revoked += 1
             else:
                 subscriptions._by_endpoint[subscription.endpoint] = subscription
         if dropped:
             logger.warning("dropped %d unreadable push subscription(s) from %s", dropped, path)
+        if revoked:
+            logger.info("dropped %d push subscription(s) of links no longer valid", revoked)
+            subscriptions._save()
         return subscriptions
 
     def __len__(self) -> int:
@@ -166,7 +186,10 @@ class Subscriptions:
     def _save(self) -> None:
         if self._path is None:
             return
-        data = json.dumps([_to_json(s) for s in self._by_endpoint.values()], indent=1)
+        entries = [_to_json(s) for s in self._by_endpoint.values()]
+        if self._host_id is not None:
+            entries = [entry | {"host": self._host_id} for entry in entries]
+        data = json.dumps(entries, indent=1)
         try:
             write_private_file(self._path, data.encode("utf-8"), overwrite=True)
         except OSError as exc:
