@@ -23,7 +23,7 @@ from tunnel.agents.acp_modes import (
     policy_needs_asking,
 )
 from tunnel.agents.workspace import Workspace
-from tunnel.log import Log
+from tunnel.log import Log, NewItem
 from tunnel.policy import Policy, Rule, parse_policy, preset
 from tunnel.process.groups import unwrap_group
 
@@ -191,3 +191,23 @@ async def test_a_restarted_agent_gets_its_config_options_back(
         # The new agent answered the host's set_config_option with thinking on.
         options = {o["id"]: o["current_value"] for o in session.settings()["config_options"]}
         assert options == {"model": "smart", "thinking": True}
+
+
+async def test_only_the_same_agents_choices_are_given_back(log: Log, workspace: Path) -> None:
+    def event(what: str, **data: object) -> NewItem:
+        return NewItem(type="session_event", data={"what": what, **data}, created_by="host")
+
+    chosen = {"modes": {"current": "autoEdit", "available": [{"id": "autoEdit"}]}}
+    await log.append(
+        "c1",
+        [
+            event("agent_started", agent_id="gemini-cli"),
+            event("settings", **chosen),
+            event("agent_exited", code=0),
+            event("agent_started", agent_id="fake-agent"),  # this start's own
+        ],
+    )
+    session = fake_session(log, workspace)
+    # Gemini CLI's mode means nothing to another agent.
+    assert await session._last_settings("fake-agent") is None
+    assert await session._last_settings("gemini-cli") == {"what": "settings", **chosen}

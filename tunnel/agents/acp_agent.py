@@ -139,6 +139,10 @@ _STATE_UPDATES = (
 )
 
 
+class _StartModeError(Exception):
+    """`--agent-mode` names a mode the agent does not offer (the host user's to fix)."""
+
+
 class _AuthNeeded(Exception):
     """The agent needs a login the host cannot choose by itself (the user's to fix)."""
 
@@ -533,12 +537,12 @@ class AcpSession(ChatSession):
             else:
                 self._settings.set_config_options(options)
 
-    async def _restore_choices(self, live: _Live, first: bool) -> None:
+    async def _restore_choices(self, live: _Live, first: bool, agent_id: Any) -> None:
         """Bring a started agent to what the conversation last chose (its latest `settings`
         event: mode, model, config options), or to `--agent-mode` on the host's first start;
         under an approval policy that needs requests asked, to a mode that asks. What cannot
-        be restored is said in an `error` item; an unknown `--agent-mode` stops the host."""
-        wanted = choices_of(await self._last_settings() or {})
+        be restored is said in an `error` item."""
+        wanted = choices_of(await self._last_settings(agent_id) or {})
         if first and self._start_mode is not None:
             wanted["mode"] = self._start_mode
         current = self._settings.choices()
@@ -582,21 +586,28 @@ class AcpSession(ChatSession):
                 try:
                     await self._send_change(live, plan())
                 except SessionError as exc:
-                    if first and what == f"the mode {self._start_mode}":
-                        # Not recorded: the host stops, and the next run would show it again.
-                        self._start_problem = f"--agent-mode: {exc.message}{self._modes_text()}"
-                        return
                     await self._recorder.error(f"could not set {what}: {exc.message}")
         finally:
             self._changing = False
+
+    def _check_start_mode(self, mode_id: str) -> None:
+        """_StartModeError when the agent offers no mode `mode_id` (`--agent-mode`)."""
+        try:
+            self._settings.mode_change(mode_id)
+        except SessionError as exc:
+            raise _StartModeError(f"--agent-mode: {exc.message}{self._modes_text()}") from None
 
     def _modes_text(self) -> str:
         modes = self._settings.snapshot()["modes"] or {}
         ids = [m["id"] for m in modes.get("available", ())]
         return f" (it offers {', '.join(ids)})" if ids else ""
 
-    async def _last_settings(self) -> dict[str, Any] | None:
-        """The data of the conversation's latest `settings` event, if any."""
+    async def _last_settings(self, agent_id: Any) -> dict[str, Any] | None:
+        """The data of the conversation's latest `settings` event, if the agent that reported
+        it was this one (the `agent_id` of the `agent_started` before it): another agent's mode
+        and model ids mean nothing to this one."""
+        found: dict[str, Any] | None = None
+        starts = 0
         before = None
         while True:
             page = await self._log.query(
@@ -607,10 +618,15 @@ class AcpSession(ChatSession):
                 types="session_event",
             )
             for item in page:
-                if item.data.get("what") == "settings":
-                    return dict(item.data)
+                what = item.data.get("what")
+                if what == "settings" and found is None:
+                    found = dict(item.data)
+                elif what == "agent_started":
+                    starts += 1  # the first is this start's own
+                    if starts > 1 and found is not None:
+                        return found if item.data.get("agent_id") == agent_id else None
             if len(page) < 100:
-                return None
+                return found
             before = page[-1].seq
 
     async def _record_settings(self, *, by: str, change: dict[str, Any] | None = None) -> None:
@@ -686,6 +702,11 @@ class AcpSession(ChatSession):
             try:
                 started: _Live = await self._task_group.start(self._agent_lifetime)
             except Exception as exc:
+                problem = unwrapped(exc)
+                if isinstance(problem, _StartModeError):
+                    # Not recorded: the host stops, and the next run would show it again.
+                    self._start_problem = str(problem)
+                    return None
                 logger.warning("could not start %s: %s", self.info.name, exc)
                 reason = _describe(exc, self._start_timeout)
                 await self._recorder.error(f"could not start the agent {self.info.name}: {reason}")
@@ -735,6 +756,8 @@ class AcpSession(ChatSession):
                 tg.start_soon(_drain_stderr, process, tail)
                 with anyio.fail_after(self._start_timeout) as deadline:
                     session_id, details = await self._open_session(conn, screen, deadline)
+                if not self._started_once and self._start_mode is not None:
+                    self._check_start_mode(self._start_mode)
                 live = self._live = _Live(
                     conn=conn,
                     transport=transport,
@@ -743,7 +766,9 @@ class AcpSession(ChatSession):
                     screen=screen,
                 )
                 await self._recorder.session_event("agent_started", **details)
-                await self._restore_choices(live, first=not self._started_once)
+                await self._restore_choices(
+                    live, first=not self._started_once, agent_id=details.get("agent_id")
+                )
                 self._started_once = True
                 async with self._update_lock:
                     await self._record_settings(by="agent")
