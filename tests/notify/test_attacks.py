@@ -20,6 +20,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from tests.notify.push_keys import BrowserKeys, verify_vapid
 from tests.notify.push_service import push_service
 from tunnel.host.share import HostPeople
+from tunnel.notify import subscriptions as subscriptions_module
 from tunnel.notify.command import command_environment
 from tunnel.notify.endpoints import EndpointRefused, check_endpoint
 from tunnel.notify.events import Waiting
@@ -69,7 +70,7 @@ def notifier(subscriptions: Subscriptions | None = None) -> Notifier:
         host_id="h" * 26,
         vapid=VapidKey.generate(),
         contact="mailto:ops@example.org",
-        subscriptions=subscriptions or Subscriptions(),
+        subscriptions=Subscriptions() if subscriptions is None else subscriptions,
         agent_name=lambda: "demo",
     )
 
@@ -263,6 +264,36 @@ def test_a_restarted_host_keeps_only_the_subscriptions_of_links_still_valid(
     assert len(Subscriptions.load(path, host_id="a" * 26)) == 2
     # The host key was replaced: every link changed, so every subscription goes.
     assert Subscriptions.load(path, host_id="b" * 26, people=["bob"]).all() == []
+
+
+def test_a_flood_of_push_on_and_off_writes_the_file_once_a_while_and_a_revocation_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "host_key.push"
+    held = Subscriptions.load(path, host_id="a" * 26, save_interval=3600)
+    writes: list[bytes] = []
+    write = subscriptions_module.write_private_file
+
+    def counted(target: Path, data: bytes, *, overwrite: bool) -> bool:
+        writes.append(data)
+        return write(target, data, overwrite=overwrite)
+
+    monkeypatch.setattr(subscriptions_module, "write_private_file", counted)
+    notes = notifier(held)
+    for number in range(200):
+        endpoint = f"https://fcm.googleapis.com/fcm/send/{number % 8}"
+        notes.subscribe(subscription(endpoint, person("mallory")))
+        notes.subscribe(subscription(endpoint, person("mallory")))
+        if number % 2:
+            notes.unsubscribe(endpoint, person="mallory")
+    notes.subscribe(subscription("https://fcm.googleapis.com/fcm/send/alice", person("alice")))
+    assert len(writes) == 1
+    held.flush()
+    assert len(writes) == 2
+    assert Subscriptions.load(path, host_id="a" * 26).all() == held.all()
+    notes.forget_person("alice")
+    assert len(writes) == 3
+    assert person("alice") not in [s.owner for s in Subscriptions.load(path).all()]
 
 
 # -- a hostile push service or webhook ---------------------------------------------------------

@@ -333,7 +333,7 @@ def _notifier(settings: ShareSettings, host: Host, session: AgentSession) -> Not
     key; None when there is nothing to notify (no pushes, webhooks nor command)."""
     from tunnel.notify.command import CommandRunner
     from tunnel.notify.settings import default_contact
-    from tunnel.notify.subscriptions import Subscriptions
+    from tunnel.notify.subscriptions import SAVE_INTERVAL, Subscriptions
     from tunnel.notify.vapid import VapidKey
     from tunnel.notify.webhook import WebhookSender
 
@@ -347,6 +347,7 @@ def _notifier(settings: ShareSettings, host: Host, session: AgentSession) -> Not
         settings.host.resolved_subscriptions_file if notify.push else None,
         host_id=host.host_id,
         people=[invitation.name for invitation in host.invitations.all()],
+        save_interval=SAVE_INTERVAL,
     )
     listeners: list[WebhookSender | CommandRunner] = [
         WebhookSender(url, notify, conversation_id=session.conversation_id, host_id=host.host_id)

@@ -20,7 +20,7 @@ from tunnel.notify.endpoints import check_endpoint
 from tunnel.notify.events import Decided, Notable, NotifyEvent, Waiting
 from tunnel.notify.push import PushJob, PushSender
 from tunnel.notify.settings import NotifySettings
-from tunnel.notify.subscriptions import Owner, Subscription, Subscriptions
+from tunnel.notify.subscriptions import SAVE_INTERVAL, Owner, Subscription, Subscriptions
 from tunnel.notify.vapid import VapidKey
 from tunnel.notify.webpush import Option, request_payload, tag_of, topic_of, withdraw_payload
 
@@ -138,17 +138,27 @@ class Notifier:
         """Follow `log` from its end and notify until cancelled."""
         info = await log.get_conversation(conversation_id)
         after = -1 if info is None else info.last_seq
-        async with anyio.create_task_group() as tg:
-            if self._pusher is not None:
-                await tg.start(self._pusher.run)
-            for listener in self._listeners:
-                await tg.start(listener.run)
-            async with log.subscribe(conversation_id, after=after) as sub:
-                task_status.started()
-                while True:
-                    for entry in await sub.receive_batch():
-                        for event in self._notable.receive(entry):
-                            self._on_event(event, tg)
+        try:
+            async with anyio.create_task_group() as tg:
+                if self._pusher is not None:
+                    await tg.start(self._pusher.run)
+                for listener in self._listeners:
+                    await tg.start(listener.run)
+                tg.start_soon(self._save_subscriptions)
+                async with log.subscribe(conversation_id, after=after) as sub:
+                    task_status.started()
+                    while True:
+                        for entry in await sub.receive_batch():
+                            for event in self._notable.receive(entry):
+                                self._on_event(event, tg)
+        finally:
+            self.subscriptions.flush()
+
+    async def _save_subscriptions(self) -> None:
+        """Save the teammates' changes the subscriptions held back (`SAVE_INTERVAL`)."""
+        while True:
+            await anyio.sleep(SAVE_INTERVAL)
+            self.subscriptions.flush()
 
     def _on_event(self, event: NotifyEvent, tg: anyio.abc.TaskGroup) -> None:
         for listener in self._listeners:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,9 @@ MAX_PER_OWNER = 4
 oldest, so one person's browsers cannot crowd out everyone else's."""
 MAX_SUBSCRIPTIONS = 256
 """Subscriptions a host keeps in all; `push_on` beyond is refused."""
+SAVE_INTERVAL = 1.0
+"""Seconds at least between two saves of teammates' changes on a running host (`Subscriptions`'
+`save_interval`)."""
 MAX_PER_ROLE_LINK = 64
 """Subscriptions made through one role link (its browsers' together); `push_on` of a new
 browser beyond is refused. Anyone holding the link can make up browser ids, so without this
@@ -66,10 +71,19 @@ class Refused(ValueError):
 class Subscriptions:
     """Every subscription, by endpoint; saved to `path` on each change (None: in memory)."""
 
-    def __init__(self, path: Path | None = None, *, host_id: str | None = None) -> None:
-        """`host_id`: the host whose subscriptions these are, saved with each (None: any)."""
+    def __init__(
+        self, path: Path | None = None, *, host_id: str | None = None, save_interval: float = 0.0
+    ) -> None:
+        """`host_id`: the host whose subscriptions these are, saved with each (None: any).
+        `save_interval`: seconds at least between two saves of a teammate's change (`push_on`,
+        `push_off`); one within it waits for the next change or `flush()`. A teammate could
+        otherwise make the host write and sync the file as fast as they send, each write
+        holding up the whole host. A revocation is saved at once."""
         self._path = path
         self._host_id = host_id
+        self._save_interval = save_interval
+        self._saved_at = -math.inf
+        self._dirty = False
         self._by_endpoint: dict[str, Subscription] = {}
 
     @classmethod
@@ -79,12 +93,13 @@ class Subscriptions:
         *,
         host_id: str | None = None,
         people: Iterable[str] | None = None,
+        save_interval: float = 0.0,
     ) -> Subscriptions:
         """The subscriptions saved at `path` (an empty file made if there is none). Raises
         KeyFileError for a file others may read; an entry that does not read is dropped with a
         warning. With `host_id`, those saved by another host (its key was replaced: every link
         changed) are dropped; with `people`, those of a person no longer invited."""
-        subscriptions = cls(path, host_id=host_id)
+        subscriptions = cls(path, host_id=host_id, save_interval=save_interval)
         if path is None:
             return subscriptions
         if not path.exists():
@@ -140,6 +155,8 @@ class Subscriptions:
         held = self._by_endpoint.get(subscription.endpoint)
         if held is not None and held.owner != subscription.owner:
             raise Refused("this push endpoint is subscribed by someone else")
+        if held == subscription:
+            return  # the page says it again on each attach: nothing changes, nothing is written
         if held is None and len(self._by_endpoint) >= MAX_SUBSCRIPTIONS:
             raise Refused("the host keeps no more push subscriptions")
         if held is None and subscription.owner.kind == "browser":
@@ -156,7 +173,7 @@ class Subscriptions:
         mine = [s for s in self._by_endpoint.values() if s.owner == subscription.owner]
         for old in mine[: max(0, len(mine) - MAX_PER_OWNER)]:
             del self._by_endpoint[old.endpoint]
-        self._save()
+        self._changed()
 
     def remove(self, endpoint: str, *, owner: Owner | None = None) -> bool:
         """Drop the subscription of `endpoint` (only if it is `owner`'s, when given)."""
@@ -164,7 +181,7 @@ class Subscriptions:
         if held is None or (owner is not None and held.owner != owner):
             return False
         del self._by_endpoint[endpoint]
-        self._save()
+        self._changed()
         return True
 
     def remove_person(self, name: str) -> int:
@@ -180,8 +197,21 @@ class Subscriptions:
         for endpoint in gone:
             del self._by_endpoint[endpoint]
         if gone:
-            self._save()
+            self._dirty = True
+            self.flush()
         return len(gone)
+
+    def _changed(self) -> None:
+        self._dirty = True
+        if time.monotonic() - self._saved_at >= self._save_interval:
+            self.flush()
+
+    def flush(self) -> None:
+        """Save the changes not saved yet, if any."""
+        if self._dirty:
+            self._dirty = False
+            self._saved_at = time.monotonic()
+            self._save()
 
     def _save(self) -> None:
         if self._path is None:
