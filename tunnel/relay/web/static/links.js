@@ -19,11 +19,15 @@ export function fileReads() {
   return reader;
 }
 
-/** `text` naming `path` (and 1-based `line`, or null): a button when files open, else text. */
+/** `text` naming `path` (and 1-based `line`, or null): a link when files open, else text. The
+ * link goes nowhere by itself: the page reads the file through the host. */
 export function fileLink(path, line, text) {
   if (!opener || typeof path !== "string" || path === "") return el("span", { text });
   const at = Number.isInteger(line) && line >= 1 ? line : null;
-  return el("button", { class: "file-link", testid: "file-link", type: "button", text,
+  return el("a", { class: "file-link", testid: "file-link", href: "#", text,
     title: "Show this file", "data-path": path, "data-line": at ?? "",
-    onclick: () => opener(path, at) });
+    onclick: (event) => {
+      event.preventDefault();
+      opener(path, at);
+    } });
 }
