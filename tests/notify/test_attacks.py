@@ -34,6 +34,7 @@ from tunnel.notify.subscriptions import (
     Refused,
     Subscription,
     Subscriptions,
+    role_links_mark,
 )
 from tunnel.notify.vapid import JWT_LIFETIME, VapidKey
 from tunnel.notify.webhook import WebhookSender, event_fields
@@ -264,6 +265,26 @@ def test_a_restarted_host_keeps_only_the_subscriptions_of_links_still_valid(
     assert len(Subscriptions.load(path, host_id="a" * 26)) == 2
     # The host key was replaced: every link changed, so every subscription goes.
     assert Subscriptions.load(path, host_id="b" * 26, people=["bob"]).all() == []
+
+
+def test_role_links_replaced_while_the_host_was_down_take_their_subscriptions_along(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "host_key.push"
+    old, new = role_links_mark("view-1", "drive-1"), role_links_mark("view-2", "drive-2")
+    held = Subscriptions.load(path, role_links=old)
+    held.add(subscription("https://fcm.googleapis.com/fcm/send/1", person("alice")))
+    held.add(subscription("https://fcm.googleapis.com/fcm/send/2", browser(2)))
+    # The share secrets were deleted (or rotated) while the host was down: new role links.
+    notes = notifier(Subscriptions.load(path, role_links=new))
+    assert [s.owner for s in notes.subscriptions.all()] == [person("alice")]
+    # /revoke on a running host: those made through the new links are kept under them.
+    notes.subscribe(subscription("https://fcm.googleapis.com/fcm/send/3", browser(3)))
+    newest = role_links_mark("view-3", "drive-3")
+    notes.forget_role_links(newest)
+    notes.subscribe(subscription("https://fcm.googleapis.com/fcm/send/4", browser(4)))
+    kept = Subscriptions.load(path, role_links=newest).all()
+    assert [s.owner for s in kept] == [person("alice"), browser(4)]
 
 
 def test_a_flood_of_push_on_and_off_writes_the_file_once_a_while_and_a_revocation_at_once(

@@ -293,7 +293,7 @@ async def run_share(
             broadcast.new_epoch()
             await host.revoke()
             if notifier is not None:
-                notifier.forget_role_links()
+                notifier.forget_role_links(_role_links(host))
             print_links(host)
 
         notifier = _notifier(settings, host, session)
@@ -328,6 +328,13 @@ async def run_share(
             await signer.close()
 
 
+def _role_links(host: Host) -> str:
+    """Which role links are valid now, as the push subscriptions keep it."""
+    from tunnel.notify.subscriptions import role_links_mark
+
+    return role_links_mark(str(host.view_link), str(host.drive_link))
+
+
 def _notifier(settings: ShareSettings, host: Host, session: AgentSession) -> Notifier | None:
     """The host's notifications (tunnel/notify), its push key and subscriptions beside the host
     key; None when there is nothing to notify (no pushes, webhooks nor command)."""
@@ -347,6 +354,7 @@ def _notifier(settings: ShareSettings, host: Host, session: AgentSession) -> Not
         settings.host.resolved_subscriptions_file if notify.push else None,
         host_id=host.host_id,
         people=[invitation.name for invitation in host.invitations.all()],
+        role_links=_role_links(host),
         save_interval=SAVE_INTERVAL,
     )
     listeners: list[WebhookSender | CommandRunner] = [

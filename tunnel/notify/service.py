@@ -120,8 +120,10 @@ class Notifier:
         if removed:
             logger.info("dropped %d push subscription(s) of %s", removed, name)
 
-    def forget_role_links(self) -> None:
-        """`/revoke`: every role link's subscriptions go with the links."""
+    def forget_role_links(self, role_links: str | None = None) -> None:
+        """`/revoke`: every role link's subscriptions go with the links; those made through the
+        new ones are kept under `role_links` (`role_links_mark`)."""
+        self.subscriptions.role_links = role_links
         removed = self.subscriptions.remove_role_links()
         if removed:
             logger.info("dropped %d push subscription(s) of the role links", removed)

@@ -9,6 +9,7 @@ link's, with the links themselves.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -64,6 +65,14 @@ class Subscription:
     """The page's id for this browser."""
 
 
+def role_links_mark(*links: str) -> str:
+    """What the subscriptions file keeps of the role links valid now (`links`, their URLs):
+    a one-way digest, so that those made through links since replaced (the share secrets
+    rotated, or deleted while the host was down) are dropped at the next start."""
+    digest = hashlib.sha256(b"agent-tunnel role links\0" + "\0".join(links).encode())
+    return digest.hexdigest()[:32]
+
+
 class Refused(ValueError):
     """A subscription the host does not keep; the message is for the teammate."""
 
@@ -72,15 +81,23 @@ class Subscriptions:
     """Every subscription, by endpoint; saved to `path` on each change (None: in memory)."""
 
     def __init__(
-        self, path: Path | None = None, *, host_id: str | None = None, save_interval: float = 0.0
+        self,
+        path: Path | None = None,
+        *,
+        host_id: str | None = None,
+        role_links: str | None = None,
+        save_interval: float = 0.0,
     ) -> None:
         """`host_id`: the host whose subscriptions these are, saved with each (None: any).
+        `role_links`: which role links are valid now (`role_links_mark`), saved with each made
+        through one.
         `save_interval`: seconds at least between two saves of a teammate's change (`push_on`,
         `push_off`); one within it waits for the next change or `flush()`. A teammate could
         otherwise make the host write and sync the file as fast as they send, each write
         holding up the whole host. A revocation is saved at once."""
         self._path = path
         self._host_id = host_id
+        self.role_links = role_links
         self._save_interval = save_interval
         self._saved_at = -math.inf
         self._dirty = False
@@ -93,13 +110,17 @@ class Subscriptions:
         *,
         host_id: str | None = None,
         people: Iterable[str] | None = None,
+        role_links: str | None = None,
         save_interval: float = 0.0,
     ) -> Subscriptions:
         """The subscriptions saved at `path` (an empty file made if there is none). Raises
         KeyFileError for a file others may read; an entry that does not read is dropped with a
         warning. With `host_id`, those saved by another host (its key was replaced: every link
-        changed) are dropped; with `people`, those of a person no longer invited."""
-        subscriptions = cls(path, host_id=host_id, save_interval=save_interval)
+        changed) are dropped; with `people`, those of a person no longer invited; with
+        `role_links`, those made through role links since replaced."""
+        subscriptions = cls(
+            path, host_id=host_id, role_links=role_links, save_interval=save_interval
+        )
         if path is None:
             return subscriptions
         if not path.exists():
@@ -122,10 +143,18 @@ class Subscriptions:
             subscription = _from_json(entry)
             if subscription is None:
                 dropped += 1
-            elif (host_id is not None and entry.get("host") != host_id) or (
-                invited is not None
-                and subscription.owner.kind == "person"
-                and subscription.owner.id not in invited
+            elif (
+                (host_id is not None and entry.get("host") != host_id)
+                or (
+                    invited is not None
+                    and subscription.owner.kind == "person"
+                    and subscription.owner.id not in invited
+                )
+                or (
+                    role_links is not None
+                    and subscription.owner.kind == "browser"
+                    and entry.get("links") != role_links
+                )
             ):
                 revoked += 1
             else:
@@ -219,6 +248,11 @@ class Subscriptions:
         entries = [_to_json(s) for s in self._by_endpoint.values()]
         if self._host_id is not None:
             entries = [entry | {"host": self._host_id} for entry in entries]
+        if self.role_links is not None:
+            entries = [
+                entry | {"links": self.role_links} if entry["owner_kind"] == "browser" else entry
+                for entry in entries
+            ]
         data = json.dumps(entries, indent=1)
         try:
             write_private_file(self._path, data.encode("utf-8"), overwrite=True)
