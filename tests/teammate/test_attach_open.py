@@ -1,5 +1,6 @@
-"""`/open PATH[:LINE]` and `/login METHOD_ID` in attach: what they send, and how a `file`
-answer is printed (numbered, the line asked for marked, wire text sanitised by the screen)."""
+"""`/open PATH[:LINE]` and `/login METHOD_ID` in attach: what they send, how a `file` answer is
+printed (numbered, the line asked for marked, wire text sanitised by the screen), and how the
+agent's asking for a login and its outcome are said."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from tunnel.app.file_view import FileWindow, encode_file, parse_file
 from tunnel.app.requests import Authenticate, ReadFile, decode_request, encode_request
 from tunnel.teammate.attach import file_lines
 from tunnel.terminal.commands import Say, parse_line
+from tunnel.terminal.render import render_item
 from tunnel.terminal.view import ConversationView
 
 
@@ -34,3 +36,24 @@ def test_a_file_answer_prints_numbered_with_the_line_marked() -> None:
     assert printed[6] == ">100 | line 100"
     refused = parse_file(encode_file(FileWindow(path="/x", line=None, refused="no")))
     assert refused.refused == "no"
+
+
+def test_a_login_the_agent_asks_for_is_said_with_its_methods_and_its_outcome() -> None:
+    def shown(created_by: str, **data: object) -> str:
+        item = {"seq": 1, "type": "session_event", "created_by": created_by, "data": data}
+        return render_item(item).plain
+
+    asked = shown(
+        "agent",
+        what="auth_required",
+        reason="it needs a login to answer",
+        methods=[{"id": "password", "name": "Password"}, {"id": "browser", "name": "Browser"}],
+    )
+    assert "needs a login (it needs a login to answer)" in asked
+    assert "password (Password), browser (Browser)" in asked
+    assert "bob logged the agent in (password)" in shown(
+        "bob", what="authenticated", method_id="password"
+    )
+    assert "bob's login (browser) failed: no browser here" in shown(
+        "bob", what="auth_failed", method_id="browser", reason="no browser here"
+    )
