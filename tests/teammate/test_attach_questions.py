@@ -37,3 +37,20 @@ async def test_attach_shows_the_question_and_answer_sends_the_typed_values(
             await alice.wait_screen(r"no question is waiting")
             alice.keys(b"\x04")
             assert await alice.wait_exit() == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_attach_completes_an_at_path_from_the_hosts_workspace(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    with _host(relay, tmp_path) as host:
+        link = await _drive_link(host)
+        with _attach(link, "alice") as alice:
+            await alice.wait_screen(r"attached as alice \(drive\)")
+            alice.keys(b"context @no\t")  # the host is asked; its answer opens the menu
+            await alice.wait_screen(r"@notes\.txt", where="display")
+            alice.keys(b"\t")
+            await alice.wait_screen(r"^> context @notes\.txt$", where="cursor")
+            alice.keys(b"\r")
+            await alice.wait_screen(r"embedded file://\S+/notes\.txt: milk")

@@ -7,7 +7,7 @@ from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
 from tests.terminal.hostile import WIRE
-from tunnel.terminal.completion import CommandCompleter
+from tunnel.terminal.completion import CommandCompleter, PathCache
 from tunnel.terminal.view import ConversationView
 
 
@@ -57,3 +57,21 @@ def test_mode_ids_complete_after_mode_and_nothing_completes_a_prompt() -> None:
 
 def test_the_local_commands_can_be_narrowed_to_those_of_a_surface() -> None:
     assert "/revoke" not in [text for text, _ in _complete("/", local=["/allow", "/quit"])]
+
+
+def test_at_paths_come_from_the_host_once_and_only_printable_ones() -> None:
+    asked: list[str] = []
+    cache = PathCache()
+    cache.ask = asked.append
+    completer = CommandCompleter(ConversationView, paths=lambda: cache)
+
+    def offered(text: str) -> list[str]:
+        document = Document(text, len(text))
+        return [c.text for c in completer.get_completions(document, CompleteEvent())]
+
+    assert offered("look at @no") == []
+    assert offered("look at @no") == []
+    assert asked == ["no"]  # asked once while the answer is awaited
+    cache.received({"op": "paths", "prefix": "no", "paths": ["notes.txt", "no\x1b]2;x\x07"]})
+    assert offered("look at @no") == ["notes.txt"]
+    assert offered("mail me@no") == []  # not an @ word

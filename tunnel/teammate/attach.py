@@ -42,6 +42,7 @@ from tunnel.app.follower import (
 from tunnel.app.requests import (
     DRIVING_REQUESTS,
     Input,
+    ListPaths,
     Request,
     Resize,
     encode_request,
@@ -65,7 +66,7 @@ from tunnel.terminal.commands import (
     Say,
     parse_line,
 )
-from tunnel.terminal.completion import CommandCompleter
+from tunnel.terminal.completion import CommandCompleter, PathCache
 from tunnel.terminal.notify import TerminalSignals, WaitingRequests
 from tunnel.terminal.presence import change_lines, whole_line
 from tunnel.terminal.raw import ESCAPE_NAME, RawTerminal
@@ -194,6 +195,9 @@ class Attachment:
         self._host_gone = 0
         self._hinted = False
         self._view = ConversationView()
+        self.paths = PathCache()
+        """The workspace paths the host listed for the `@path` words typed (completion)."""
+        self.paths.on_answer = self._screen.complete_again
         self._roster = Roster()
         self._roster_told = False
         self._terminal = False
@@ -341,8 +345,14 @@ class Attachment:
                 await channel.subscribe(after=self._view.last_seq)
             self._channel = channel
             channel.on_file = self._show_file
+            channel.on_paths = self.paths.received
             async with anyio.create_task_group() as tg:
                 self._connection = tg
+
+                def ask(prefix: str) -> None:
+                    tg.start_soon(channel.send, encode_request(ListPaths(prefix=prefix)))
+
+                self.paths.ask = ask
                 tg.start_soon(self._forward_lines, channel)
                 try:
                     while True:
@@ -350,6 +360,7 @@ class Attachment:
                         self._signal_waiting()
                 finally:
                     self._connection = None
+                    self.paths.ask = None
 
     async def _backfill(self, channel: TeammateSession, before: int) -> None:
         """Read earlier items, unprinted, for the state they hold: the agent's commands and
@@ -660,7 +671,9 @@ async def run_attach(settings: AttachSettings) -> int:
     screen: Screen
     if interactive_terminal(sys.stdin, sys.stdout):
         local = [name for name in LOCAL_COMMANDS if name not in HOST_COMMANDS]
-        view = CommandCompleter(lambda: attachment.view, local=local)
+        view = CommandCompleter(
+            lambda: attachment.view, local=local, paths=lambda: attachment.paths
+        )
         screen = PromptScreen(completer=view)
     else:
         screen = PlainScreen(console, sys.stdin)

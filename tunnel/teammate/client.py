@@ -21,7 +21,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import anyio
 
@@ -181,6 +181,9 @@ class TeammateSession:
         self.on_file: Callable[[FileWindow], None] | None = None
         """Called with each answer to a `read_file` this teammate sent (they are not events of
         the session); None drops them."""
+        self.on_paths: Callable[[dict[str, Any]], None] | None = None
+        """Called with each `paths` message (the answer to a `paths` request: workspace paths
+        that complete an `@path`); None drops them."""
 
     @property
     def role(self) -> str:
@@ -289,6 +292,10 @@ class TeammateSession:
             message = decode_host_message(plaintext)
         except BadRequest as exc:
             return [Skipped(op=None, reason=str(exc))]
+        if message["op"] == "paths":
+            if self.on_paths is not None:
+                self.on_paths(message)
+            return []
         if message["op"] == "file":
             # An answer to this teammate's `read_file`: nothing of the session's state.
             try:

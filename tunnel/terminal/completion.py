@@ -9,6 +9,9 @@ description is shown escaped.
 
 from __future__ import annotations
 
+import re
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -18,7 +21,15 @@ from prompt_toolkit.document import Document
 from tunnel.terminal.sanitize import printable
 from tunnel.terminal.view import ConversationView
 
-__all__ = ["LOCAL_DESCRIPTIONS", "CommandCompleter"]
+__all__ = ["LOCAL_DESCRIPTIONS", "CommandCompleter", "PathCache"]
+
+PATHS_KEPT = 64
+"""Prefixes whose listed paths are kept at once."""
+
+PATHS_FRESH = 10.0
+"""Seconds a listing is used before the host is asked again (files come and go)."""
+
+_AT_WORD = re.compile(r"(?:^|\s)@([^\s@]*)$")
 
 LOCAL_DESCRIPTIONS = {
     "/allow": "answer the latest permission request: allow once (always, N, OPTION_ID)",
@@ -41,19 +52,68 @@ def _choices(settings: Mapping[str, Any], what: str) -> Iterator[tuple[str, str]
             yield entry["id"], str(entry.get("name") or "")
 
 
+class PathCache:
+    """The workspace paths the host listed (`paths`) for each `@path` being typed: asked once
+    per prefix, kept `PATHS_FRESH` seconds. `ask` sends the request (None while not attached);
+    `on_answer` is told when a listing arrives, to complete again."""
+
+    def __init__(self) -> None:
+        self.ask: Callable[[str], None] | None = None
+        self.on_answer: Callable[[], None] | None = None
+        self._known: OrderedDict[str, tuple[float, list[str]]] = OrderedDict()
+        self._asked: set[str] = set()
+
+    def get(self, prefix: str) -> list[str] | None:
+        """The paths that complete `prefix`, if listed lately; else asks for them."""
+        known = self._known.get(prefix)
+        if known is not None and time.monotonic() - known[0] < PATHS_FRESH:
+            return known[1]
+        if prefix not in self._asked and self.ask is not None:
+            self._asked.add(prefix)
+            self.ask(prefix)
+        return None
+
+    def received(self, message: Mapping[str, Any]) -> None:
+        """A `paths` message from the host. Paths that are not printable as they are left out:
+        typed, they could not be shown faithfully."""
+        prefix, paths = message.get("prefix"), message.get("paths")
+        if not isinstance(prefix, str) or not isinstance(paths, list):
+            return
+        self._asked.discard(prefix)
+        listed = [p for p in paths if isinstance(p, str) and p and printable(p) == p]
+        self._known[prefix] = (time.monotonic(), listed)
+        self._known.move_to_end(prefix)
+        while len(self._known) > PATHS_KEPT:
+            self._known.popitem(last=False)
+        if self.on_answer is not None:
+            self.on_answer()
+
+
 class CommandCompleter(Completer):
-    """Completes `/word` at the start of a line; `view()` gives the agent's latest commands."""
+    """Completes `/word` at the start of a line; `view()` gives the agent's latest commands.
+    With `paths`, an `@path` word anywhere from the host's workspace."""
 
     def __init__(
-        self, view: Callable[[], ConversationView], *, local: Iterable[str] | None = None
+        self,
+        view: Callable[[], ConversationView],
+        *,
+        local: Iterable[str] | None = None,
+        paths: Callable[[], PathCache] | None = None,
     ) -> None:
         self._view = view
         self._local = tuple(local if local is not None else LOCAL_DESCRIPTIONS)
+        self._paths = paths
 
     def get_completions(
         self, document: Document, complete_event: CompleteEvent
     ) -> Iterator[Completion]:
         text = document.text_before_cursor
+        at = _AT_WORD.search(text)
+        if at is not None and self._paths is not None:
+            prefix = at.group(1)
+            for path in self._paths().get(prefix) or ():
+                yield Completion(path, start_position=-len(prefix), display="@" + path)
+            return
         if not text.startswith("/") or text.startswith("//"):
             return
         view = self._view()

@@ -85,6 +85,9 @@ class Screen:
     def set_prompt(self, text: str) -> None:
         """What the input line starts with."""
 
+    def complete_again(self) -> None:
+        """What the completer offers may have changed (an answer it waited for came)."""
+
     async def run(self, lines: MemoryObjectSendStream[str]) -> None:
         """Read typed lines into `lines` until the end of input; returns then."""
         raise NotImplementedError
@@ -169,6 +172,10 @@ class PromptScreen(Screen):
     def changed(self) -> None:
         if self._app is not None:
             self._app.invalidate()
+
+    def complete_again(self) -> None:
+        if self._app is not None and self._app.is_running:
+            self._buffer.start_completion(select_first=False)
 
     async def run(self, lines: MemoryObjectSendStream[str]) -> None:
         self._lines = lines
