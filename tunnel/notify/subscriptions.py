@@ -4,7 +4,9 @@ key so they outlive a restart, bounded per person and in all.
 A subscription belongs to a person: the invited name of a personal link (the host bound it), or
 for a role link the `browser` id its page sent (anyone holding the link could say any name, so
 the typed name owns nothing). `/revoke NAME` drops that person's; `/revoke` drops every role
-link's, with the links themselves.
+link's, with the links themselves. Each saved entry names the host and, for a role link's, which
+role links were valid then: a host that starts with another key, other role links, or without
+an invitation, keeps none of theirs.
 """
 
 from __future__ import annotations
