@@ -168,6 +168,7 @@ def _settings_view() -> ConversationView:
         },
         "models": None,
         "config_options": None,
+        "approval": {"asks": True, "text": "asks before edits and commands"},
     }
     commands = [{"name": "compact", "description": "shrink the context"}]
     view.accept({"seq": 0, "type": "session_event", "data": settings})
@@ -183,6 +184,7 @@ def test_mode_and_model_show_the_choices_or_switch() -> None:
     assert isinstance(shown, Say)
     assert "mode: default (Default)" in shown.text
     assert "plan (Plan)" in shown.text
+    assert shown.text.endswith("; in it the agent asks before edits and commands")
     assert parse_line("/mode plan", view) == SetMode(mode_id="plan")
     assert parse_line("/model opus", view) == SetModel(model_id="opus")
     assert parse_line("/model", view) == Say(text="the agent offers no model choice")

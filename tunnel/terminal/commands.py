@@ -228,7 +228,12 @@ def _mode(args: list[str], settings: Mapping[str, Any]) -> Command:
         return Say(text="usage: /mode [MODE_ID]")
     if args:
         return SetMode(mode_id=args[0])
-    return Say(text=_choices("mode", settings.get("modes")))
+    shown = _choices("mode", settings.get("modes"))
+    approval = settings.get("approval")
+    if isinstance(approval, Mapping) and isinstance(approval.get("text"), str):
+        # Whether the mode asks before edits and commands, in the host's words.
+        shown += f"; in it the agent {approval['text']}"
+    return Say(text=shown)
 
 
 def _model(args: list[str], settings: Mapping[str, Any]) -> Command:
