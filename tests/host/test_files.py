@@ -1,7 +1,8 @@
 """`read_file`: a viewer reads a window of a workspace file, and every way out of the workspace
 is refused in words while the channel goes on serving: `..`, absolute paths, symlinks leading
 out, /proc, the host's key (by name, through a symlink, by a hard link), oversized and binary
-files; and the rate bound. The handler is real, the channel scripted (as test_session_history)."""
+files; and the rate bound. The handler is real, the channel scripted (as test_session_history);
+the last test shares through a real relay, where the host's own key file is the one hidden."""
 
 from __future__ import annotations
 
@@ -13,15 +14,23 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.support import RelayProcess
 from tunnel.agents import DemoSession
 from tunnel.agents.workspace import Workspace
-from tunnel.app.file_view import FILE_READ_BURST, FILE_WINDOW_LINES, MAX_FILE_VIEW_BYTES
+from tunnel.app.file_view import (
+    FILE_READ_BURST,
+    FILE_WINDOW_LINES,
+    MAX_FILE_VIEW_BYTES,
+    FileWindow,
+)
 from tunnel.app.requests import ReadFile, Subscribe
 from tunnel.host.files import FileReader
 from tunnel.host.presence import Presence
 from tunnel.host.session import SessionChannelHandler
 from tunnel.log import Log, MemoryStore
 
+from .conftest import sharing
+from .teammate import attached
 from .test_session_history import ScriptedChannel
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -128,3 +137,32 @@ async def test_reads_beyond_the_burst_are_refused_not_queued(viewer: ScriptedCha
     assert refused
     assert "too many" in refused[0]["refused"]
     assert all("lines" in a for a in answers[:FILE_READ_BURST])
+
+
+async def test_a_shared_host_never_shows_its_key_even_hard_linked_into_the_workspace(
+    relay: RelayProcess, tmp_path: Path, workspace: Path
+) -> None:
+    windows: list[FileWindow] = []
+    async with (
+        sharing(relay.url, tmp_path, agent="demo", workspace=workspace) as shared,
+        attached(str(shared.host.view_link), "vera") as vera,
+    ):
+        got = anyio.Event()
+
+        def take(window: FileWindow) -> None:
+            windows.append(window)
+            if len(windows) == 3:
+                got.set()
+
+        vera.session.on_file = take
+        os.link(tmp_path / "host_key", workspace / "innocent.txt")
+        for path in ("innocent.txt", "notes.txt", "escape/x"):
+            await vera.send(ReadFile(path=path, line=1))
+        with anyio.fail_after(20):
+            await got.wait()
+    private, notes, escape = windows
+    assert private.refused is not None
+    assert "the host keeps it private" in private.refused
+    assert notes.lines == ["remember the milk"]
+    assert escape.refused is not None
+    assert "outside the workspace" in escape.refused
