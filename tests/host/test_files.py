@@ -166,3 +166,17 @@ async def test_a_shared_host_never_shows_its_key_even_hard_linked_into_the_works
     assert notes.lines == ["remember the milk"]
     assert escape.refused is not None
     assert "outside the workspace" in escape.refused
+
+
+async def test_a_handler_with_no_files_refuses_with_a_file_answer(tmp_path: Path) -> None:
+    log = Log(MemoryStore())
+    session = DemoSession(log=log, workspace=tmp_path, conversation_id="c1", delay=0)
+    channel = ScriptedChannel("view")
+    handler = SessionChannelHandler(channel, session=session, log=log, presence=Presence())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(handler.run)
+        await channel.request(Subscribe(after=None))
+        answer = await read(channel, "notes.txt", 3)
+        tg.cancel_scope.cancel()
+    assert answer["refused"] == "this host shows no files"
+    assert answer["line"] == 3

@@ -320,13 +320,14 @@ class SessionChannelHandler:
 
     async def _read_file(self, request: ReadFile) -> None:
         """A window of a workspace file (docs/application.md, "Reading a file")."""
-        if self._files is None:
-            await self._send(out.Error(code="not_supported", message="this host shows no files"))
-            return
+        # Every answer is a `file` message, a refusal too: the page matches it with its read.
         now = anyio.current_time()
         if self._read_limit is None:
             self._read_limit = ReadLimit(now=now)
-        if self._read_limit.take(now):
+        if self._files is None:
+            why = "this host shows no files"
+            window = FileWindow(path=request.path, line=request.line, refused=why)
+        elif self._read_limit.take(now):
             window = await self._files.read(request.path, request.line, request.find)
         else:
             why = "too many files were asked for at once; try again in a moment"
