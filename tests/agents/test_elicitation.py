@@ -54,6 +54,7 @@ def test_a_form_becomes_flat_fields() -> None:
         {"properties": {"x": {"type": "string", "format": "password"}}},
         {"properties": {"x": {"type": "string", "enum": [1, 2]}}},
         {"properties": {"x": {"type": "string", "enum": ["a", "a"]}}},
+        {"properties": {"x": {"type": "string", "enum": ["a" * 1025]}}},
         {"properties": {"x": {"type": "integer", "minimum": 5, "maximum": 1}}},
         {"properties": {"x": {"type": "number", "minimum": "0"}}},
         {"properties": {"x": {"type": "string"}}, "required": ["y"]},

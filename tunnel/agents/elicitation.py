@@ -43,7 +43,9 @@ MAX_OPEN_QUESTIONS = 8
 """Open questions per session; an agent asking more at once gets the extra ones cancelled."""
 
 MAX_LABEL_CHARS = 1024
-"""A title, description or choice label longer than this is cut (the message: 4 times as long)."""
+"""A title, description or choice label longer than this is cut (the message: 4 times as long);
+a form with a longer choice value is refused. So a question's item stays well under a snapshot
+page, whatever the agent sends."""
 
 MAX_REMEMBERED = 1024
 """Closed question ids remembered to answer `already_answered` rather than `unknown_request`."""
@@ -288,7 +290,7 @@ def _choices(name: str, spec: Mapping[str, Any]) -> list[dict[str, str]]:
     if not 1 <= len(pairs) <= MAX_ELICITATION_CHOICES:
         raise BadForm(f"field {name!r} must offer 1 to {MAX_ELICITATION_CHOICES} choices")
     if len({value for value, _ in pairs}) != len(pairs) or any(
-        len(value) > MAX_ELICITATION_TEXT_LENGTH for value, _ in pairs
+        len(value) > MAX_LABEL_CHARS for value, _ in pairs
     ):
         raise BadForm(f"field {name!r} offers a choice twice or one too long")
     return [{"value": value, "label": _label(label) or value} for value, label in pairs]
