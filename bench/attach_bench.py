@@ -7,7 +7,8 @@ Run: .venv/bin/python bench/attach_bench.py [--n 200] [--pairs 5] [--concurrency
 - ours: `tunnel relay` (per-IP, per-host and per-link limits off: harness.RELAY_LOAD_OPTIONS),
   our host serving sessions as `tunnel host` does (bench/peers.py `session-host`), and N
   `connect_teammate` sessions in a swarm process (bench/swarm.py); a teammate is attached once
-  it has the `ready` message, sent `subscribe` and received the end of the (empty) snapshot.
+  it has the `ready` message and the end of the (empty) snapshot its `open` asked for (the open
+  carries the `subscribe`: docs/protocol.md, "Application messages").
   Each join makes the host cast a presence delta once, which the relay copies to every joined
   channel (the joiner's own first list comes in its `broadcast` message, which the client hands
   on as a `presence` message): the swarm counts those messages and their bytes until none

@@ -7,8 +7,9 @@ JSON line for each JSON command line on stdin, and exits when stdin closes.
 Commands:
 - `attach(kind, target, n, concurrency, mode)`: start `n` teammates, at most `concurrency`
   connecting at once, and answer once every one is ready (or failed). `kind` "ours":
-  `connect_teammate(target)`, then in `mode` "session" the `ready` message, a `subscribe`, and
-  ready once the snapshot ended; in `mode` "echo" (bench/peers.py `host`) one echoed message.
+  `connect_teammate(target)`, then in `mode` "session" (the `open` carrying the `subscribe`)
+  the `ready` message and ready once the snapshot ended; in `mode` "echo" (bench/peers.py
+  `host`) one echoed message.
   `kind` "bare": a websockets connection to `target`/attach, ready once the bare relay's greeting
   arrived. Every message after that counts as an item.
 - `settle(quiet, limit)`: wait until no presence message arrived for `quiet` seconds; answer the
@@ -36,6 +37,7 @@ from websockets.asyncio.client import connect
 
 from tunnel.app.follower import FollowerEvent, Item, Presence, SnapshotPage
 from tunnel.app.host_messages import Member, pack
+from tunnel.e2e.opening import EarlySubscribe
 from tunnel.teammate.client import connect_teammate
 
 POLL = 0.01
@@ -73,7 +75,9 @@ class Swarm:
         await gate.acquire()
         released = False
         try:
-            async with connect_teammate(link, name=name) as session:
+            # A session's open carries its subscribe: attached one round trip after the hellos.
+            early = None if mode == "echo" else EarlySubscribe()
+            async with connect_teammate(link, name=name, subscribe=early) as session:
                 if mode == "echo":
                     await session.send(control("echo", n=1))
                     await session.send(b"x")
@@ -82,7 +86,6 @@ class Swarm:
                     gate.release()
                     released = True
                     await anyio.sleep_forever()
-                await session.subscribe()
                 while True:
                     message = await session.receive()
                     self._count(state, message)

@@ -57,7 +57,7 @@ __all__ = [
     "teammate_hello",
 ]
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Spoken in every hello; bumped on incompatible wire changes."""
 
 MAX_NAME_LENGTH = 64

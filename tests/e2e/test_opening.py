@@ -15,10 +15,12 @@ from tunnel.e2e.opening import (
     ANSWER_SIGN_LABEL,
     ANSWER_SIZE,
     EPHEMERAL_KEY_SIZE,
+    EarlySubscribe,
     OpeningError,
     TeammateOpening,
     answer_offer,
     channel_keys,
+    check_early_subscribe,
     check_offer_fields,
     full_transcript_hash,
     make_proof,
@@ -54,7 +56,12 @@ def test_the_vectors_follow_from_their_inputs() -> None:
         salt=bytes.fromhex(VECTORS["salt_hex"]),
         name=VECTORS["name"],
         role=VECTORS["role"],
+        subscribe=EarlySubscribe(
+            after=int(VECTORS["kx_sub_after"]), conversation=VECTORS["kx_sub_conversation"]
+        ),
     )
+    assert mine.offer.subscribe is not None
+    assert mine.offer.subscribe.transcript_field().hex() == VECTORS["kx_sub_field_hex"]
     assert mine.offer.teammate_key.hex() == VECTORS["kx_teammate_key_hex"]
     assert mine.offer.transcript_hash().hex() == VECTORS["kx_offer_hash_hex"]
     assert proof_key(ROOT).hex() == VECTORS["kx_proof_key_hex"]
@@ -95,11 +102,25 @@ def test_both_ends_agree_and_each_channel_has_keys_of_its_own() -> None:
         {"name": "mallory"},
         {"salt": bytes(16)},
         {"teammate_key": bytes(range(EPHEMERAL_KEY_SIZE))},
+        {"subscribe": None},
+        {"subscribe": EarlySubscribe(after=0, conversation="c-1")},
+        {"subscribe": EarlySubscribe(after=7, conversation="c-2")},
+        {"subscribe": EarlySubscribe(tail=7, conversation="c-1")},
     ],
-    ids=lambda change: next(iter(change)),
+    ids=[
+        "host_id",
+        "role",
+        "name",
+        "salt",
+        "teammate_key",
+        "sub dropped",
+        "sub after",
+        "sub conversation",
+        "sub tail",
+    ],
 )
 def test_an_offer_changed_on_the_way_fails_its_proof(change: dict[str, object]) -> None:
-    genuine = opening()
+    genuine = opening(subscribe=EarlySubscribe(after=7, conversation="c-1"))
     changed = dataclasses.replace(genuine.offer, **change)  # type: ignore[arg-type]
     identity = IDENTITY
     if "host_id" in change:
@@ -241,3 +262,41 @@ def test_no_signature_of_the_host_stands_for_another() -> None:
     assert len(ANSWER_SIGN_LABEL) == len(SIGN_LABEL) == 32
     assert not SIGN_LABEL.startswith(b"https")
     assert not ANSWER_SIGN_LABEL.startswith(b"https")
+
+
+def test_an_early_subscribe_goes_in_the_meta_and_comes_out_as_it_went() -> None:
+    for early in (
+        EarlySubscribe(),
+        EarlySubscribe(tail=50),
+        EarlySubscribe(after=-1),
+        EarlySubscribe(after=12, conversation="c-0001"),
+    ):
+        meta = opening(subscribe=early).meta()
+        assert check_early_subscribe(meta) == early
+    assert "sub" not in opening().meta()
+    assert check_early_subscribe(opening().meta()) is None
+
+
+@pytest.mark.parametrize(
+    "sub",
+    [
+        [],
+        {"after": "1"},
+        {"after": True},
+        {"head": 1},
+        {"conversation": ""},
+        {"conversation": "x" * 257},
+        {"conversation": 5},
+    ],
+    ids=repr,
+)
+def test_a_malformed_early_subscribe_is_a_protocol_error(sub: object) -> None:
+    with pytest.raises(OpeningError) as caught:
+        check_early_subscribe({"sub": sub})
+    assert caught.value.code == CloseCode.PROTOCOL_ERROR
+
+
+def test_the_transcript_tells_no_early_subscribe_from_a_fresh_one() -> None:
+    none, fresh = opening(salt=bytes(16)), opening(salt=bytes(16), subscribe=EarlySubscribe())
+    fresh_offer = dataclasses.replace(fresh.offer, teammate_key=none.offer.teammate_key)
+    assert none.offer.transcript_hash() != fresh_offer.transcript_hash()

@@ -748,6 +748,10 @@ def opening_seeds() -> dict[str, bytes]:
         "salt": bytes.fromhex(vectors["salt_hex"]),
         "kx": bytes.fromhex(vectors["kx_teammate_key_hex"]),
         "proof": bytes.fromhex(vectors["kx_proof_hex"]),
+        "sub": {
+            "after": int(vectors["kx_sub_after"]),
+            "conversation": vectors["kx_sub_conversation"],
+        },
     }
     return {
         "ok-answer": answer,
@@ -763,6 +767,8 @@ def opening_seeds() -> dict[str, bytes]:
         "near-meta-short-kx": pack({**meta, "kx": meta["kx"][:-1]}),
         "near-meta-proof-str": pack({**meta, "proof": "text"}),
         "near-meta-salt-nil": pack({**meta, "salt": None}),
+        "near-meta-sub-list": pack({**meta, "sub": [41]}),
+        "near-meta-sub-after-str": pack({**meta, "sub": {"after": "41"}}),
     }
 
 
@@ -942,7 +948,21 @@ DICT_MAKERS: dict[str, Callable[[], list[bytes]]] = {
     "link": lambda: [token.encode() for token in _LINK_TOKENS],
     "cast": lambda: _CAST_TOKENS,
     "cast_messages": lambda: _packed(["op", "item", "event", "presence"]),
-    "opening": lambda: _packed(["role", "name", "salt", "kx", "proof", "drive", "view"]),
+    "opening": lambda: _packed(
+        [
+            "role",
+            "name",
+            "salt",
+            "kx",
+            "proof",
+            "sub",
+            "after",
+            "tail",
+            "conversation",
+            "drive",
+            "view",
+        ]
+    ),
     "export": lambda: (
         [f'"{word}"'.encode() for word in [*_ITEM_WORDS, *_EXPORT_WORDS]]
         + [b"null", b"true", b"{", b"}", b"[", b"]", b":", b",", b"\n", b"0" * 64]

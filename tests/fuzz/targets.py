@@ -30,7 +30,13 @@ with atheris.instrument_imports():
     from tunnel.e2e.broadcast import CastError, CastOpener
     from tunnel.e2e.crypto import ShareLink, e2e_root
     from tunnel.e2e.identity import HostIdentity
-    from tunnel.e2e.opening import OpeningError, TeammateOpening, check_offer_fields
+    from tunnel.e2e.opening import (
+        REFERENCE_SUBSCRIBE,
+        OpeningError,
+        TeammateOpening,
+        check_early_subscribe,
+        check_offer_fields,
+    )
     from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
     from tunnel.log import Item
     from tunnel.log.ndjson import parse_record
@@ -48,6 +54,7 @@ def vector_opening() -> TeammateOpening:
         name="alice",
         private_key=X25519PrivateKey.from_private_bytes(bytes(range(0xB0, 0xD0))),
         salt=bytes(range(0x60, 0x70)),
+        subscribe=REFERENCE_SUBSCRIBE,
     )
 
 
@@ -156,6 +163,8 @@ def opening(data: bytes) -> None:
     if isinstance(value, dict):
         with contextlib.suppress(OpeningError):
             check_offer_fields(value)
+        with contextlib.suppress(OpeningError):
+            check_early_subscribe(value)
     with contextlib.suppress(OpeningError):
         crypto = vector_opening().finish(data)
         assert crypto.send.counter == 0

@@ -18,7 +18,7 @@ from tunnel.app.requests import decode_request
 from tunnel.e2e.broadcast import CastError, CastOpener
 from tunnel.e2e.broadcast import reference_vectors as cast_vectors
 from tunnel.e2e.crypto import ShareLink
-from tunnel.e2e.opening import OpeningError, check_offer_fields
+from tunnel.e2e.opening import OpeningError, check_early_subscribe, check_offer_fields
 from tunnel.handshake import HelloError, parse_host_hello, parse_teammate_hello
 from tunnel.log import Item
 from tunnel.log.ndjson import parse_record
@@ -63,7 +63,7 @@ def _opening(data: bytes) -> object:
     except Exception:  # not msgpack: an answer
         value = None
     if isinstance(value, dict):
-        return check_offer_fields(value)
+        return check_offer_fields(value), check_early_subscribe(value)
     from .targets import vector_opening
 
     return vector_opening().finish(data)

@@ -72,6 +72,14 @@ can stand for another)."""
 
 assert len(ANSWER_SIGN_LABEL) == 32
 
+MAX_CONVERSATION_LENGTH: Final = 256
+"""Characters of the conversation id an early subscribe may name."""
+
+CONFIRMATION: Final = b""
+"""The plaintext of the teammate's first sealed message, sent as soon as the host's answer
+checks: the key confirmation (TLS 1.3's client Finished) that lets the host show the teammate
+to others (docs/security.md, "Opening a channel")."""
+
 _LENGTH: Final = struct.Struct(">H")
 
 
@@ -91,6 +99,44 @@ def _field(value: bytes) -> bytes:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EarlySubscribe:
+    """The `subscribe` an `open` carries (its meta `sub`), so the host's first answer holds the
+    snapshot: docs/protocol.md, "Application messages". In clear, bound into the transcript."""
+
+    after: int | None = None
+    """Resume after this seq (-1: the whole log); None is a fresh join."""
+    tail: int | None = None
+    """A fresh join's last items; None is the host's default."""
+    conversation: str | None = None
+    """The conversation `after` counts in: a host with another one sends a fresh join's
+    snapshot marked `reset` instead of what follows a cursor of another log."""
+
+    def meta(self) -> dict[str, Any]:
+        """The `open` meta's `sub` map: only the fields that are set."""
+        sub: dict[str, Any] = {}
+        if self.after is not None:
+            sub["after"] = self.after
+        if self.tail is not None:
+            sub["tail"] = self.tail
+        if self.conversation is not None:
+            sub["conversation"] = self.conversation
+        return sub
+
+    def transcript_field(self) -> bytes:
+        """What the transcript holds of it: `after=N`, `tail=N` or `fresh`, then
+        `;conversation=ID` when it names one (ASCII digits, the id as UTF-8)."""
+        if self.after is not None:
+            text = f"after={self.after}"
+        elif self.tail is not None:
+            text = f"tail={self.tail}"
+        else:
+            text = "fresh"
+        if self.conversation is not None:
+            text += f";conversation={self.conversation}"
+        return text.encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Offer:
     """The teammate's half of the transcript: everything its `open` says, and where it goes."""
 
@@ -104,9 +150,12 @@ class Offer:
     """16 random bytes of the teammate's."""
     teammate_key: bytes
     """The teammate's ephemeral X25519 public key."""
+    subscribe: EarlySubscribe | None = None
+    """The subscribe the open carries, if any."""
 
     def transcript_hash(self) -> bytes:
-        """TH1 = SHA-256 of the label and every field of the offer, each length-prefixed."""
+        """TH1 = SHA-256 of the label and every field of the offer, each length-prefixed; the
+        last is the early subscribe's `transcript_field()`, empty when the open carries none."""
         digest = hashlib.sha256(_field(TRANSCRIPT_LABEL))
         for value in (
             self.host_id.encode("ascii"),
@@ -114,6 +163,7 @@ class Offer:
             self.name.encode("utf-8"),
             self.salt,
             self.teammate_key,
+            b"" if self.subscribe is None else self.subscribe.transcript_field(),
         ):
             digest.update(_field(value))
         return digest.digest()
@@ -189,6 +239,7 @@ class TeammateOpening:
         name: str,
         private_key: X25519PrivateKey | None = None,
         salt: bytes | None = None,
+        subscribe: EarlySubscribe | None = None,
     ) -> None:
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
@@ -200,19 +251,24 @@ class TeammateOpening:
             name=name,
             salt=new_salt() if salt is None else salt,
             teammate_key=_raw_public(self._private),
+            subscribe=subscribe,
         )
         self.proof = make_proof(root, self.offer)
 
     def meta(self) -> dict[str, Any]:
-        """The `open` meta: role, name, salt, the ephemeral key `kx` and the `proof`."""
+        """The `open` meta: role, name, salt, the ephemeral key `kx`, the `proof`, and the
+        early subscribe `sub` when there is one."""
         offer = self.offer
-        return {
+        meta: dict[str, Any] = {
             "role": offer.role,
             "name": offer.name,
             "salt": offer.salt,
             "kx": offer.teammate_key,
             "proof": self.proof,
         }
+        if offer.subscribe is not None:
+            meta["sub"] = offer.subscribe.meta()
+        return meta
 
     def finish(self, answer: bytes) -> ChannelCrypto:
         """Check the host's answer and return the channel's ciphers (send up, receive down).
@@ -311,11 +367,38 @@ def check_offer_fields(meta: dict[str, Any]) -> tuple[bytes, bytes, bytes]:
     return salt, teammate_key, proof
 
 
+def check_early_subscribe(meta: dict[str, Any]) -> EarlySubscribe | None:
+    """The `sub` of an `open` meta, checked for shape (its numbers as a `subscribe` request's
+    are, by the caller); None when the open carries none.
+
+    Raises OpeningError 4000 for a `sub` that is not a map of `after`, `tail`, `conversation`
+    with the right types.
+    """
+    sub = meta.get("sub")
+    if sub is None:
+        return None
+    if not isinstance(sub, dict) or not set(sub) <= {"after", "tail", "conversation"}:
+        raise OpeningError(CloseCode.PROTOCOL_ERROR, "malformed sub")
+    after, tail, conversation = sub.get("after"), sub.get("tail"), sub.get("conversation")
+    for number in (after, tail):
+        if number is not None and type(number) is not int:
+            raise OpeningError(CloseCode.PROTOCOL_ERROR, "malformed sub")
+    if conversation is not None and (
+        not isinstance(conversation, str) or not 1 <= len(conversation) <= MAX_CONVERSATION_LENGTH
+    ):
+        raise OpeningError(CloseCode.PROTOCOL_ERROR, "malformed sub")
+    return EarlySubscribe(after=after, tail=tail, conversation=conversation)
+
+
 # --- reference test vectors ------------------------------------------------------------------
 
 
 def _x25519_from_seed(seed: bytes) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(seed)
+
+
+REFERENCE_SUBSCRIBE: Final = EarlySubscribe(after=41, conversation="c-0001")
+"""The early subscribe of the reference vectors' open."""
 
 
 def reference_vectors(
@@ -331,6 +414,7 @@ def reference_vectors(
         name=name,
         private_key=teammate_private,
         salt=salt,
+        subscribe=REFERENCE_SUBSCRIBE,
     )
     answered = answer_offer(
         identity, root=root, offer=opening.offer, proof=opening.proof, private_key=host_private
@@ -344,6 +428,9 @@ def reference_vectors(
         "kx_teammate_key_hex": opening.offer.teammate_key.hex(),
         "kx_host_private_hex": bytes(range(0xD0, 0xF0)).hex(),
         "kx_host_key_hex": host_key.hex(),
+        "kx_sub_after": str(REFERENCE_SUBSCRIBE.after),
+        "kx_sub_conversation": str(REFERENCE_SUBSCRIBE.conversation),
+        "kx_sub_field_hex": REFERENCE_SUBSCRIBE.transcript_field().hex(),
         "kx_offer_hash_hex": opening.offer.transcript_hash().hex(),
         "kx_proof_key_hex": proof_key(root).hex(),
         "kx_proof_hex": opening.proof.hex(),

@@ -15,10 +15,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
+
+from tunnel.app.errors import BadRequest
+from tunnel.app.requests import Subscribe, decode_request
 from tunnel.e2e.channel import SealedChannel
 from tunnel.e2e.crypto import ROLES, ChannelCrypto
 from tunnel.e2e.identity import HostIdentity
-from tunnel.e2e.opening import HostAnswer, Offer, OpeningError, answer_offer, check_offer_fields
+from tunnel.e2e.opening import (
+    EarlySubscribe,
+    HostAnswer,
+    Offer,
+    OpeningError,
+    answer_offer,
+    check_early_subscribe,
+    check_offer_fields,
+)
 from tunnel.errors import TunnelError
 from tunnel.handshake import MAX_NAME_LENGTH
 from tunnel.link import ChannelClosedError, LinkChannel
@@ -50,6 +62,9 @@ class OpenRequest:
     invitation: bytes | None
     """The verifier of the personal link the relay says the token matched (its `peer`), or None.
     A hint only: the proof is checked with that link's root, so a wrong one fails the open."""
+    subscribe: EarlySubscribe | None
+    """The subscribe the open carries (`sub`), checked as a `subscribe` request is; None when it
+    carries none (the teammate subscribes on the channel)."""
     meta: dict[str, Any]
 
 
@@ -63,12 +78,20 @@ def parse_open(path: str, meta: dict[str, Any], *, paths: frozenset[str]) -> Ope
     assert isinstance(role, str)
     try:
         salt, teammate_key, proof = check_offer_fields(meta)
+        subscribe = check_early_subscribe(meta)
     except OpeningError as exc:
         raise ChannelRefusedError(CloseCode(exc.code), exc.reason) from None
     peer = meta.get("peer")
     # The relay matched the token to a role: a claim that contradicts it cannot succeed.
     if isinstance(peer, dict) and peer.get("role") not in (None, role):
         raise ChannelRefusedError(CloseCode.UNAUTHORIZED, "role does not match the token")
+    if subscribe is not None:
+        # The same bounds as a `subscribe` request on the channel (docs/application.md).
+        request = {"op": "subscribe", "after": subscribe.after, "tail": subscribe.tail}
+        try:
+            decode_request(msgpack.packb(request))
+        except BadRequest as exc:
+            raise ChannelRefusedError(CloseCode.PROTOCOL_ERROR, exc.message) from None
     invitation = peer.get("invitation") if isinstance(peer, dict) else None
     if invitation is not None and not isinstance(invitation, bytes):
         raise ChannelRefusedError(CloseCode.PROTOCOL_ERROR, "malformed peer")
@@ -85,6 +108,7 @@ def parse_open(path: str, meta: dict[str, Any], *, paths: frozenset[str]) -> Ope
         proof=proof,
         name=name,
         invitation=invitation,
+        subscribe=subscribe,
         meta=meta,
     )
 
@@ -141,6 +165,18 @@ class HostChannel(SealedChannel):
     def path(self) -> str:
         """The channel path ("session")."""
         return self._request.path
+
+    @property
+    def early_subscribe(self) -> Subscribe | None:
+        """The subscribe the open carried, to serve before anything is received, or None."""
+        sub = self._request.subscribe
+        return None if sub is None else Subscribe(after=sub.after, tail=sub.tail)
+
+    @property
+    def early_conversation(self) -> str | None:
+        """The conversation the open's early subscribe counts its cursor in, if it said."""
+        sub = self._request.subscribe
+        return None if sub is None else sub.conversation
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -208,6 +244,7 @@ def open_host_channel(
         name=request.name,
         salt=request.salt,
         teammate_key=request.teammate_key,
+        subscribe=request.subscribe,
     )
     try:
         answered = answer_offer(identity, root=root, offer=offer, proof=request.proof)

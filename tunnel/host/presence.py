@@ -72,9 +72,18 @@ class Presence:
         """Members by key, in the order they joined; a key is never used twice."""
         return dict(self._members)
 
-    def join(self, member: Member) -> int:
-        """Add a member; returns its key, to pass to `leave` (and the id teammates see)."""
-        key = next(self._ids)
+    def reserve(self) -> int:
+        """A key for a member who joins later (`join(member, key=...)`): a channel's `broadcast`
+        message says it before the teammate's keys are confirmed and it is shown."""
+        return next(self._ids)
+
+    def join(self, member: Member, *, key: int | None = None) -> int:
+        """Add a member, under a `reserve`d key or a new one; returns its key, to pass to
+        `leave` (and the id teammates see)."""
+        if key is None:
+            key = next(self._ids)
+        elif key in self._members:
+            raise ValueError("that key is in use")
         self._members[key] = member
         self._bump((key, member))
         return key

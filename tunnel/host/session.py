@@ -64,6 +64,7 @@ from tunnel.app.requests import (
     Subscribe,
     decode_request,
 )
+from tunnel.e2e.opening import CONFIRMATION
 from tunnel.host.files import FileReader, ReadLimit
 from tunnel.host.presence import Member, Presence
 from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE, ReplayLimit
@@ -246,12 +247,22 @@ class SessionChannelHandler:
                 push_key=None if self._notifier is None else self._notifier.push_key,
             )
         )
-        # Only a message that decrypted proves the keys, and with them the role and the name:
-        # until then the teammate is not shown to anyone.
-        first = await self._channel.receive()
-        key = self._you = self._presence.join(member)
+        key = self._you = self._presence.reserve()
         try:
             async with unwrap_group(), anyio.create_task_group() as tg:
+                early = getattr(self._channel, "early_subscribe", None)
+                if isinstance(early, Subscribe):
+                    # The open carried the subscribe: the snapshot and the `broadcast` message
+                    # go with the answer and `ready`, in the host's first flight
+                    # (docs/protocol.md, "Application messages"). Read-only and the same
+                    # however often it is replayed, so it needs no key confirmation.
+                    conversation = getattr(self._channel, "early_conversation", None)
+                    await self._restart_stream(tg, early, conversation=conversation)
+                # Only a message that decrypted proves the keys, and with them the role and the
+                # name: until then the teammate is not shown to anyone (a relay can replay an
+                # open, never its confirmation).
+                first = await self._channel.receive()
+                self._presence.join(member, key=key)
                 if self._broadcast is None:
                     tg.start_soon(self._pump_presence, key)
                 await self._serve_requests(tg, first)
@@ -274,6 +285,9 @@ class SessionChannelHandler:
 
     async def _serve_requests(self, tg: anyio.abc.TaskGroup, first: bytes) -> None:
         plaintext = first
+        if plaintext == CONFIRMATION:
+            # The teammate's key confirmation: it asks for nothing.
+            plaintext = await self._channel.receive()
         while True:
             await self._serve_one(tg, plaintext)
             plaintext = await self._channel.receive()
@@ -397,7 +411,9 @@ class SessionChannelHandler:
             case Subscribe() | History() | PushOn() | PushOff() | Focus() | ReadFile():
                 pass  # handled by the caller; here for exhaustiveness
 
-    async def _restart_stream(self, tg: anyio.abc.TaskGroup, request: Subscribe) -> None:
+    async def _restart_stream(
+        self, tg: anyio.abc.TaskGroup, request: Subscribe, *, conversation: str | None = None
+    ) -> None:
         # A new subscribe replaces the old stream: the client starts over from `after`.
         if self._stream_scope is not None:
             self._stream_scope.cancel()
@@ -406,16 +422,26 @@ class SessionChannelHandler:
             self._broadcast.left(self._channel)
             self._channel.leave_broadcast()
         self._stream_scope = anyio.CancelScope()
-        tg.start_soon(self._stream, self._stream_scope, request.after, request.tail)
+        tg.start_soon(self._stream, self._stream_scope, request.after, request.tail, conversation)
 
-    async def _stream(self, scope: anyio.CancelScope, after: int | None, tail: int | None) -> None:
+    async def _stream(
+        self,
+        scope: anyio.CancelScope,
+        after: int | None,
+        tail: int | None,
+        counted_in: str | None = None,
+    ) -> None:
         with scope:
             conversation = self._session.conversation_id
             info = await self._log.get_conversation(conversation)
             head = -1 if info is None else info.last_seq
             # A cursor past the end means the teammate saw a log this host does not have (a new
-            # log file under the same conversation id): tell it to start over, as a fresh join.
-            reset = after is not None and after > head
+            # log file under the same conversation id), and one counted in another conversation
+            # (an early subscribe says which) a log of another: tell it to start over, as a
+            # fresh join.
+            reset = after is not None and (
+                after > head or (counted_in is not None and counted_in != conversation)
+            )
             estimate = FIRST_ITEM_ESTIMATE
             context: list[dict[str, Any]] = []
             if after is None or reset:

@@ -31,8 +31,8 @@ from tunnel.app.follower import CatchingUp, Follower, FollowerError, FollowerEve
 from tunnel.app.host_messages import Error, HistoryPage, Member, decode_host_message
 from tunnel.app.requests import MAX_HISTORY_ITEMS, MAX_SEQ, History, encode_request
 from tunnel.e2e.channel import SealedChannel
-from tunnel.e2e.crypto import ChannelCrypto, DecryptionError, ShareLink, e2e_root
-from tunnel.e2e.opening import OpeningError, TeammateOpening
+from tunnel.e2e.crypto import TAG_SIZE, ChannelCrypto, DecryptionError, ShareLink, e2e_root
+from tunnel.e2e.opening import CONFIRMATION, EarlySubscribe, OpeningError, TeammateOpening
 from tunnel.errors import TunnelError, describe_close
 from tunnel.handshake import HelloError, check_name, teammate_hello
 from tunnel.link import (
@@ -163,16 +163,31 @@ class TeammateSession:
             except ChannelClosedError as exc:
                 raise closed_error(exc) from None
             try:
-                return opening.finish(answer)
+                crypto = opening.finish(answer)
             except OpeningError as exc:
                 channel.close_soon(exc.code, exc.reason)
                 raise error_for(exc.code, exc.reason, by_peer=False) from None
+            if opening.offer.subscribe is not None:
+                # The key confirmation, at once: the open asked for everything already, and
+                # only this shows the host a live teammate, not a replayed open
+                # (docs/security.md, "Opening a channel").
+                try:
+                    await channel.send_sealed(
+                        len(CONFIRMATION) + TAG_SIZE, lambda: crypto.send.encrypt(CONFIRMATION)
+                    )
+                except ChannelClosedError as exc:
+                    raise closed_error(exc) from None
+            return crypto
 
         self._sealed = SealedChannel(channel, receive_answer)
         self.link = link
         """The share link this session was opened with."""
         self.follower = Follower(host_id=link.host_id)
         """The session protocol's state: cursor, broadcast, roster (`statistics()`)."""
+        early = opening.offer.subscribe
+        if early is not None:
+            # The open carried the subscribe: the follower takes it as sent.
+            self.follower.subscribe(early.after, tail=early.tail)
         # One history request at a time: its answer is told apart by its `before` alone.
         self._history_lock = anyio.Lock()
         self._history_wait: _HistoryWait | None = None
@@ -384,8 +399,12 @@ async def connect_teammate(
     ping_interval: float | None = 20.0,
     ping_timeout: float | None = 20.0,
     limits: Limits | None = None,
+    subscribe: EarlySubscribe | None = None,
 ) -> AsyncIterator[TeammateSession]:
     """Attach to the host of `link` and yield the session; close it on exit.
+
+    With `subscribe`, the `open` carries it and the host's first answer holds the snapshot
+    (docs/protocol.md, "Application messages"): do not `subscribe()` again, read `receive()`.
 
     Raises ValueError for a malformed link or name, RelayUnreachableError (an OSError) when the
     relay cannot be reached, and TeammateError (with the close code) when the relay or host
@@ -412,6 +431,7 @@ async def connect_teammate(
                 host_id=share.host_id,
                 role=share.role,
                 name=name,
+                subscribe=subscribe,
             )
             channel = mux.open_channel(path, opening.meta())
             try:

@@ -34,7 +34,15 @@ from tunnel.e2e.crypto import (
     token_verifier,
 )
 from tunnel.e2e.identity import HostIdentity
-from tunnel.e2e.opening import Offer, OpeningError, answer_offer, check_offer_fields
+from tunnel.e2e.opening import (
+    CONFIRMATION,
+    EarlySubscribe,
+    Offer,
+    OpeningError,
+    answer_offer,
+    check_early_subscribe,
+    check_offer_fields,
+)
 from tunnel.handshake import PROTOCOL_VERSION
 from tunnel.proto import (
     ChannelClosed,
@@ -123,6 +131,10 @@ class Attachment:
     crypto: ChannelCrypto
     answer: bytes
     answer_sent: bool = False
+    early: EarlySubscribe | None = None
+    """The subscribe the page's open carried."""
+    confirmed: bool = False
+    """Whether a message of the page's decrypted yet (its first is the key confirmation)."""
 
 
 class FakeRelay:
@@ -296,12 +308,14 @@ class FakeRelay:
                 return attachment
             try:
                 salt, teammate_key, proof = check_offer_fields(event.meta)
+                early = check_early_subscribe(event.meta)
                 offer = Offer(
                     host_id=HOST_ID,
                     role=role,
                     name=name,
                     salt=salt,
                     teammate_key=teammate_key,
+                    subscribe=early,
                 )
                 answered = answer_offer(IDENTITY, root=ROOTS[role], offer=offer, proof=proof)
             except OpeningError as error:
@@ -322,6 +336,7 @@ class FakeRelay:
                 channel=event.channel,
                 crypto=answered.crypto,
                 answer=answer,
+                early=early,
             )
             if scenario.close_channel_with is not None:
                 connection.close_channel(event.channel, scenario.close_channel_with, "scripted")
@@ -340,7 +355,12 @@ class FakeRelay:
                 # The page cannot have keys yet: whatever it sent breaks the protocol.
                 self.data_before_answer += 1
                 return attachment
-            request = msgpack.unpackb(attachment.crypto.receive.decrypt(event.data), raw=False)
+            plaintext = attachment.crypto.receive.decrypt(event.data)
+            if plaintext == CONFIRMATION and not attachment.confirmed:
+                attachment.confirmed = True  # the page's key confirmation, not a request
+                return attachment
+            attachment.confirmed = True
+            request = msgpack.unpackb(plaintext, raw=False)
             self.received.append({**request, "_role": attachment.role, "_name": attachment.name})
             await self._on_request(attachment, request)
             return attachment
@@ -374,6 +394,18 @@ class FakeRelay:
         if self.scenario.push_key is not None:
             ready["push_key"] = self.scenario.push_key
         await self._send(attachment, ready)
+        early = attachment.early
+        if early is not None:
+            # Like the real host: the open's subscribe is served with the answer, as if it
+            # were the first request.
+            request: dict[str, Any] = {"op": "subscribe", "after": early.after}
+            if early.tail is not None:
+                request["tail"] = early.tail
+            if early.conversation is not None:
+                request["conversation"] = early.conversation
+            by = {"_role": attachment.role, "_name": attachment.name, "_early": True}
+            self.received.append({**request, **by})
+            await self._on_request(attachment, request)
 
     async def _release_answer(self) -> None:
         held, self.held = self.held, []
@@ -386,7 +418,8 @@ class FakeRelay:
             after = request.get("after")
             head = max((i["seq"] for i in self.scenario.items), default=-1)
             # Like the real host: a cursor past the log's end gets a reset and the whole log.
-            reset = after is not None and after > head
+            other = request.get("conversation") not in (None, CONVERSATION)
+            reset = after is not None and (after > head or other)
             if reset:
                 after = None
             items = [i for i in self.scenario.items if after is None or i["seq"] > after]

@@ -340,7 +340,9 @@ async (steps) => {
       }
       trace.push({
         shown: [...shown],
-        subscribes: sent.filter((m) => m.op === "subscribe").map((m) => m.after),
+        // The first went in the open.
+        subscribes: [options.subscribe.after,
+          ...sent.filter((m) => m.op === "subscribe").map((m) => m.after)],
         breaks: session.stats.breaks,
         presence: presence.map((m) => `${m.name}${m.you ? "*" : ""}`),
         error,

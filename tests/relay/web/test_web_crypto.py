@@ -17,12 +17,16 @@ from tunnel.e2e.broadcast import BroadcastKey, CastSealer
 from tunnel.e2e.identity import PUBLIC_KEY_SIZE, HostIdentity, derive_host_id
 from tunnel.e2e.opening import (
     EPHEMERAL_KEY_SIZE,
+    EarlySubscribe,
     Offer,
     OpeningError,
     TeammateOpening,
     answer_offer,
     answer_signed_message,
     full_transcript_hash,
+)
+from tunnel.e2e.opening import (
+    REFERENCE_SUBSCRIBE as REFERENCE,
 )
 
 from .conftest import BLANK_PATH, PageLog
@@ -41,9 +45,10 @@ async (v) => {
   const root = await c.e2eRoot(secret, v.host_id);
   const teammate = await c.x25519KeyPair(c.fromHex(v.kx_teammate_private_hex));
   const host = await c.x25519KeyPair(c.fromHex(v.kx_host_private_hex));
+  const subscribe = { after: Number(v.kx_sub_after), conversation: v.kx_sub_conversation };
   const opening = await c.TeammateOpening.create({ root, hostId: v.host_id,
     role: v.role, name: v.name, salt: c.fromHex(v.salt_hex),
-    keyPair: teammate });
+    keyPair: teammate, subscribe });
   const meta = opening.meta();
   const answer = c.fromHex(v.kx_answer_hex);
   const hostPublicKey = c.fromHex(v.host_public_key_hex);
@@ -81,6 +86,7 @@ async (v) => {
     root_hex: c.toHex(root),
     kx_teammate_key_hex: c.toHex(teammate.publicKey),
     kx_host_key_hex: c.toHex(host.publicKey),
+    kx_sub_field_hex: c.toHex(new TextEncoder().encode(c.subscribeField(subscribe))),
     kx_offer_hash_hex: c.toHex(opening.offerHash),
     kx_proof_key_hex: c.toHex(await c.proofKey(root)),
     kx_proof_hex: c.toHex(opening.proof),
@@ -192,6 +198,7 @@ def test_webcrypto_matches_the_published_vectors(
         "root_hex",
         "kx_teammate_key_hex",
         "kx_host_key_hex",
+        "kx_sub_field_hex",
         "kx_offer_hash_hex",
         "kx_proof_key_hex",
         "kx_proof_hex",
@@ -216,6 +223,7 @@ def test_webcrypto_matches_the_published_vectors(
         "salt": vectors["salt_hex"],
         "kx": vectors["kx_teammate_key_hex"],
         "proof": vectors["kx_proof_hex"],
+        "sub": {"after": REFERENCE.after, "conversation": REFERENCE.conversation},
     }
     # The ephemeral private key is gone once the answer was checked; an opening finishes once.
     assert got["private_key_kept"] is False
@@ -238,11 +246,13 @@ async ([v, cases]) => {
   for (const change of cases) {
     const inputs = { host_id: v.host_id, role: v.role, name: v.name,
       salt: v.salt_hex, teammate_private: v.kx_teammate_private_hex, root: v.root_hex,
-      answer: v.kx_answer_hex, ...change };
+      answer: v.kx_answer_hex, sub_after: v.kx_sub_after,
+      sub_conversation: v.kx_sub_conversation, ...change };
     const opening = await c.TeammateOpening.create({
       root: c.fromHex(inputs.root), hostId: inputs.host_id,
       role: inputs.role, name: inputs.name, salt: c.fromHex(inputs.salt),
       keyPair: await c.x25519KeyPair(c.fromHex(inputs.teammate_private)),
+      subscribe: { after: Number(inputs.sub_after), conversation: inputs.sub_conversation },
     });
     try {
       await opening.finish(c.fromHex(inputs.answer));
@@ -273,6 +283,8 @@ def _python_outcome(vectors: dict[str, Any], change: dict[str, str]) -> str:
         "teammate_private": vectors["kx_teammate_private_hex"],
         "root": vectors["root_hex"],
         "answer": vectors["kx_answer_hex"],
+        "sub_after": vectors["kx_sub_after"],
+        "sub_conversation": vectors["kx_sub_conversation"],
         **change,
     }
     opening = TeammateOpening(
@@ -282,6 +294,9 @@ def _python_outcome(vectors: dict[str, Any], change: dict[str, str]) -> str:
         name=inputs["name"],
         salt=bytes.fromhex(inputs["salt"]),
         private_key=X25519PrivateKey.from_private_bytes(bytes.fromhex(inputs["teammate_private"])),
+        subscribe=EarlySubscribe(
+            after=int(inputs["sub_after"]), conversation=inputs["sub_conversation"]
+        ),
     )
     try:
         opening.finish(bytes.fromhex(inputs["answer"]))
@@ -303,6 +318,7 @@ def _opening_cases(vectors: dict[str, Any]) -> dict[str, dict[str, str]]:
         name=vectors["name"],
         salt=bytes.fromhex(vectors["salt_hex"]),
         teammate_key=bytes.fromhex(vectors["kx_teammate_key_hex"]),
+        subscribe=REFERENCE,
     )
     proof = bytes.fromhex(vectors["kx_proof_hex"])
     # Someone else's key, signing the right transcript: not the key of the link's host id.
@@ -317,6 +333,7 @@ def _opening_cases(vectors: dict[str, Any]) -> dict[str, dict[str, str]]:
         name=offer.name,
         salt=bytes(16),
         teammate_key=offer.teammate_key,
+        subscribe=REFERENCE,
     )
     other_proof = TeammateOpening(
         root=root,
@@ -327,6 +344,7 @@ def _opening_cases(vectors: dict[str, Any]) -> dict[str, dict[str, str]]:
         private_key=X25519PrivateKey.from_private_bytes(
             bytes.fromhex(vectors["kx_teammate_private_hex"])
         ),
+        subscribe=REFERENCE,
     ).proof
     replayed = answer_offer(identity, root=root, offer=other_offer, proof=other_proof).answer
     # A low-order ephemeral key, well signed by the host: the DH secret would be all zeros.
@@ -340,6 +358,8 @@ def _opening_cases(vectors: dict[str, Any]) -> dict[str, dict[str, str]]:
         "name": {"name": "Alice"},
         "salt": {"salt": _flip(offer.salt, 0).hex()},
         "teammate kx": {"teammate_private": bytes(range(0x10, 0x30)).hex()},
+        "early subscribe": {"sub_after": "40"},
+        "early subscribe's conversation": {"sub_conversation": "c-0002"},
         "proof": {"root": _flip(root, 0).hex()},
         "host public key": {"answer": _flip(answer, 0).hex()},
         "another key's signature": {"answer": forged.hex()},
@@ -373,6 +393,8 @@ def test_an_answer_to_any_other_transcript_is_refused_as_python_refuses_it(
         "name": not_signed,
         "salt": not_signed,
         "teammate kx": not_signed,
+        "early subscribe": not_signed,
+        "early subscribe's conversation": not_signed,
         "proof": not_signed,
         "host public key": not_host,
         "another key's signature": not_host,
@@ -417,10 +439,11 @@ async ([v, names]) => {
   const c = await import("/static/crypto.js");
   const root = c.fromHex(v.root_hex);
   const out = [];
+  const subscribe = { after: Number(v.kx_sub_after), conversation: v.kx_sub_conversation };
   for (const name of names) {
     const opening = await c.TeammateOpening.create({ root, hostId: v.host_id,
       role: v.role, name, salt: c.fromHex(v.salt_hex),
-      keyPair: await c.x25519KeyPair(c.fromHex(v.kx_teammate_private_hex)) });
+      keyPair: await c.x25519KeyPair(c.fromHex(v.kx_teammate_private_hex)), subscribe });
     out.push([c.toHex(opening.offerHash), c.toHex(opening.proof)]);
   }
   return out;
@@ -452,6 +475,7 @@ def test_names_are_bound_into_the_transcript_as_utf8(page: Page, static_server: 
             name=name,
             salt=bytes.fromhex(vectors["salt_hex"]),
             private_key=private,
+            subscribe=REFERENCE,
         )
         expected.append([opening.offer.transcript_hash().hex(), opening.proof.hex()])
     assert got == expected

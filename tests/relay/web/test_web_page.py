@@ -361,7 +361,8 @@ def test_page_sends_nothing_on_the_channel_before_the_host_answer(page: Page) ->
     with fake_relay(Scenario(items=conversation_items(), hold_answer=True)) as relay:
         open_page(page, relay.page_url("drive"))
         wait_for(lambda: relay.opens)
-        # Queued before the answer: it must wait for the keys, then go first, as counter 0.
+        # Queued before the answer: it must wait for the keys, then go right after the key
+        # confirmation (counter 0); the open carried the subscribe, served with the answer.
         queued = page.evaluate("window.__tunnel.session.link.send({op: 'prompt', text: 'early'})")
         assert queued is True
         page.wait_for_timeout(500)
@@ -377,8 +378,8 @@ def test_page_sends_nothing_on_the_channel_before_the_host_answer(page: Page) ->
         expect(page.get_by_test_id("conversation")).to_have_attribute("data-loaded", "true")
         # (A diff on screen reads its file for context: `read_file`, not counted here.)
         sent = [m["op"] for m in relay.received if m["op"] != "read_file"]
-        assert sent == ["prompt", "subscribe"]
-        assert relay.received[0]["text"] == "early"
+        assert sent == ["subscribe", "prompt"]
+        assert relay.received[1]["text"] == "early"
         assert relay.data_before_answer == 0
         assert relay.errors == []
 
@@ -563,7 +564,7 @@ def test_an_answer_that_is_not_the_hosts_ends_with_the_decryption_screen(
         expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "closed")
         # The page closed the channel with 4003 and said why; it sent nothing else on it.
         wait_for(lambda: (4003, reason) in relay.closes)
-        assert relay.received == []
+        assert [m for m in relay.received if "_early" not in m] == []
         assert relay.data_before_answer == 0
         page.wait_for_timeout(1500)
         assert len(relay.hellos) == 1

@@ -250,11 +250,35 @@ async function sha256(...parts) {
 }
 
 /**
- * TH1, the hash of the teammate's offer: SHA-256 of the label and every field of the `open`,
- * each length-prefixed, in this order: host id, role, name, salt, the teammate's ephemeral key.
+ * What the transcript holds of an early subscribe `{after, tail, conversation}` (the `open` meta
+ * `sub`), as tunnel.e2e.opening.EarlySubscribe.transcript_field: `after=N`, `tail=N` or `fresh`,
+ * then `;conversation=ID` when it names one; the empty string when the open carries none.
  */
-export function hashOffer({ hostId, role, name, salt, teammateKey }) {
-  const fields = [TRANSCRIPT_LABEL, hostId, role, name, salt, teammateKey];
+export function subscribeField(subscribe) {
+  if (subscribe === null || subscribe === undefined) return "";
+  const { after = null, tail = null, conversation = null } = subscribe;
+  let text = after !== null ? `after=${after}` : tail !== null ? `tail=${tail}` : "fresh";
+  if (conversation !== null) text += `;conversation=${conversation}`;
+  return text;
+}
+
+/** The `open` meta's `sub` of an early subscribe: only the fields that are set. */
+export function subscribeMeta({ after = null, tail = null, conversation = null }) {
+  const sub = {};
+  if (after !== null) sub.after = after;
+  if (tail !== null) sub.tail = tail;
+  if (conversation !== null) sub.conversation = conversation;
+  return sub;
+}
+
+/**
+ * TH1, the hash of the teammate's offer: SHA-256 of the label and every field of the `open`,
+ * each length-prefixed, in this order: host id, role, name, salt, the teammate's ephemeral key,
+ * the early subscribe (`subscribeField`).
+ */
+export function hashOffer({ hostId, role, name, salt, teammateKey, subscribe = null }) {
+  const fields = [TRANSCRIPT_LABEL, hostId, role, name, salt, teammateKey,
+    subscribeField(subscribe)];
   return sha256(...fields.map(field));
 }
 
@@ -356,7 +380,8 @@ export class TeammateOpening {
    * `root` is the role's e2e root; `name` exactly the string the hello and the open carry.
    * `salt` and `keyPair` (x25519KeyPair) are fresh unless given, which only the test vectors do.
    */
-  static async create({ root, hostId, role, name, salt = randomSalt(), keyPair = null }) {
+  static async create({ root, hostId, role, name, salt = randomSalt(), keyPair = null,
+    subscribe = null }) {
     if (!ROLES.includes(role)) throw new TypeError("the role is neither view nor drive");
     if (typeof hostId !== "string" || !HOST_ID.test(hostId)) throw new TypeError("not a host id");
     if (typeof name !== "string") throw new TypeError("a name is a string");
@@ -367,7 +392,8 @@ export class TeammateOpening {
       throw new TypeError(`a channel salt is ${SALT_SIZE} bytes`);
     }
     const pair = keyPair ?? await x25519KeyPair();
-    const offer = { hostId, role, name, salt: salt.slice(), teammateKey: pair.publicKey };
+    const offer = { hostId, role, name, salt: salt.slice(), teammateKey: pair.publicKey,
+      subscribe };
     const offerHash = await hashOffer(offer);
     const proof = await makeProof(root, offerHash);
     return new TeammateOpening({ root, offer, offerHash, proof, privateKey: pair.privateKey });
@@ -377,10 +403,15 @@ export class TeammateOpening {
     Object.assign(this, { root, offer, offerHash, proof, privateKey });
   }
 
-  /** The `open` meta: role, name, salt, the ephemeral key `kx` and the `proof`. */
+  /**
+   * The `open` meta: role, name, salt, the ephemeral key `kx`, the `proof`, and the early
+   * subscribe `sub` when there is one.
+   */
   meta() {
-    const { role, name, salt, teammateKey } = this.offer;
-    return { role, name, salt, kx: teammateKey, proof: this.proof };
+    const { role, name, salt, teammateKey, subscribe } = this.offer;
+    const meta = { role, name, salt, kx: teammateKey, proof: this.proof };
+    if (subscribe !== null) meta.sub = subscribeMeta(subscribe);
+    return meta;
   }
 
   /**

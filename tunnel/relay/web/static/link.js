@@ -110,8 +110,11 @@ export function decodeCast(plaintext) {
  */
 export class SessionLink {
   constructor({ url, hostId, role, secret, name, onMessage, onEnd, onOpen = () => {},
-    onCast = () => {}, onCut = () => {} }) {
+    onCast = () => {}, onCut = () => {}, subscribe = null }) {
     Object.assign(this, { url, hostId, role, secret, onMessage, onEnd, onOpen, onCast, onCut });
+    // The early subscribe `{after, tail, conversation}` the open carries, or null: the host's
+    // first answer then holds the snapshot (docs/protocol.md, "Application messages").
+    this.subscribe = subscribe;
     // Exactly this string goes in the hello, the open and the opening's transcript.
     this.name = channelName(name);
     this.ws = null;
@@ -144,6 +147,7 @@ export class SessionLink {
       hostId: this.hostId,
       role: this.role,
       name: this.name,
+      subscribe: this.subscribe,
     });
     if (this.ended) return;
     const ws = new WebSocket(this.url);
@@ -363,6 +367,11 @@ export class SessionLink {
     const opening = this.opening;
     this.opening = null;
     this.channelCrypto = await opening.finish(answer.slice());
+    if (this.subscribe !== null) {
+      // The key confirmation, first of all: the open asked for everything already, and only
+      // this shows the host a live teammate, not a replayed open (docs/security.md).
+      this.outbox.unshift({ plaintext: new Uint8Array(0), ciphertext: null });
+    }
   }
 
   // Called once a data frame is consumed; every received byte is consumed by then, so the grant

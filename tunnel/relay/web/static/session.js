@@ -141,7 +141,16 @@ export class Session {
     this.historyBefore = null;
     this.showEarlier();
     this.view.connection(this.stats.connects === 0 ? "connecting" : "reconnecting");
+    // The open carries the subscribe: everything after the cursor, counted in the conversation
+    // it was counted in (the host starts a view of another over), or the host's default.
+    const request = this.follower.subscribe(this.lastSeq);
+    const subscribe = {
+      after: request.after,
+      tail: request.tail ?? null,
+      conversation: request.after !== null ? this.conversationId : null,
+    };
     const link = this.linkFactory({
+      subscribe,
       url: attachUrl(this.location),
       hostId: this.hostId,
       role: this.role,
@@ -271,17 +280,9 @@ export class Session {
     this.stats.connects += 1;
     this.view.ready(message);
     this.view.connection("connected");
+    // The open carried the subscribe: its snapshot follows.
     this.subscribed = true;
-    this.subscribe();
     this.onSubscribed();
-  }
-
-  /**
-   * Ask for everything after the cursor. With no `after` the host sends its default history,
-   * the end of the conversation; with one, everything after it.
-   */
-  subscribe() {
-    return this.link.send(this.follower.subscribe(this.lastSeq));
   }
 
   forgetConversation() {
