@@ -48,8 +48,15 @@ def test_a_driver_answers_the_agents_form_and_a_viewer_sees_it_read_only(
             "Waiting for a driver to answer."
         )
 
-        # A hand-made answer with a field the form does not have: refused, the question stays.
         request_id = card.get_attribute("data-request-id")
+        # A viewer's hand-made answer: refused, whatever it says.
+        victor.evaluate(
+            "id => window.__tunnel.session.link.send({op: 'elicitation', request_id: id,"
+            " action: 'decline', content: null})",
+            request_id,
+        )
+        expect(victor.get_by_test_id("op-error")).to_have_attribute("data-code", "forbidden")
+        # A hand-made answer with a field the form does not have: refused, the question stays.
         alice.evaluate(
             "id => window.__tunnel.session.link.send({op: 'elicitation', request_id: id,"
             " action: 'accept', content: {name: 'x', color: 'r', admin: true}})",
