@@ -25,14 +25,11 @@ it, not a timer per write), the close deadline once a close was asked for.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 
 import anyio
 from websockets.asyncio.connection import Connection as WebSocket
-from websockets.exceptions import ConnectionClosed
-from websockets.protocol import State
 
 from tunnel.link.errors import LinkClosedError
 from tunnel.link.framing import Framing, WebsocketsFraming
@@ -123,11 +120,12 @@ class Link:
         *,
         send_timeout: float | None = None,
         label: str = "link",
+        framing: Framing | None = None,
     ) -> None:
         self.websocket = websocket
         """The WebSocket this link runs over."""
-        self.framing: Framing = WebsocketsFraming(websocket)
-        """How the link's batches become WebSocket frames on the socket."""
+        self.framing: Framing = WebsocketsFraming(websocket) if framing is None else framing
+        """Everything the link does with its WebSocket goes through here (link/framing.py)."""
         self.connection = connection
         """The protocol object; mutate it only from the event loop thread, then call flush()."""
         self.label = label
@@ -223,8 +221,7 @@ class Link:
         self._write_scheduled = False
         if not self._sending or self._writer is not None:
             return  # the writer task takes everything queued, or nothing is sent any more
-        websocket = self.websocket
-        if self._close_request is not None or websocket.protocol.state is not State.OPEN:
+        if self._close_request is not None or not self.framing.is_open:
             # Closing: the writer task sends what is queued, then the close.
             self._start_writer()
             return
@@ -288,11 +285,11 @@ class Link:
             await self._reader(on_event)
             # The reader ended: give the writer a bounded moment to finish a requested close.
             with anyio.move_on_after(CLOSE_GRACE):
-                await self.websocket.wait_closed()
+                await self.framing.wait_closed()
         finally:
             self._sending = False  # nothing more is sent but the goodbye below
             await self._stop_tasks()
-            if self.websocket.state is not State.CLOSED:
+            if not self.framing.is_closed:
                 # Cancelled from outside (the owner is stopping): say goodbye, briefly.
                 if self._close_request is None:
                     self._close_request = (int(CloseCode.GOING_AWAY), "going away")
@@ -308,7 +305,7 @@ class Link:
 
     async def _reader(self, on_event: EventHandler) -> None:
         try:
-            async for message in self.websocket:
+            async for message in self.framing.messages():
                 if self._close_request is not None:
                     # We are closing: whatever the peer still sends is moot.
                     continue
@@ -323,7 +320,7 @@ class Link:
                 for event in self.connection.events_received():
                     on_event(event)
                 self.flush()
-        except ConnectionClosed:
+        except self.framing.closed_errors:
             pass
         self._finish()
 
@@ -394,7 +391,7 @@ class Link:
             lingered = False
             try:
                 await self._send_queued()
-            except ConnectionClosed:
+            except self.framing.closed_errors:
                 self._sending = False
                 return
             if self._close_request is not None:
@@ -454,17 +451,15 @@ class Link:
     async def _write(self, messages: list[Outgoing]) -> None:
         """Send `messages` as WebSocket binary messages in one socket write, then drain.
 
-        `websocket.send()` writes to the socket once per message. `send_context()` is the same
-        guard `send()` runs in (state check, errors become ConnectionClosed, drain on exit);
-        inside it the sans-I/O protocol frames every message and the frames go out together.
+        The write guard checks the WebSocket is open and drains the socket on exit; inside it
+        every message is framed and the frames go out together.
         """
-        websocket = self.websocket
         self._write_started += 1
         self._writing = True
         try:
-            async with websocket.send_context():
+            async with self.framing.write_guard():
                 if messages:
-                    self._hand_to_socket(messages)  # send_context() checked the connection
+                    self._hand_to_socket(messages)  # the guard checked the connection
         finally:
             self._writing = False
 
@@ -472,15 +467,12 @@ class Link:
         assert self._close_request is not None
         code, reason = self._close_request
         with anyio.move_on_after(CLOSE_GRACE):
-            with contextlib.suppress(ConnectionClosed):
-                await self.websocket.close(code, reason)
+            await self.framing.close(code, reason)
             return
         self._abort()
 
     def _abort(self) -> None:
-        transport = getattr(self.websocket, "transport", None)
-        if transport is not None:
-            transport.abort()
+        self.framing.abort()
 
     def _finish(self) -> None:
         if self._closed is not None:
@@ -489,18 +481,8 @@ class Link:
             code, reason = self._close_request
             self._closed = LinkClosedError(code, reason, by_peer=False)
         else:
-            protocol = self.websocket.protocol
-            sent, rcvd = protocol.close_sent, protocol.close_rcvd
-            if sent is not None and (rcvd is None or not protocol.close_rcvd_then_sent):
-                # The WebSocket layer closed on its own: message too big (1009), keepalive
-                # timeout (1011), a malformed WebSocket frame (1002).
-                self._closed = LinkClosedError(sent.code, sent.reason, by_peer=False)
-            else:
-                self._closed = LinkClosedError(
-                    CloseCode.ABNORMAL_CLOSURE if rcvd is None else rcvd.code,
-                    "" if rcvd is None else rcvd.reason,
-                    by_peer=True,
-                )
+            code, reason, by_peer = self.framing.close_reason()
+            self._closed = LinkClosedError(code, reason, by_peer=by_peer)
         if self._closed_waiter is not None:
             self._closed_waiter.set()
         self._wake_writable()

@@ -1,24 +1,27 @@
-"""WebSocket framing of a link's outgoing messages: the one seam between a link's writes and the
-WebSocket library under it.
+"""The one seam between a link and the WebSocket library under it: `Framing`, everything a `Link`
+does with its WebSocket (read messages, write batches, close), and `WebsocketsFraming`, the
+implementation over python-websockets.
 
 A link hands over a batch of messages and expects their frames in one socket write
 (tunnel/link/core.py says why). A message is bytes, or a head and the data behind it (a `data`
 frame, `proto.Outgoing`): the data is written as it is, never joined into a message first, so a
 relay forwards a received payload with one copy (the socket write's) and a client's masking is
-the only other pass over it. `Framing` is what a WebSocket library must offer for that;
-`WebsocketsFraming` is the implementation over python-websockets, which frames here (RFC 6455,
-section 5.2) and writes to the connection's transport, leaving pings and the close to websockets.
+the only other pass over it. `WebsocketsFraming` frames here (RFC 6455, section 5.2) and writes
+to the connection's transport, leaving reading, pings and the close to websockets.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, Iterable
+from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from websockets.asyncio.connection import Connection as WebSocket
-from websockets.protocol import Side
+from websockets.exceptions import ConnectionClosed
+from websockets.protocol import Side, State
 
 try:  # websockets' C masking; its pure Python fallback is two orders of magnitude slower
     from websockets.speedups import apply_mask
@@ -26,6 +29,7 @@ except ImportError:  # pragma: no cover - a build of websockets without its C ex
     from websockets.utils import apply_mask
 
 from tunnel.proto import Outgoing
+from tunnel.proto.codes import CloseCode
 
 _OP_TEXT = 0x81
 """FIN and the text opcode: a whole text message in one frame."""
@@ -80,7 +84,23 @@ def frame_pieces(messages: Iterable[Outgoing | str], *, mask: bool) -> list[byte
 
 
 class Framing(Protocol):
-    """What a link needs of the WebSocket library for its writes."""
+    """What a link needs of the WebSocket library under it."""
+
+    @property
+    def closed_errors(self) -> tuple[type[BaseException], ...]:
+        """What reading or a write guard raises once the WebSocket is closed or fails."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether messages may be written now: open, and no close begun."""
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether the WebSocket is closed for good."""
+
+    def messages(self) -> AsyncIterable[bytes | str]:
+        """The messages received, in order; ends, or raises one of `closed_errors`, once the
+        WebSocket closes."""
 
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         """Frame `messages` and hand them to the socket in one write; the WebSocket is open."""
@@ -88,20 +108,51 @@ class Framing(Protocol):
     def backed_up(self) -> bool:
         """Whether the socket's buffer is over its high-water mark (the writer must wait)."""
 
+    def write_guard(self) -> AbstractAsyncContextManager[None]:
+        """What a write that may wait runs in: raises one of `closed_errors` if the WebSocket is
+        not open, and on exit waits until the socket's buffer drains."""
+
+    async def close(self, code: int, reason: str) -> None:
+        """Run the closing handshake with `code` and `reason`; returns once closed (at once if
+        it already was). Never raises for a WebSocket that closed meanwhile."""
+
+    async def wait_closed(self) -> None:
+        """Wait until the WebSocket is closed."""
+
+    def abort(self) -> None:
+        """Drop the connection at once, without a closing handshake."""
+
+    def close_reason(self) -> tuple[int, str, bool]:
+        """Once closed without our asking: the code, the reason, and whether the peer closed
+        (else the WebSocket layer did, e.g. a message too big or a keepalive timeout)."""
+
 
 class WebsocketsFraming:
     """`Framing` over a python-websockets connection."""
 
     __slots__ = ("_mask", "_websocket")
 
+    closed_errors: tuple[type[BaseException], ...] = (ConnectionClosed,)
+
     def __init__(self, websocket: WebSocket) -> None:
         self._websocket = websocket
         self._mask = websocket.protocol.side is Side.CLIENT
 
+    @property
+    def is_open(self) -> bool:
+        return self._websocket.protocol.state is State.OPEN
+
+    @property
+    def is_closed(self) -> bool:
+        return self._websocket.state is State.CLOSED
+
+    def messages(self) -> AsyncIterable[bytes | str]:
+        return self._websocket
+
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         """Frame `messages` and write them to the transport at once.
 
-        The connection must be open (checked by the caller, e.g. inside `send_context()`), and
+        The connection must be open (checked by the caller, e.g. inside `write_guard()`), and
         no frame of websockets' own may be half written: websockets writes every frame whole
         within one call, on the same event loop, so frames never interleave.
         """
@@ -111,3 +162,31 @@ class WebsocketsFraming:
         """Whether the transport's buffer is over its high-water mark."""
         transport = self._websocket.transport
         return transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
+
+    def write_guard(self) -> AbstractAsyncContextManager[None]:
+        # The guard websockets' own send() runs in: state check, errors become ConnectionClosed,
+        # drain on exit.
+        return self._websocket.send_context()
+
+    async def close(self, code: int, reason: str) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            await self._websocket.close(code, reason)
+
+    async def wait_closed(self) -> None:
+        await self._websocket.wait_closed()
+
+    def abort(self) -> None:
+        transport = getattr(self._websocket, "transport", None)
+        if transport is not None:
+            transport.abort()
+
+    def close_reason(self) -> tuple[int, str, bool]:
+        protocol = self._websocket.protocol
+        sent, received = protocol.close_sent, protocol.close_rcvd
+        if sent is not None and (received is None or not protocol.close_rcvd_then_sent):
+            # websockets closed on its own: message too big (1009), keepalive timeout (1011), a
+            # malformed WebSocket frame (1002).
+            return sent.code, sent.reason, False
+        if received is None:
+            return CloseCode.ABNORMAL_CLOSURE, "", True
+        return received.code, received.reason, True

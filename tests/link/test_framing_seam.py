@@ -1,0 +1,128 @@
+"""A link runs over any `Framing`: here one of plain message queues, with no WebSocket library."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import cast
+
+import anyio
+import pytest
+from websockets.asyncio.connection import Connection as WebSocket
+
+from tunnel.link import ChannelMux, Link
+from tunnel.link.framing import Framing
+from tunnel.proto import Connection, Outgoing, Side
+
+pytestmark = pytest.mark.anyio
+
+MAX_QUEUED = 256
+"""Messages one end may have in flight to the other: far more than a test sends."""
+
+
+class QueueClosed(Exception):
+    """What a write to a closed `QueueFraming` raises."""
+
+
+class QueueFraming:
+    """One end of a pair of message queues, as a `Framing`: each message arrives whole."""
+
+    closed_errors: tuple[type[BaseException], ...] = (QueueClosed,)
+
+    def __init__(self) -> None:
+        self.peer: QueueFraming | None = None
+        self.inbox: asyncio.Queue[bytes | str | None] = asyncio.Queue(MAX_QUEUED)
+        self.written: list[int] = []
+        """How many messages each write carried."""
+        self.reason: tuple[int, str, bool] | None = None
+        self._closed = asyncio.Event()
+
+    @property
+    def is_open(self) -> bool:
+        return self.reason is None
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def messages(self) -> AsyncIterator[bytes | str]:
+        while (message := await self.inbox.get()) is not None:
+            yield message
+
+    def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
+        assert self.peer is not None
+        batch = [m if isinstance(m, bytes | str) else m[0] + bytes(m[1]) for m in messages]
+        self.written.append(len(batch))
+        for message in batch:
+            self.peer.inbox.put_nowait(message)
+
+    def backed_up(self) -> bool:
+        return False
+
+    def write_guard(self) -> AbstractAsyncContextManager[None]:
+        @asynccontextmanager
+        async def guard() -> AsyncIterator[None]:
+            if not self.is_open:
+                raise QueueClosed
+            yield
+
+        return guard()
+
+    async def close(self, code: int, reason: str) -> None:
+        assert self.peer is not None
+        for end, by_peer in ((self, False), (self.peer, True)):
+            if end.reason is None:
+                end.reason = (code, reason, by_peer)
+                end.inbox.put_nowait(None)
+                end._closed.set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    def abort(self) -> None:
+        assert self.peer is not None
+        for end in (self, self.peer):
+            if end.reason is None:
+                end.reason = (1006, "", True)
+                end.inbox.put_nowait(None)
+                end._closed.set()
+
+    def close_reason(self) -> tuple[int, str, bool]:
+        assert self.reason is not None
+        return self.reason
+
+
+def link_over(framing: Framing, side: Side) -> tuple[Link, ChannelMux]:
+    # No WebSocket object at all: the link reaches its connection only through `framing`.
+    link = Link(cast(WebSocket, None), Connection(side), label=side.value, framing=framing)
+    return link, ChannelMux(link)
+
+
+async def test_a_link_over_another_framing_carries_channels_and_closes_with_its_code() -> None:
+    with anyio.fail_after(10):
+        left, right = QueueFraming(), QueueFraming()
+        left.peer, right.peer = right, left
+        dialer, dialer_mux = link_over(left, Side.DIALER)
+        accepter, accepter_mux = link_over(right, Side.ACCEPTER)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(dialer.run, dialer_mux.on_event)
+            tg.start_soon(accepter.run, accepter_mux.on_event)
+            for link in (dialer, accepter):
+                link.connection.send_hello({})
+                link.flush()
+            await dialer_mux.wait_hello()
+            await accepter_mux.wait_hello()
+            channel = dialer_mux.open_channel("echo", {})
+            incoming = await accepter_mux.accept()
+            for n in range(3):
+                await channel.send(b"ping %d" % n)
+            assert [await incoming.receive() for _ in range(3)] == [b"ping 0", b"ping 1", b"ping 2"]
+            await incoming.send(b"pong")
+            assert await channel.receive() == b"pong"
+            closed = await accepter.aclose(4001, "done")
+            assert (closed.code, closed.by_peer) == (4001, False)
+            seen = await dialer.wait_closed()
+            assert (seen.code, seen.reason, seen.by_peer) == (4001, "done", True)
+        # The three sends of one turn of the event loop left in one write.
+        assert 3 in left.written
