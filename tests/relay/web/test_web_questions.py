@@ -31,6 +31,7 @@ def test_a_driver_answers_the_agents_form_and_a_viewer_sees_it_read_only(
         card = alice.locator("[data-testid=question][data-state=pending]")
         expect(card).to_be_visible(timeout=30_000)
         expect(card.get_by_test_id("question-message")).to_have_text("Pick")
+        expect(alice.get_by_test_id("agent-status")).to_have_text("waiting for an answer")
         fields = card.get_by_test_id("question-field")
         expect(fields).to_have_count(4)
         assert fields.evaluate_all("fs => fs.map(f => f.dataset.field)") == [

@@ -602,14 +602,17 @@ export class View {
   /** The status badge: paused, waiting for an answer, working (and how many wait), or idle. */
   showStatus() {
     const badge = this.agentStatus;
-    const waiting = [...this.permissions.values(), ...this.questions.values()]
-      .filter((entry) => entry.element.dataset.state === "pending").length;
+    const pending = (entries) => [...entries].filter((entry) => entry.element.dataset.state === "pending").length;
+    const asked = pending(this.questions.values());
+    const waiting = pending(this.permissions.values()) + asked;
     if (this.storageFailing !== null) {
       badge.dataset.state = "paused";
       badge.textContent = `paused: the host's log cannot be written (${this.storageFailing})`;
     } else if (waiting > 0) {
       badge.dataset.state = "waiting";
-      badge.textContent = waiting > 1 ? `waiting for approval (${waiting})` : "waiting for approval";
+      // A question of the agent's waits for an answer, a permission request for approval.
+      const what = asked === waiting ? "waiting for an answer" : "waiting for approval";
+      badge.textContent = waiting > 1 ? `${what} (${waiting})` : what;
     } else if (this.run.state === "running") {
       badge.dataset.state = "running";
       badge.textContent = this.run.queued > 0 ? `working (${this.run.queued} queued)` : "working";
