@@ -15,7 +15,16 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tunnel.log import ConversationInfo, Event, Item, Log, MemoryStore, NewItem, SQLiteStore
+from tunnel.log import (
+    ConversationInfo,
+    Event,
+    Item,
+    Log,
+    MemoryStore,
+    NewItem,
+    SQLiteStore,
+    StoreError,
+)
 from tunnel.log.sqlite import HOST_SYNCHRONOUS, open_host_store
 from tunnel.log.store import OnCommit, Order, SyncingStore, TypeFilter
 
@@ -38,11 +47,15 @@ class GatedSyncStore:
         self.syncs = 0
         self.committed: dict[str, int] = {}
         self.synced_heads: dict[str, int] = {}
+        self.failures = 0
 
     async def sync(self) -> None:
         reached = dict(self.committed)
         if self.gate is not None:
             await self.gate.wait()
+        if self.failures:
+            self.failures -= 1
+            raise StoreError("cannot sync the log at log.db: Input/output error")
         self.synced_heads.update(reached)
         self.syncs += 1
 
@@ -121,6 +134,18 @@ async def test_an_item_leaves_only_after_a_sync_covered_it() -> None:
             store.gate.set()
         assert [e.seq for e in got if isinstance(e, Item)] == [item.seq]
         assert isinstance(got[-1], Event)  # and the event still after the item
+
+
+async def test_a_failed_sync_holds_the_items_back_until_one_succeeds() -> None:
+    store = GatedSyncStore()
+    store.failures = 2
+    async with Log(store) as log, log.subscribe("c") as sub:
+        await log.append("c", news(1), durable=False)
+        with anyio.fail_after(10):
+            (item,) = await sub.receive_batch(10)
+        assert isinstance(item, Item)
+        assert store.failures == 0
+        assert store.syncs == 1  # handed out only after the sync that succeeded
 
 
 async def test_a_durable_append_returns_after_its_sync() -> None:

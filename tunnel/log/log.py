@@ -22,7 +22,7 @@ from typing import NamedTuple
 import anyio
 import anyio.lowlevel
 
-from tunnel.log.errors import LogClosedError
+from tunnel.log.errors import LogClosedError, StoreError
 from tunnel.log.item import Event, Item, NewItem, check_conversation_id
 from tunnel.log.store import ConversationInfo, Order, Store, SyncingStore, TypeFilter
 from tunnel.log.subscription import Subscription
@@ -36,6 +36,10 @@ DEFAULT_BUFFER_SIZE = 256
 
 DEFAULT_PAGE_SIZE = 100
 """Items a subscriber reads from the store at a time while catching up."""
+
+SYNC_RETRY = 0.25
+"""Seconds a subscriber waits before asking again for a sync that failed (an I/O error): the
+items it would cover are not handed out until one succeeds."""
 
 
 class LogStatistics(NamedTuple):
@@ -79,6 +83,7 @@ class _Feed:
         self.topics: dict[str, _Topic] = {}
         self.closed = False
         self.overflows = 0
+        self.sync_failing = False
 
     # -- the Feed protocol, used by Subscription -----------------------------------------------
 
@@ -130,7 +135,15 @@ class _Feed:
         return self._durable(conversation_id, seq)
 
     async def sync(self) -> None:
-        await self._sync()
+        try:
+            await self._sync()
+            self.sync_failing = False
+        except StoreError as exc:
+            # What it would cover stays held back; the subscription asks again after a pause.
+            if not self.sync_failing:
+                logger.warning("cannot sync the log (%s): its new items wait; retrying", exc)
+            self.sync_failing = True
+            await anyio.sleep(SYNC_RETRY)
 
     async def query(
         self, conversation_id: str, *, after: int, before: int, limit: int
