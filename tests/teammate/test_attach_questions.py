@@ -24,6 +24,7 @@ async def test_attach_shows_the_question_and_answer_sends_the_typed_values(
             await alice.wait_screen(r"attached as alice \(drive\)")
             alice.keys(b"elicit\r")
             await alice.wait_screen(r"question\? Pick")
+            await alice.wait_screen(r"^\[1 waiting\] >$", where="cursor")
             await alice.wait_screen(r"2\. Color \(one of: 1 r \(Red\), 2 g \(Green\), required\)")
             # Not one of its choices: the host refuses, the question stays open.
             alice.keys(b"/answer 1=ann 2=blue\r")

@@ -472,7 +472,8 @@ class Attachment:
         if self._replaying or self._raw is not None:
             return
         before = self._waiting.count
-        new = self._waiting.update(self._view.pending)
+        # The agent's questions wait for a person too.
+        new = self._waiting.update([*self._view.pending, *self._view.questions])
         if self._waiting.count != before:
             self._screen.set_prompt(self._waiting.prompt(self._prompt))
         if self._signals is not None:
