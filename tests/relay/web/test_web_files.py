@@ -52,7 +52,7 @@ def test_locations_open_the_file_and_diffs_show_hunks(browser: Browser, tmp_path
         whole = card(viewer, "edit-2").get_by_test_id("diff")
         expect(whole.locator("figcaption")).to_contain_text("notes.txt")
         expect(whole.get_by_test_id("diff-stat")).to_have_text("+1 \u22121")
-        expect(whole.get_by_test_id("diff-toggle")).to_have_attribute("aria-expanded", "true")
+        expect(whole.get_by_test_id("diff-fold")).to_have_attribute("open", "")
         expect(whole.locator(".diff-del")).to_have_text(["- note 20"])
         expect(whole.locator(".diff-del")).to_have_attribute("data-old", "20")
         expect(whole.locator(".diff-ctx")).to_have_count(6)  # three lines each side
@@ -78,7 +78,8 @@ def test_a_diff_starts_folded_on_a_phone(browser: Browser, tmp_path: Path) -> No
         driver.get_by_test_id("composer-input").press("Enter")
         diff = card(driver, "edit-2").get_by_test_id("diff")
         toggle = diff.get_by_test_id("diff-toggle")
-        expect(toggle).to_have_attribute("aria-expanded", "false", timeout=30_000)
+        expect(toggle).to_have_text("Show", timeout=30_000)
+        expect(diff.get_by_test_id("diff-fold")).not_to_have_attribute("open", "")
         expect(diff.get_by_test_id("diff-body")).to_be_hidden()
         expect(diff.get_by_test_id("diff-stat")).to_have_text("+1 \u22121")
         toggle.click()

@@ -140,13 +140,14 @@ export function renderDiff(path, oldText, newText) {
   const caption = el("figcaption", {}, fileLink(path, null, path),
     oldText === null ? " (new file)" : null);
   const folded = typeof matchMedia === "function" && matchMedia(NARROW).matches;
-  const toggle = el("button", { class: "diff-toggle", testid: "diff-toggle", type: "button",
-    "aria-expanded": String(!folded), text: folded ? "Show" : "Hide" });
+  // A disclosure, not a button: it only shows or hides, and a viewer's card holds no control.
+  const toggle = el("summary", { class: "diff-toggle", testid: "diff-toggle",
+    text: folded ? "Show" : "Hide" });
+  const body = el("details", { class: "diff-fold", testid: "diff-fold", open: !folded }, toggle, pre);
   const figure = el("figure", { class: "diff", testid: "diff" },
     el("div", { class: "diff-head" }, caption,
-      el("span", { class: "diff-stat", testid: "diff-stat", text: `+${added} −${removed}` }), toggle),
-    pre);
-  pre.hidden = folded;
+      el("span", { class: "diff-stat", testid: "diff-stat", text: `+${added} −${removed}` })),
+    body);
   let widened = false;
   const widen = () => {
     if (widened || oldText === null || newLines.length === 0) return;
@@ -186,11 +187,9 @@ export function renderDiff(path, oldText, newText) {
       figure.dataset.context = "file";
     });
   };
-  toggle.addEventListener("click", () => {
-    pre.hidden = !pre.hidden;
-    toggle.setAttribute("aria-expanded", String(!pre.hidden));
-    toggle.textContent = pre.hidden ? "Show" : "Hide";
-    if (!pre.hidden) widen();
+  body.addEventListener("toggle", () => {
+    toggle.textContent = body.open ? "Hide" : "Show";
+    if (body.open) widen();
   });
   if (!folded && typeof IntersectionObserver === "function") {
     // Read once the diff is on screen: a long replay does not ask for every file it shows.

@@ -19,15 +19,19 @@ export function fileReads() {
   return reader;
 }
 
-/** `text` naming `path` (and 1-based `line`, or null): a link when files open, else text. The
- * link goes nowhere by itself: the page reads the file through the host. */
+/** `text` naming `path` (and 1-based `line`, or null): a link when files open, else text. A
+ * span with the link role, not an anchor: it goes nowhere by itself (the page reads the file
+ * through the host), and a viewer's card holds no control to press. */
 export function fileLink(path, line, text) {
   if (!opener || typeof path !== "string" || path === "") return el("span", { text });
   const at = Number.isInteger(line) && line >= 1 ? line : null;
-  return el("a", { class: "file-link", testid: "file-link", href: "#", text,
+  const open = () => opener(path, at);
+  return el("span", { class: "file-link", testid: "file-link", role: "link", tabindex: "0", text,
     title: "Show this file", "data-path": path, "data-line": at ?? "",
-    onclick: (event) => {
+    onclick: open,
+    onkeydown: (event) => {
+      if (event.key !== "Enter") return;
       event.preventDefault();
-      opener(path, at);
+      open();
     } });
 }
