@@ -1,5 +1,6 @@
-"""The host console shows the agent's questions and answers them with /answer, as `tunnel
-attach` does (the real command on an emulated terminal, sharing the fake ACP agent)."""
+"""The host console shows the agent's questions, counts and rings for them, and answers them with
+/answer, as `tunnel attach` does (the real command on an emulated terminal, sharing the fake ACP
+agent)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import RelayProcess
-from tests.terminal.pty_process import screen_process
+from tests.terminal.pty_process import bells, screen_process
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -29,9 +30,14 @@ async def test_the_console_answers_the_agents_question(relay: RelayProcess, tmp_
         await host.wait_screen(r"drive link: (\S+)")
         host.keys(b"elicit\r")
         await host.wait_screen(r"question\? Pick")
+        await host.wait_screen(r"^\[1 waiting\] >$", where="cursor")
+        assert host.screen.title == "[1 waiting] tunnel host"
         host.keys(b"/answer 1=ann 2=9\r")  # not one of its choices: refused, still open
         await host.wait_screen(r"color.*expected one of its choices")
         host.keys(b"/answer 1=ann 2=Red\r")
         await host.wait_screen(r'answered accept \{"color": "r", "name": "ann"\}')
+        await host.wait_screen(r"^>$", where="cursor")
+        assert host.screen.title == "tunnel host"
         host.keys(b"/quit\r")
         assert await host.wait_exit(within=20) == 0
+    assert bells(host.received) == 1  # once for the question, not again for the refused answer

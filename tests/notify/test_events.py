@@ -1,4 +1,5 @@
-"""What the log says becomes notification events: a request that waits, its end, a turn's end."""
+"""What the log says becomes notification events: a request or a question that waits, its end, a
+turn's end."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tunnel.log import Event, Item
-from tunnel.notify.events import Decided, Notable, TurnEnded, Waiting
+from tunnel.notify.events import QUESTION, Decided, Notable, TurnEnded, Waiting
+from tunnel.notify.webhook import event_fields, ntfy_message
 
 
 def item(seq: int, type_: str, data: dict[str, Any], by: str = "agent") -> Item:
@@ -72,3 +74,34 @@ def test_a_turn_ends_when_the_agent_goes_idle() -> None:
     assert notable.receive(status("running")) == []
     assert notable.receive(status("running")) == []
     assert notable.receive(status("idle")) == [TurnEnded()]
+
+
+def test_a_question_waits_for_any_driver_and_its_answer_ends_it() -> None:
+    notable = Notable()
+    asked = {"request_id": "ask_1", "message": "Which colour?", "fields": []}
+    (waiting,) = notable.receive(item(1, "elicitation_request", asked))
+    assert waiting == Waiting(
+        request_id="ask_1",
+        title="Which colour?",
+        kind=QUESTION,
+        command=None,
+        options=(),
+        answer=("host", "drivers"),
+    )
+    assert waiting.may_answer(role="drive", person=None)
+    assert not waiting.may_answer(role="view", person=None)
+    assert notable.receive(item(2, "elicitation_request", asked)) == []
+    response = {"request_id": "ask_1", "action": "decline"}
+    (decided,) = notable.receive(item(3, "elicitation_response", response, by="bob"))
+    assert decided == Decided(
+        request_id="ask_1", outcome="declined", option_kind="", by="bob", kind=QUESTION
+    )
+    assert notable.receive(item(4, "elicitation_response", response)) == []
+    fields = event_fields(decided, host_id="h", conversation_id="main", details=False)
+    assert (fields["event"], fields["kind"], fields["outcome"]) == (
+        "decided",
+        "question",
+        "declined",
+    )
+    text, _ = ntfy_message(event_fields(waiting, host_id="h", conversation_id="main", details=True))
+    assert text == "The agent asks a question and waits for an answer.\nWhich colour?"

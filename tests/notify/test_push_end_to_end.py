@@ -8,6 +8,7 @@ import base64
 import contextlib
 import json
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from tests.host.teammate import attached
 from tests.notify.pages import page, request_waits
 from tests.notify.push_service import PushService, push_service
 from tests.support import RelayProcess, host_settings
-from tunnel.app.requests import PermissionAnswer, PushOff
+from tunnel.app.requests import ElicitationAnswer, PermissionAnswer, Prompt, PushOff
 from tunnel.host.share import Shared, ShareSettings, run_share
 from tunnel.notify.service import Notifier
 from tunnel.notify.settings import NotifySettings
@@ -30,6 +31,8 @@ from tunnel.policy import Policy, load_policy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
+FAKE_ACP_AGENT = Path(__file__).resolve().parents[1] / "agents" / "fake_acp_agent.py"
+
 
 @contextlib.asynccontextmanager
 async def notifying_share(
@@ -37,6 +40,7 @@ async def notifying_share(
     tmp_path: Path,
     service: PushService,
     policy: Policy | None = None,
+    agent: str = "demo",
     **notify: Any,
 ) -> AsyncIterator[Shared]:
     workspace = tmp_path / "workspace"
@@ -44,6 +48,7 @@ async def notifying_share(
     (workspace / "README.md").write_text("one\ntwo\n")
     settings = ShareSettings(
         host=host_settings(relay.url, tmp_path),
+        agent=agent,
         workspace=workspace,
         log_db=tmp_path / "log.db",
         interactive=False,
@@ -311,3 +316,50 @@ async def test_only_those_the_approval_rule_names_are_offered_answers(
             assert service.to(alice_endpoint)[0].message["options"] != []
             # A driver on the role link: told, but the rule gives the answer to alice alone.
             assert service.to(dan_endpoint)[0].message["options"] == []
+
+
+async def test_a_question_of_the_agents_is_pushed_reminded_once_and_withdrawn_when_answered(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    agent = f"acp:{sys.executable} {FAKE_ACP_AGENT}"
+    async with (
+        push_service() as service,
+        notifying_share(relay, tmp_path, service, agent=agent, reminder=0.2) as shared,
+    ):
+        drive_endpoint, drive_keys = service.subscribe()
+        view_endpoint, view_keys = service.subscribe()
+        async with (
+            page(shared.host.drive_link, "dan") as dan_page,
+            page(shared.host.view_link, "vera") as vera,
+            attached(shared.host.drive_link, "dan") as dan,
+        ):
+            assert (await dan_page.push_on(drive_endpoint, drive_keys))["on"] is True
+            assert (await vera.push_on(view_endpoint, view_keys))["on"] is True
+            await dan.wait_for(lambda t: t.snapshot_done)
+            await dan.send(Prompt(text="elicit"))
+            await dan.wait_for(lambda t: t.item_of("elicitation_request") is not None)
+            asked = dan.item_of("elicitation_request")
+            assert asked is not None
+            request_id = asked["data"]["request_id"]
+            await service.wait_for(
+                lambda s: len(s.to(drive_endpoint)) == 2 and len(s.to(view_endpoint)) == 2
+            )
+            first, reminder = (push.message for push in service.to(drive_endpoint))
+            assert first["type"] == "request"
+            assert first["request_id"] == request_id
+            assert (first["kind"], first["title"], first["command"]) == ("question", "Pick", None)
+            # Answered in the page, not from the notification: no options, even to a driver.
+            assert first["options"] == []
+            assert (first["reminder"], reminder["reminder"]) == (False, True)
+            assert service.to(view_endpoint)[0].message["kind"] == "question"
+
+            answer = {"name": "ann", "color": "r"}
+            await dan.send(
+                ElicitationAnswer(request_id=request_id, action="accept", content=answer)
+            )
+            await service.wait_for(
+                lambda s: len(s.to(drive_endpoint)) == 3 and len(s.to(view_endpoint)) == 3
+            )
+            assert kinds(service, drive_endpoint) == ["request", "request", "withdraw"]
+            assert service.to(view_endpoint)[2].message["request_id"] == request_id
+            assert service.errors == []

@@ -172,9 +172,11 @@ class HostConsole:
                     self._signal_waiting()
 
     def _signal_waiting(self) -> None:
-        """Show how many permission requests wait, and ring for each new one."""
+        """Show how many permission requests and questions of the agent's wait, and ring for
+        each new one."""
         before = self._waiting.count
         ids = [str(data.get("request_id")) for data in self._session.open_permissions()]
+        ids += [str(item.data.get("request_id")) for item in self._session.pending_elicitations()]
         new = self._waiting.update(ids)
         if self._waiting.count != before and not self._questions:
             self._screen.set_prompt(self._waiting.prompt("> "))

@@ -1,8 +1,9 @@
 """What is worth a notification, read off the conversation log, sans-I/O.
 
 `Notable` takes each item and event the log publishes, in order, and returns the notification
-events they make: a permission request that starts waiting for a human (`Waiting`), one that
-ends (`Decided`: answered, or cancelled), and the agent's turn ending (`TurnEnded`). The senders
+events they make: a permission request or a question of the agent's (`elicitation_request`) that
+starts waiting for a human (`Waiting`), one that ends (`Decided`: answered, or cancelled), and
+the agent's turn ending (`TurnEnded`). The senders
 (Web Push, webhooks, local commands) only react to these; nothing here knows about them.
 """
 
@@ -16,6 +17,13 @@ from tunnel.log import Event, Item
 
 ANSWERERS = ("host", "drivers")
 """Who may answer a request no approval rule names anyone for (tunnel/policy/rules.py)."""
+
+QUESTION = "question"
+"""The `kind` of a waiting question of the agent's: it has no tool call, no command and no
+options (a question is answered in the page, `/answer` or an editor)."""
+
+QUESTION_OUTCOMES = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}
+"""A question's `Decided.outcome` for each answer's action."""
 
 MAX_TEXT = 1024
 """Longest title or command a notification event keeps; the senders cut further."""
@@ -32,12 +40,14 @@ class RequestOption:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Waiting:
-    """A permission request waits for a human."""
+    """A permission request, or a question of the agent's, waits for a human."""
 
     request_id: str
     title: str
+    """The request's title, or the question's message."""
     kind: str
-    """The tool call's kind (read, edit, execute, ...), "other" when the agent did not say."""
+    """The tool call's kind (read, edit, execute, ...), "other" when the agent did not say;
+    `QUESTION` for a question."""
     command: str | None
     """The command line an execute request would run, when it names one."""
     options: tuple[RequestOption, ...]
@@ -54,12 +64,15 @@ class Waiting:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decided:
-    """A waiting request ended: answered (`outcome` "selected") or cancelled."""
+    """A waiting request ended: answered (`outcome` "selected") or cancelled; a question:
+    "accepted", "declined" or "cancelled" (`QUESTION_OUTCOMES`)."""
 
     request_id: str
     outcome: str
     option_kind: str
     by: str
+    kind: str = ""
+    """`QUESTION` when the request was a question of the agent's."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +110,26 @@ class Notable:
                 return []
             self._waiting[waiting.request_id] = waiting
             return [waiting]
+        if entry.type == "elicitation_request":
+            waiting = _question(data)
+            if waiting is None or waiting.request_id in self._waiting:
+                return []
+            self._waiting[waiting.request_id] = waiting
+            return [waiting]
+        if entry.type == "elicitation_response":
+            request_id = data.get("request_id")
+            if not isinstance(request_id, str) or self._waiting.pop(request_id, None) is None:
+                return []
+            action = _text(data.get("action"))
+            return [
+                Decided(
+                    request_id=request_id,
+                    outcome=QUESTION_OUTCOMES.get(action, "cancelled"),
+                    option_kind="",
+                    by=entry.created_by or "",
+                    kind=QUESTION,
+                )
+            ]
         if entry.type == "permission_decision":
             request_id = data.get("request_id")
             if not isinstance(request_id, str) or self._waiting.pop(request_id, None) is None:
@@ -137,6 +170,22 @@ def _waiting(data: Mapping[str, Any]) -> Waiting | None:
         command=_command(call.get("input")),
         options=tuple(options),
         answer=tuple(a for a in answer if isinstance(a, str)),
+    )
+
+
+def _question(data: Mapping[str, Any]) -> Waiting | None:
+    """An `elicitation_request`: any driver (or the host) answers it; no approval rule names
+    anyone for a question."""
+    request_id = data.get("request_id")
+    if not isinstance(request_id, str):
+        return None
+    return Waiting(
+        request_id=request_id,
+        title=_text(data.get("message")) or "The agent asks a question",
+        kind=QUESTION,
+        command=None,
+        options=(),
+        answer=ANSWERERS,
     )
 
 

@@ -1,9 +1,10 @@
 """`WebhookSender`: `tunnel host --notify URL`, a small POST for each notification event.
 
 The body is JSON, content-free unless the host asks for details (`--notify-details`): which
-host and conversation, what happened, the tool's kind and who may answer, never the request's
-title or command. A URL written `ntfy+https://...` (or `ntfy+http://`) gets ntfy's form instead:
-a plain-text body with Title, Tags and Priority headers, POSTed to the URL without `ntfy+`.
+host and conversation, what happened, the tool's kind (`question` for a question of the agent's)
+and who may answer, never the request's title or command (nor the question's message). A URL
+written `ntfy+https://...` (or `ntfy+http://`) gets ntfy's form instead: a plain-text body with
+Title, Tags and Priority headers, POSTed to the URL without `ntfy+`.
 Each POST is tried a bounded number of times with the reconnect backoff between tries, in the
 sender's own task: the session never waits for it. The URL may hold a secret (a token in its
 path), so only its origin is ever logged.
@@ -22,7 +23,7 @@ import anyio
 import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from tunnel.notify.events import Decided, NotifyEvent, TurnEnded, Waiting
+from tunnel.notify.events import QUESTION, Decided, NotifyEvent, TurnEnded, Waiting
 from tunnel.notify.settings import NotifySettings
 from tunnel.notify.vapid import origin_of
 from tunnel.process.backoff import Backoff
@@ -71,6 +72,8 @@ def event_fields(
             fields |= {"title": event.title, "command": event.command}
     elif isinstance(event, Decided):
         fields |= {"request_id": event.request_id, "outcome": event.outcome, "by": event.by}
+        if event.kind:
+            fields["kind"] = event.kind
         if event.option_kind:
             fields["option_kind"] = event.option_kind
     return fields
@@ -80,7 +83,12 @@ def ntfy_message(fields: dict[str, Any]) -> tuple[str, dict[str, str]]:
     """The plain-text body and the ntfy headers of an event; headers stay ASCII (the title and
     command, with details, go in the body)."""
     event = fields["event"]
-    if event == "waiting":
+    if event == "waiting" and fields["kind"] == QUESTION:
+        text = "The agent asks a question and waits for an answer."
+        if fields.get("title"):
+            text += f"\n{fields['title']}"
+        headers = {"Title": "agent-tunnel: question", "Tags": "question", "Priority": "high"}
+    elif event == "waiting":
         text = f"A permission request ({fields['kind']}) waits for an answer."
         if fields.get("title"):
             text += f"\n{fields['title']}"
@@ -88,7 +96,8 @@ def ntfy_message(fields: dict[str, Any]) -> tuple[str, dict[str, str]]:
             text += f"\n$ {fields['command']}"
         headers = {"Title": "agent-tunnel: approval needed", "Tags": "warning", "Priority": "high"}
     elif event == "decided":
-        text = f"The permission request was {fields['outcome']}."
+        what = "question" if fields.get("kind") == QUESTION else "permission request"
+        text = f"The {what} was {fields['outcome']}."
         headers = {"Title": "agent-tunnel: request closed", "Tags": "white_check_mark"}
     else:
         text = "The agent finished its turn."

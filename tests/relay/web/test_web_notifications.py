@@ -405,6 +405,25 @@ def test_a_pushed_request_shows_is_withdrawn_and_a_tap_opens_it_unanswered(
     assert relay.errors == []
 
 
+def test_a_pushed_question_shows_its_message_and_offers_only_to_open_it(pushed: Pushed) -> None:
+    question = request_push("ask_1", title="Which colour?", kind="question", command=None)
+    pushed.deliver({**question, "options": []})
+    (shown,) = pushed.shown(1)
+    assert shown["title"] == "claude asks: Which colour?"
+    assert shown["body"] == "question"
+    assert shown["actions"] == [{"action": "open", "title": "Open"}]
+    pushed.deliver(
+        {
+            "v": 1,
+            "type": "withdraw",
+            "tag": f"{HOST_ID}/ask_1",
+            "host": HOST_ID,
+            "request_id": "ask_1",
+        }
+    )
+    pushed.shown(0)
+
+
 def test_a_push_that_is_not_this_hosts_request_shows_nothing_and_text_is_cut(
     pushed: Pushed,
 ) -> None:

@@ -1,7 +1,8 @@
 // The service worker of one host's page (registered with the scope /h/<host_id>), there for
 // notifications only (docs/notifications.md, "The page and the service worker"): it shows the
-// permission requests the host pushes, closes those the host withdraws, and on a tap brings up
-// the page at the request. It never answers a request, handles no fetch and caches nothing.
+// permission requests and the agent's questions the host pushes, closes those the host
+// withdraws, and on a tap brings up the page at the request. It never answers a request, handles
+// no fetch and caches nothing.
 // The one thing it keeps is the page's link (its secret in the fragment), in IndexedDB, and only
 // while the page has notifications on: a tap with no window of the host open needs it to open one.
 // A classic script with no imports, so that every browser with push runs it.
