@@ -36,7 +36,7 @@ async def test_an_open_with_its_subscribe_is_followed_and_shown_without_another_
     async with sharing(relay.url, tmp_path, agent="demo", workspace=workspace) as shared:
         link = shared.host.view_link
         kinds: list[type] = []
-        with anyio.fail_after(20):
+        with anyio.fail_after(30):
             async with connect_teammate(
                 link, name="early", subscribe=EarlySubscribe(tail=5)
             ) as session:
@@ -59,7 +59,7 @@ async def test_an_early_cursor_of_another_conversation_gets_a_fresh_snapshot(
 ) -> None:
     async with sharing(relay.url, tmp_path, agent="demo", workspace=workspace) as shared:
         early = EarlySubscribe(after=0, conversation="another log")
-        with anyio.fail_after(20):
+        with anyio.fail_after(30):
             async with connect_teammate(
                 shared.host.view_link, name="stale", subscribe=early
             ) as session:
@@ -88,7 +88,7 @@ async def test_a_replayed_open_gets_an_answer_it_cannot_use_and_shows_nobody(
             return teammate_hello(host_id=link.host_id, token=link.token, name="alice")
 
         answers: list[bytes] = []
-        with anyio.fail_after(20):
+        with anyio.fail_after(30):
             for _replay in range(2):
                 async with dial(relay.url, "/v1/attach", hello, DialSettings(), backlog=1) as mux:
                     channel = mux.open_channel("session", dict(meta))

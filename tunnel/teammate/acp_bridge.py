@@ -50,6 +50,7 @@ from tunnel.app.requests import (
     encode_request,
 )
 from tunnel.e2e.crypto import ShareLink
+from tunnel.e2e.opening import EarlySubscribe
 from tunnel.process.backoff import TEAMMATE_MAX_BACKOFF, Backoff
 from tunnel.process.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
 from tunnel.process.groups import unwrap_group
@@ -253,15 +254,17 @@ class AcpBridge:
         waiting_since = anyio.current_time()
         while True:
             attached = False
+            # The open carries the subscribe: the snapshot comes with `ready`.
+            if self._cursor is None:
+                early = EarlySubscribe(tail=settings.history)
+            else:
+                early = EarlySubscribe(after=self._cursor)
             try:
                 async with (
                     unwrap_group(),
-                    connect_teammate(settings.link, name=settings.name) as channel,
+                    connect_teammate(settings.link, name=settings.name, subscribe=early) as channel,
                 ):
-                    if self._cursor is None:
-                        await channel.subscribe(tail=settings.history)
-                    else:
-                        await channel.subscribe(after=self._cursor)
+                    await channel.start()  # the host's answer, before anything else
                     self._channel = channel
                     while True:
                         event = await channel.receive()

@@ -49,6 +49,7 @@ from tunnel.app.requests import (
 )
 from tunnel.app.roster import Change, Roster
 from tunnel.e2e.crypto import ShareLink
+from tunnel.e2e.opening import EarlySubscribe
 from tunnel.handshake import check_name
 from tunnel.process.backoff import TEAMMATE_MAX_BACKOFF, Backoff
 from tunnel.process.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
@@ -332,17 +333,24 @@ class Attachment:
         print(f"tunnel attach: {printable(reason)}", file=sys.stderr, flush=True)
 
     async def _attach_once(self) -> None:
-        async with connect_teammate(self._settings.link, name=self._settings.name) as channel:
+        # The open carries the subscribe, so the snapshot comes with `ready` (docs/protocol.md,
+        # "Attaching in one round trip").
+        if self._view.last_seq is None:
+            # A fresh join: the end of the conversation only (docs/application.md); with
+            # --raw, enough of a terminal's output to draw its screen.
+            tail = max(self._history, RAW_REPLAY_ITEMS) if self._settings.raw else self._history
+            early = EarlySubscribe(tail=tail)
+        else:
+            # A resume: everything missed, exactly once; what is printed of it is cut here.
+            early = EarlySubscribe(after=self._view.last_seq)
+        async with connect_teammate(
+            self._settings.link, name=self._settings.name, subscribe=early
+        ) as channel:
             # One roster for every attachment: the list after a reconnect says only what changed.
             channel.follower.roster = self._roster
-            if self._view.last_seq is None:
-                # A fresh join: the end of the conversation only (docs/application.md); with
-                # --raw, enough of a terminal's output to draw its screen.
-                tail = max(self._history, RAW_REPLAY_ITEMS) if self._settings.raw else self._history
-                await channel.subscribe(tail=tail)
-            else:
-                # A resume: everything missed, exactly once; what is printed of it is cut here.
-                await channel.subscribe(after=self._view.last_seq)
+            # Attached once the host answered: a refusal ends this attempt before any input is
+            # read.
+            await channel.start()
             self._channel = channel
             channel.on_file = self._show_file
             channel.on_paths = self.paths.received

@@ -231,6 +231,14 @@ class TeammateSession:
         """The member id of this session, once the host's first presence message said it."""
         return self.follower.roster.you
 
+    async def start(self) -> None:
+        """Wait for the host's answer and make the keys (every send and receive does this
+        first). Raises TeammateError when the relay or the host refused the attachment."""
+        try:
+            await self._sealed.keys()
+        except ChannelClosedError as exc:
+            raise closed_error(exc) from None
+
     def close_soon(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         """Close the channel without waiting."""
         self._sealed.close_soon(code, reason)

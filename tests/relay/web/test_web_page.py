@@ -16,7 +16,7 @@ from tunnel.e2e.opening import ANSWER_SIZE
 from tunnel.proto.codes import FINAL_CODES, CloseCode
 
 from .conftest import INSECURE_HOST, PageLog
-from .fake_relay import HOST_ID, FakeRelay, Scenario, fake_relay, wire_item
+from .fake_relay import CONVERSATION, HOST_ID, FakeRelay, Scenario, fake_relay, wire_item
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
@@ -331,6 +331,12 @@ def test_reconnect_resubscribes_after_the_last_seq_without_duplicates(
     )
     wait_for(lambda: len(relay.ops("subscribe")) == 2, timeout=15)
     assert [m["after"] for m in relay.ops("subscribe")] == [None, 11]
+    # Both went in the opens, the resume with the conversation its cursor counts in.
+    assert [o["meta"]["sub"] for o in relay.opens] == [
+        {},
+        {"after": 11, "conversation": CONVERSATION},
+    ]
+    assert all(m["_early"] for m in relay.ops("subscribe"))
     expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "connected")
     relay.push(wire_item(12, "message", {"role": "agent", "text": "after the cut"}))
     expect(page.locator("[data-seq='12']")).to_have_count(1)
