@@ -9,8 +9,11 @@
 // "set_mode" | "request" | "answer" | "quit", ...}. A request's outcome is printed as {"event": "result",
 // "id", "result"} or {"event": "error", "id", "code", "message"}; "prompt" returns at once and
 // its outcome comes when the turn ends. Also printed: every session/update ({"event": "update", "update"}), every
-// permission request ({"event": "permission", "requestId", "params"}) and its withdrawal
-// ({"event": "withdrawn", "requestId"}), the agent's stderr lines and its exit.
+// permission request ({"event": "permission", "requestId", "params"}), every question
+// (elicitation/create: {"event": "question", "requestId", "params"}) and their withdrawal
+// ({"event": "withdrawn", "requestId"}), the agent's stderr lines and its exit. "initialize"
+// takes the client's "capabilities"; "answer" takes an "optionId" (a permission request) or an
+// "action" and "content" (a question).
 
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
@@ -29,8 +32,20 @@ createInterface({ input: child.stderr }).on("line", (line) => print({ event: "st
 const exited = new Promise((resolve) => child.on("exit", (code) => resolve(code)));
 exited.then((code) => print({ event: "exit", code }));
 
-// Permission requests waiting for the test's answer, by the host's request id.
+// Permission requests and questions waiting for the test's answer, by the host's request id.
 const waiting = new Map();
+
+function wait(requestId, withdrawn, signal) {
+  return new Promise((resolve) => {
+    waiting.set(requestId, resolve);
+    signal.addEventListener("abort", () => {
+      // Withdrawn by the agent ($/cancel_request): ACP's answer is the cancelled one.
+      waiting.delete(requestId);
+      print({ event: "withdrawn", requestId });
+      resolve(withdrawn);
+    });
+  });
+}
 
 const app = acp
   .client()
@@ -40,15 +55,12 @@ const app = acp
   .onRequest(acp.methods.client.session.requestPermission, ({ params, signal }) => {
     const requestId = params._meta?.tunnel?.requestId ?? params.toolCall.toolCallId;
     print({ event: "permission", requestId, params });
-    return new Promise((resolve) => {
-      waiting.set(requestId, resolve);
-      signal.addEventListener("abort", () => {
-        // Withdrawn by the agent ($/cancel_request): ACP's answer is the cancelled outcome.
-        waiting.delete(requestId);
-        print({ event: "withdrawn", requestId });
-        resolve({ outcome: { outcome: "cancelled" } });
-      });
-    });
+    return wait(requestId, { outcome: { outcome: "cancelled" } }, signal);
+  })
+  .onRequest(acp.methods.client.elicitation.create, ({ params, signal }) => {
+    const requestId = params._meta?.tunnel?.requestId ?? null;
+    print({ event: "question", requestId, params });
+    return wait(requestId, { action: "cancel" }, signal);
   });
 
 const connection = app.connect(
@@ -73,7 +85,7 @@ for await (const line of createInterface({ input: process.stdin })) {
       await run(id, () =>
         agent.request(acp.methods.agent.initialize, {
           protocolVersion: acp.PROTOCOL_VERSION,
-          clientCapabilities: {},
+          clientCapabilities: command.capabilities ?? {},
           clientInfo: { name: "test-editor", version: "1.0.0" },
         }),
       );
@@ -122,7 +134,11 @@ for await (const line of createInterface({ input: process.stdin })) {
     case "answer": {
       const resolve = waiting.get(command.requestId);
       waiting.delete(command.requestId);
-      resolve?.({ outcome: { outcome: "selected", optionId: command.optionId } });
+      if (command.optionId !== undefined) {
+        resolve?.({ outcome: { outcome: "selected", optionId: command.optionId } });
+      } else {
+        resolve?.({ action: command.action, ...(command.content ? { content: command.content } : {}) });
+      }
       print({ event: "result", id, result: { answered: Boolean(resolve) } });
       break;
     }

@@ -26,16 +26,20 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.agents.fake_acp_agent import FORM
 from tests.host.host_process import HostProcess
 from tests.host.teammate import Teammate, attached
 from tests.support import RelayProcess, wait_online, wait_or_kill
-from tunnel.app.requests import Cancel, PermissionAnswer, Prompt
+from tunnel.agents.elicitation import form_fields
+from tunnel.app.requests import Cancel, ElicitationAnswer, PermissionAnswer, Prompt
 from tunnel.e2e.crypto import ShareLink
 from tunnel.e2e.identity import HostIdentity
 from tunnel.teammate.client import TeammateSession
 
 ROOT = Path(__file__).resolve().parents[2]
 EDITOR = ROOT / "tests" / "teammate" / "acp_editor.mjs"
+ELICITS = {"elicitation": {"form": {}}}
+"""The client capabilities of an editor that answers the agent's questions."""
 FAKE_ACP_AGENT = ROOT / "tests" / "agents" / "fake_acp_agent.py"
 TUNNEL = [sys.executable, "-m", "tunnel.cli"]
 
@@ -401,7 +405,7 @@ async def test_a_view_link_editor_watches_and_its_prompt_is_refused(host: HostPr
     async with attached(host.drive_link, "alice") as alice:
         editor = Editor(sdk, host.view_link, "vera")
         try:
-            await editor.call("initialize")
+            await editor.call("initialize", capabilities=ELICITS)
             session = (await editor.call("new"))["result"]["sessionId"]
             refused = await editor.call("prompt", sessionId=session, text="let me drive")
             assert refused["event"] == "error"
@@ -432,8 +436,92 @@ async def test_a_view_link_editor_watches_and_its_prompt_is_refused(host: HostPr
             await alice.send(PermissionAnswer(request_id=request_id, option_id=option_id))
             await editor.wait(said("agent_message_chunk", f"chose {option_id}"), start=mark)
             assert not any(line["event"] == "permission" for line in editor.lines)
+            # A question of the agent's: an observer is not asked, though its editor could be.
+            mark = editor.mark()
+            await alice.send(Prompt(text="elicit"))
+            await alice.wait_for(lambda t: t.item_of("elicitation_request") is not None)
+            asked = alice.item_of("elicitation_request")
+            assert asked is not None
+            request_id = asked["data"]["request_id"]
+            await alice.send(ElicitationAnswer(request_id=request_id, action="decline"))
+            await editor.wait(said("agent_message_chunk", "answered decline"), start=mark)
+            assert not any(line["event"] == "question" for line in editor.lines)
         finally:
             editor.stop()
+
+
+@pytest.mark.agents_real
+@pytest.mark.timeout(120)
+@pytest.mark.anyio
+async def test_an_editor_that_answers_questions_is_asked_the_agents_and_first_answer_wins(
+    host: HostProcess,
+) -> None:
+    sdk = acp_sdk()
+    async with attached(host.drive_link, "alice") as alice:
+        zed = Editor(sdk, host.drive_link, "zed-q")
+        plain = Editor(sdk, host.drive_link, "plain")
+        try:
+            await zed.call("initialize", capabilities=ELICITS)
+            await plain.call("initialize")
+            session = (await zed.call("new"))["result"]["sessionId"]
+            await plain.call("new")
+
+            def questions(t: Teammate) -> list[dict[str, Any]]:
+                return [i for i in t.items if i["type"] == "elicitation_request"]
+
+            # Asked in the editor, answered there: the host takes the answer as the editor's.
+            mark = zed.mark()
+            prompt_id = zed.do("prompt", sessionId=session, text="elicit")
+            asked = await zed.wait(lambda line: line["event"] == "question", start=mark)
+            params = asked["params"]
+            assert (params["sessionId"], params["mode"], params["message"]) == (
+                session,
+                "form",
+                "Pick",
+            )
+            # The form the editor gets is the agent's, as the host checked it.
+            assert form_fields(params["requestedSchema"]) == form_fields(FORM)
+            answer = {"name": "ann", "color": "g", "urgent": True}
+            await zed.call("answer", requestId=asked["requestId"], action="accept", content=answer)
+            done = await zed.wait(lambda line: line.get("id") == prompt_id, start=mark)
+            assert done["result"] == {"stopReason": "end_turn"}
+            await _agent_said(
+                alice, 'answered accept {"color": "g", "name": "ann", "urgent": true}'
+            )
+            response = alice.item_of("elicitation_response", request_id=asked["requestId"])
+            assert response is not None
+            assert response["created_by"] == "zed-q"
+            assert response["data"]["content"] == answer
+
+            # First answer wins: alice answers, the editor's question is withdrawn.
+            before = len(questions(alice))
+            mark = zed.mark()
+            await alice.send(Prompt(text="elicit"))
+            asked = await zed.wait(lambda line: line["event"] == "question", start=mark)
+            await alice.wait_for(lambda t: len(questions(t)) > before)
+            assert questions(alice)[-1]["data"]["request_id"] == asked["requestId"]
+            await alice.send(ElicitationAnswer(request_id=asked["requestId"], action="decline"))
+            await zed.wait(
+                lambda line: (
+                    line["event"] == "withdrawn" and line["requestId"] == asked["requestId"]
+                ),
+                start=mark,
+            )
+            await _agent_said(alice, "answered decline")
+            response = alice.item_of("elicitation_response", request_id=asked["requestId"])
+            assert response is not None
+            assert response["created_by"] == "alice"
+            # The editor's question is closed: nothing is left there to answer.
+            late = await zed.call(
+                "answer", requestId=asked["requestId"], action="accept", content=answer
+            )
+            assert late["result"] == {"answered": False}
+            # An editor that did not say it answers questions is never asked one.
+            await plain.wait(said("agent_message_chunk", "answered decline"))
+            assert not any(line["event"] == "question" for line in plain.lines)
+        finally:
+            zed.stop()
+            plain.stop()
 
 
 def test_a_bad_link_is_one_line_and_exit_2() -> None:

@@ -12,17 +12,21 @@ from acp import schema
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tunnel.agents.elicitation import form_fields
 from tunnel.teammate.acp_mirror import (
     Mirror,
     MirrorOutput,
     PermissionClosed,
     PermissionOpened,
     PromptStored,
+    QuestionClosed,
+    QuestionOpened,
     SettingsStored,
     TurnEnded,
     TurnStarted,
     Update,
     replay,
+    requested_schema,
 )
 
 
@@ -257,6 +261,43 @@ def test_permission_requests_open_until_decided_and_an_approval_keeps_them_open(
     assert mirror.open_permissions() == []
 
 
+def test_questions_open_as_the_agents_form_until_answered() -> None:
+    form = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "title": "Name", "format": "email", "maxLength": 40},
+            "size": {"type": "number", "minimum": 0.5, "default": 1},
+            "tags": {
+                "type": "array",
+                "items": {"anyOf": [{"const": "a", "title": "A"}, {"const": "b", "title": "B"}]},
+                "minItems": 1,
+            },
+            "pick": {"type": "string", "enum": ["x", "y"], "default": "y"},
+        },
+        "required": ["name"],
+    }
+    fields = form_fields(form)
+    mirror = Mirror()
+    asked = item(
+        3,
+        "elicitation_request",
+        {"request_id": "ask_1", "message": "Who?", "fields": fields},
+        status="action_required",
+    )
+    (opened,) = mirror.item(asked)
+    assert isinstance(opened, QuestionOpened)
+    assert (opened.request_id, opened.message) == ("ask_1", "Who?")
+    # What the editor is asked reads back as the very fields the host checks answers against.
+    assert form_fields(opened.requested_schema) == fields
+    assert mirror.open_questions() == [opened]
+    assert mirror.item(asked, live=False) == []
+    response = item(4, "elicitation_response", {"request_id": "ask_1", "action": "cancel"})
+    assert mirror.item(response) == [QuestionClosed(request_id="ask_1", by="agent")]
+    assert mirror.open_questions() == []
+    # A field of a kind this end does not know: the editor is not asked.
+    assert requested_schema([{"name": "x", "kind": "file"}]) is None
+
+
 def test_settings_give_the_sessions_modes_models_and_options_and_their_changes() -> None:
     mirror = Mirror()
     mirror.context([item(1, "session_event", SETTINGS, by="host")])
@@ -351,6 +392,8 @@ def test_no_map_from_the_host_makes_the_mirror_raise(
             sent.append(output.update)
         elif isinstance(output, PermissionOpened):
             sent += [output.tool_call, *output.options]
+        elif isinstance(output, QuestionOpened):
+            sent.append(output.requested_schema)
     json.dumps(sent, allow_nan=False)  # all of it goes to the editor as JSON
 
 
@@ -428,3 +471,16 @@ def test_a_request_about_a_call_the_editor_has_not_seen_shows_the_call_first() -
         replay([item(1, "permission_request", asked), item(2, "permission_request", again)])
     )
     assert [u["toolCallId"] for u in got] == ["9:call_ask"]
+
+
+FIELD_KEYS = st.sampled_from(
+    ["name", "kind", "title", "description", "required", "default", "choices", "min", "max"]
+)
+FIELD_KINDS = st.sampled_from(["string", "number", "integer", "boolean", "choice", "choices"])
+FIELD = st.dictionaries(FIELD_KEYS, JSON | FIELD_KINDS | st.lists(JSON | HOSTILE, max_size=3))
+
+
+@given(st.lists(FIELD, max_size=4) | JSON)
+def test_no_question_fields_from_the_host_make_the_form_raise_or_leave_json(fields: Any) -> None:
+    schema = requested_schema(fields)
+    json.dumps(schema, allow_nan=False)  # it goes to the editor as JSON

@@ -41,6 +41,7 @@ from tunnel.app.requests import (
     DEFAULT_HISTORY_ITEMS,
     MAX_PROMPT_LENGTH,
     Cancel,
+    ElicitationAnswer,
     PermissionAnswer,
     Prompt,
     Request,
@@ -63,6 +64,8 @@ from tunnel.teammate.acp_mirror import (
     PermissionClosed,
     PermissionOpened,
     PromptStored,
+    QuestionClosed,
+    QuestionOpened,
     SettingsStored,
     TurnEnded,
     TurnStarted,
@@ -124,9 +127,9 @@ class _Turn:
 class _Outcome:
     """A driving request waiting for the log to show it happened, or for the host's error."""
 
-    kind: Literal["prompt", "settings", "permission"]
+    kind: Literal["prompt", "settings", "permission", "question"]
     """What shows it happened: the prompt's item, a `settings` event, the request's decision
-    or approval; each from this channel's name."""
+    or approval, the question's response; each from this channel's name."""
     request_id: str | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     error: Error | None = None
@@ -135,7 +138,7 @@ class _Outcome:
 
 @dataclass(eq=False)
 class _Ask:
-    """A `session/request_permission` put to the editor."""
+    """A `session/request_permission` or `elicitation/create` put to the editor."""
 
     rpc_id: Any = None
     closed: bool = False
@@ -144,12 +147,17 @@ class _Ask:
 
 @dataclass(frozen=True, slots=True)
 class _CancelAsk:
-    """Withdraw the editor's `session/request_permission` of this JSON-RPC id."""
+    """Withdraw the editor's `session/request_permission` (or `elicitation/create`) of this
+    JSON-RPC id."""
 
     rpc_id: Any
 
 
-_Entry = Update | PermissionOpened | _CancelAsk | anyio.Event
+_Entry = Update | PermissionOpened | QuestionOpened | _CancelAsk | anyio.Event
+
+ASKS: Final = ("session/request_permission", "elicitation/create")
+"""The requests the bridge puts to the editor, each carrying the host's request id in
+`_meta.tunnel.requestId`."""
 
 
 def _error(code: int, message: str, reason: str | None = None) -> RequestError:
@@ -206,6 +214,8 @@ class AcpBridge:
         self._cancel_next = False
         """The editor cancelled a prompt the host has not stored yet."""
         self._asks: dict[str, _Ask] = {}
+        self._elicits = False
+        """The editor said in `initialize` that it answers form questions (`elicitation`)."""
         self._attach_ids: set[Any] = set()
         self._problem = "not attached yet"
         self._busy = 0
@@ -358,6 +368,11 @@ class AcpBridge:
                         self._queue(output)
                 case PermissionClosed():
                     self._permission_closed(output)
+                case QuestionOpened():
+                    if self._session_id is not None and self._may_ask():
+                        self._queue(output)
+                case QuestionClosed():
+                    self._question_closed(output)
                 case PromptStored():
                     outcome = self._outcome
                     if output.own and outcome is not None and outcome.kind == "prompt":
@@ -388,19 +403,30 @@ class AcpBridge:
             await self._outbox_drained.wait()
 
     def _permission_closed(self, closed: PermissionClosed) -> None:
+        self._confirm("permission", closed.request_id, closed.by)
+        if not closed.approval:
+            self._withdraw(closed.request_id, closed.by)
+
+    def _question_closed(self, closed: QuestionClosed) -> None:
+        self._confirm("question", closed.request_id, closed.by)
+        self._withdraw(closed.request_id, closed.by)
+
+    def _confirm(self, kind: Literal["permission", "question"], request_id: str, by: str) -> None:
+        """The log shows this channel's answer to `request_id`: its request is done."""
         outcome = self._outcome
-        mine = closed.by == self._mirror.me
         if (
             outcome is not None
-            and outcome.kind == "permission"
-            and outcome.request_id == closed.request_id
-            and mine
+            and outcome.kind == kind
+            and outcome.request_id == request_id
+            and by == self._mirror.me
         ):
             outcome.done.set()
-        if closed.approval:
-            return
-        ask = self._asks.pop(closed.request_id, None)
-        if ask is not None and not mine:
+
+    def _withdraw(self, request_id: str, by: str) -> None:
+        """`request_id` ended: if it was put to the editor and someone else answered, the
+        editor's is withdrawn."""
+        ask = self._asks.pop(request_id, None)
+        if ask is not None and by != self._mirror.me:
             # First answer wins: the editor's question is withdrawn, its answer ignored.
             ask.closed = True
             if ask.rpc_id is not None:
@@ -440,6 +466,8 @@ class AcpBridge:
                 await conn.send_notification("session/update", params)
             case PermissionOpened():
                 self._tg.start_soon(self._ask, entry)
+            case QuestionOpened():
+                self._tg.start_soon(self._ask_question, entry)
             case _CancelAsk():
                 await conn.send_notification("$/cancel_request", {"requestId": entry.rpc_id})
             case anyio.Event():
@@ -479,6 +507,45 @@ class AcpBridge:
         except RequestError as exc:
             logger.info("the editor's permission answer was not taken: %s", exc)
 
+    async def _ask_question(self, asked: QuestionOpened) -> None:
+        """Put a question of the agent's to the editor; its answer goes to the host."""
+        conn = self._conn
+        assert conn is not None
+        if asked.request_id in self._asks:
+            return
+        ask = _Ask()
+        self._asks[asked.request_id] = ask
+        params: dict[str, Any] = {
+            "sessionId": self._session_id,
+            "mode": "form",
+            "message": asked.message,
+            "requestedSchema": dict(asked.requested_schema),
+            "_meta": {"tunnel": {"requestId": asked.request_id}},
+        }
+        try:
+            response = await conn.send_request("elicitation/create", params)
+        except (RequestError, ConnectionError) as exc:
+            logger.info("the editor answered no question: %s", exc)
+            response = None
+        finally:
+            if self._asks.get(asked.request_id) is ask:
+                del self._asks[asked.request_id]
+        if ask.closed or not isinstance(response, dict):
+            return
+        action, content = response.get("action"), response.get("content")
+        if action not in ("accept", "decline"):
+            # `cancel`: the editor's dialog closed unanswered; the question stays for the others.
+            return
+        answer = ElicitationAnswer(
+            request_id=asked.request_id,
+            action=action,
+            content=content if action == "accept" and isinstance(content, dict) else None,
+        )
+        try:
+            await self._drive(answer, _Outcome("question", request_id=asked.request_id))
+        except RequestError as exc:
+            logger.info("the editor's answer to a question was not taken: %s", exc)
+
     def _observe(self, event: StreamEvent) -> None:
         """Every JSON-RPC message: the ids the bridge needs to follow up on."""
         message = event.message
@@ -487,7 +554,7 @@ class AcpBridge:
             if method in ("session/new", "session/load") and "id" in message:
                 self._attach_ids.add(message["id"])
             return
-        if method == "session/request_permission":
+        if method in ASKS:
             meta = (message.get("params") or {}).get("_meta") or {}
             request_id = (meta.get("tunnel") or {}).get("requestId")
             ask = self._asks.get(request_id) if isinstance(request_id, str) else None
@@ -500,6 +567,9 @@ class AcpBridge:
                 for opened in self._mirror.open_permissions():
                     if self._may_answer(opened):
                         self._queue(opened)
+                if self._may_ask():
+                    for asked in self._mirror.open_questions():
+                        self._queue(asked)
 
     # -- driving -------------------------------------------------------------------------------
 
@@ -512,6 +582,11 @@ class AcpBridge:
         ready = self._ready
         verified = ready is not None and ready.verified
         return self._driver() and opened.answerable_by(self._mirror.me, verified=verified)
+
+    def _may_ask(self) -> bool:
+        """Whether to put the agent's questions to the editor: a driver whose editor answers
+        form questions."""
+        return self._driver() and self._elicits
 
     def _check_session(self, session_id: str) -> None:
         if self._session_id is None or session_id != self._session_id:
@@ -568,7 +643,11 @@ class AcpBridge:
 
     # -- ACP methods ---------------------------------------------------------------------------
 
-    async def initialize(self, protocol_version: int, **_: Any) -> dict[str, Any]:
+    async def initialize(
+        self, protocol_version: int, client_capabilities: Any = None, **_: Any
+    ) -> dict[str, Any]:
+        elicitation = getattr(client_capabilities, "elicitation", None)
+        self._elicits = getattr(elicitation, "form", None) is not None
         # The host's `ready` names its agent; a host out of reach is no reason to keep the
         # editor waiting here (session/new waits, and says why).
         with anyio.move_on_after(INITIALIZE_WAIT):

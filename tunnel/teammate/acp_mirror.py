@@ -5,6 +5,7 @@ as teammates").
 `Mirror.item(item)` and `Mirror.event(event)` take what the host sent (the wire maps of
 docs/application.md) and return what to do, in order: `Update`s to send as `session/update`,
 `PermissionOpened` and `PermissionClosed` for the editor's `session/request_permission`,
+`QuestionOpened` and `QuestionClosed` for its `elicitation/create` (the agent's questions),
 `PromptStored` and `SettingsStored` that confirm a request the editor made, and `TurnEnded` for
 a prompt whose turn is over. `replay(items)` turns stored items into the updates a
 `session/load` streams. Everything from the host is read field by field: a map of the wrong
@@ -26,6 +27,8 @@ __all__ = [
     "PermissionClosed",
     "PermissionOpened",
     "PromptStored",
+    "QuestionClosed",
+    "QuestionOpened",
     "SettingsStored",
     "TurnEnded",
     "TurnStarted",
@@ -50,6 +53,8 @@ OPTION_KINDS: Final = frozenset({"allow_once", "allow_always", "reject_once", "r
 
 MAX_OPEN_PERMISSIONS = 256
 """Open permission requests remembered; a host never has more waiting at once."""
+MAX_OPEN_QUESTIONS = 64
+"""Open questions remembered; a host has far fewer waiting at once."""
 MAX_PENDING_TURNS = 1024
 """Prompts remembered whose turn has not ended: more than the host queues (its limit is lower)."""
 MAX_STREAMS = 64
@@ -130,6 +135,25 @@ class PermissionClosed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class QuestionOpened:
+    """The agent asks the humans a question: ask the editor (`elicitation/create`, form mode)."""
+
+    request_id: str
+    message: str
+    requested_schema: Mapping[str, Any]
+    """The form as ACP's `ElicitationSchema`, rebuilt from the question's checked fields."""
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuestionClosed:
+    """A question was answered or cancelled (by anyone): who answered."""
+
+    request_id: str
+    by: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SettingsStored:
     """The agent's settings changed; `change` says what a person asked (`{"mode": id}`, ...)."""
 
@@ -144,6 +168,8 @@ MirrorOutput = (
     | TurnEnded
     | PermissionOpened
     | PermissionClosed
+    | QuestionOpened
+    | QuestionClosed
     | SettingsStored
 )
 
@@ -389,6 +415,82 @@ def _permission(data: Mapping[str, Any]) -> PermissionOpened | None:
     )
 
 
+def _question(data: Mapping[str, Any]) -> QuestionOpened | None:
+    request_id = _text(data.get("request_id"))
+    schema = requested_schema(data.get("fields"))
+    if request_id is None or schema is None:
+        return None
+    return QuestionOpened(
+        request_id=request_id,
+        message=_text(data.get("message")) or "",
+        requested_schema=schema,
+        tool_call_id=_text(data.get("tool_call_id")),
+    )
+
+
+def requested_schema(fields: Any) -> dict[str, Any] | None:
+    """ACP's form `requestedSchema` for a question's `fields` (docs/application.md,
+    `elicitation_request`), the shape tunnel.agents.elicitation reads an agent's in; None when
+    a field is of a kind this end does not know (the editor is then not asked)."""
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for field in _list(fields):
+        field = _map(field)
+        name, kind = _text(field.get("name")), field.get("kind")
+        if name is None:
+            return None
+        spec: dict[str, Any] = {}
+        for key in ("title", "description"):
+            if _text(field.get(key)):
+                spec[key] = field[key]
+        low, high = _bound(field.get("min")), _bound(field.get("max"))
+        if kind == "string":
+            spec["type"] = "string"
+            if _text(field.get("format")):
+                spec["format"] = field["format"]
+            spec |= _bounds("minLength", low, "maxLength", high)
+        elif kind in ("number", "integer"):
+            spec["type"] = kind
+            spec |= _bounds("minimum", low, "maximum", high)
+        elif kind == "boolean":
+            spec["type"] = "boolean"
+        elif kind in ("choice", "choices"):
+            choices = []
+            for choice in map(_map, _list(field.get("choices"))):
+                value = _text(choice.get("value"))
+                if value is not None:
+                    choices.append({"const": value, "title": _text(choice.get("label")) or value})
+            if not choices:
+                return None
+            if kind == "choice":
+                spec |= {"type": "string", "oneOf": choices}
+            else:
+                spec |= {"type": "array", "items": {"anyOf": choices}}
+                spec |= _bounds("minItems", low, "maxItems", high)
+        else:
+            return None
+        default = field.get("default")
+        strings = isinstance(default, list) and all(isinstance(v, str) for v in default)
+        if isinstance(default, str | bool) or _bound(default) is not None or strings:
+            spec["default"] = default
+        properties[name] = spec
+        if field.get("required") is True:
+            required.append(name)
+    return {"type": "object", "properties": properties, "required": required}
+
+
+def _bound(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return value
+
+
+def _bounds(
+    low_key: str, low: int | float | None, high_key: str, high: int | float | None
+) -> dict[str, Any]:
+    return {k: v for k, v in ((low_key, low), (high_key, high)) if v is not None}
+
+
 def translate(
     item: Mapping[str, Any], first_seen: Callable[[str], bool] = lambda _key: False
 ) -> list[Update]:
@@ -484,6 +586,7 @@ class Mirror:
         self.commands: Update | None = None
         self.plan: Update | None = None
         self._open: OrderedDict[str, PermissionOpened] = OrderedDict()
+        self._questions: OrderedDict[str, QuestionOpened] = OrderedDict()
         self._sent: deque[str] = deque(maxlen=MAX_PENDING_TURNS)
         self._pending: OrderedDict[int, str | None] = OrderedDict()
         """Prompts whose turn has not ended, by seq: the stop reason heard so far, if any."""
@@ -539,6 +642,10 @@ class Mirror:
         """The permission requests the agent still waits on, oldest first."""
         return list(self._open.values())
 
+    def open_questions(self) -> list[QuestionOpened]:
+        """The questions the agent still waits on, oldest first."""
+        return list(self._questions.values())
+
     # -- what the host sends -------------------------------------------------------------------
 
     def context(self, items: Iterable[Mapping[str, Any]]) -> None:
@@ -592,6 +699,22 @@ class Mirror:
             # The call asked about first, if the editor has not seen it, then the question.
             outputs += translate(item, self._first_seen)
             return outputs + ([opened] if opened is not None else [])
+        if kind == "elicitation_request":
+            asked = _question(data)
+            if asked is not None and item.get("status") != "completed":
+                self._questions[asked.request_id] = asked
+                while len(self._questions) > MAX_OPEN_QUESTIONS:
+                    self._questions.popitem(last=False)
+                if live:
+                    outputs.append(asked)
+            return outputs + (translate(item, self._first_seen) if live else [])
+        if kind == "elicitation_response":
+            request_id = _text(data.get("request_id"))
+            if request_id is not None:
+                self._questions.pop(request_id, None)
+                by = _text(item.get("created_by")) or ""
+                outputs.append(QuestionClosed(request_id=request_id, by=by))
+            return outputs + (translate(item, self._first_seen) if live else [])
         if kind in ("permission_decision", "permission_approval"):
             request_id = _text(data.get("request_id"))
             if request_id is not None:
