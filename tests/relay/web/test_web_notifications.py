@@ -405,7 +405,8 @@ def test_a_pushed_request_shows_is_withdrawn_and_a_tap_opens_it_unanswered(
     assert relay.errors == []
 
 
-def test_a_pushed_question_shows_its_message_and_offers_only_to_open_it(pushed: Pushed) -> None:
+def test_a_pushed_question_shows_its_message_and_a_tap_brings_up_its_card(pushed: Pushed) -> None:
+    page, relay = pushed.page, pushed.fake
     question = request_push("ask_1", title="Which colour?", kind="question", command=None)
     pushed.deliver({**question, "options": []})
     (shown,) = pushed.shown(1)
@@ -422,6 +423,22 @@ def test_a_pushed_question_shows_its_message_and_offers_only_to_open_it(pushed: 
         }
     )
     pushed.shown(0)
+
+    # A tap before the question is on the page: its card is brought up when it arrives.
+    page.evaluate("document.scrollingElement.scrollTop = 0")
+    pushed.worker().evaluate(
+        "(data) => openRequest({ data }, '')",
+        {"host": HOST_ID, "request_id": "ask_1", "options": []},
+    )
+    fields = [{"name": "colour", "kind": "string", "title": "Colour", "required": True}]
+    for seq in range(1, 40):  # enough to push the first card out of view
+        relay.push(wire_item(seq, "message", {"role": "agent", "text": f"line {seq}"}))
+    asked = {"request_id": "ask_1", "message": "Which colour?", "fields": fields}
+    relay.push(wire_item(40, "elicitation_request", asked, status="action_required"))
+    card = page.locator("[data-testid=question][data-request-id=ask_1]")
+    expect(card).to_have_attribute("data-wanted", "true")
+    expect(card).to_be_in_viewport()
+    assert relay.ops("elicitation") == [], "a tap on the notification answers nothing"
 
 
 def test_a_push_that_is_not_this_hosts_request_shows_nothing_and_text_is_cut(

@@ -752,15 +752,14 @@ export class View {
     }
     // Even an item folded into an earlier card (an update, a result, an answer) is news.
     this.follow({ focus: item.type === "permission_request" ? element : null });
-    if (item.type === "permission_request" && this.wanted?.requestId === str(data.request_id)) {
-      this.showWanted();
-    }
+    const asks = item.type === "permission_request" || item.type === "elicitation_request";
+    if (asks && this.wanted?.requestId === str(data.request_id)) this.showWanted();
   }
 
   /**
-   * Bring the reader to a permission request (a tapped notification), with `optionId`, the
-   * option tapped there, marked for one confirming tap: it is never sent from here. A request
-   * not on the page yet is shown when it arrives.
+   * Bring the reader to a permission request or a question of the agent's (a tapped
+   * notification), with `optionId`, the option tapped there, marked for one confirming tap: it is
+   * never sent from here. A request not on the page yet is shown when it arrives.
    */
   openRequest(requestId, optionId = null) {
     this.wanted = { requestId, optionId };
@@ -768,12 +767,22 @@ export class View {
   }
 
   showWanted() {
-    const entry = this.permissions.get(this.wanted.requestId);
+    const { requestId, optionId } = this.wanted;
+    const question = this.questions.get(requestId);
+    const entry = this.permissions.get(requestId) ?? question;
     if (!entry || !entry.element.isConnected) return;
-    const { optionId } = this.wanted;
     this.wanted = null;
     for (const shown of this.conversation.querySelectorAll("[data-wanted]")) delete shown.dataset.wanted;
     entry.element.dataset.wanted = "true";
+    if (entry !== question) this.preselect(entry, optionId);
+    // The reader came for this request: later items must not scroll it away.
+    this.following = false;
+    if (this.conversation.dataset.loaded !== "true") this.wantedScroll = entry.element;
+    entry.element.scrollIntoView({ block: "center" });
+  }
+
+  /** Mark the option a notification's tap chose on a permission card, for one confirming tap. */
+  preselect(entry, optionId) {
     entry.confirm?.remove();
     entry.confirm = null;
     for (const button of entry.buttons) delete button.dataset.preselected;
@@ -784,10 +793,6 @@ export class View {
         text: `Chosen in the notification: tap “${button.textContent}” to answer.` });
       entry.element.querySelector(".options").before(entry.confirm);
     }
-    // The reader came for this request: later items must not scroll it away.
-    this.following = false;
-    if (this.conversation.dataset.loaded !== "true") this.wantedScroll = entry.element;
-    entry.element.scrollIntoView({ block: "center" });
   }
 
   /**
