@@ -30,7 +30,8 @@ ASKS: Mapping[str, bool] = {
     # workspace and runs commands without asking, "full-access" asks nothing.
     "read-only": True,
     "full-access": False,
-    # Qwen Code: "default" and "plan" as above; "auto-edit" edits without asking.
+    # Qwen Code: "default" and "plan" as above; "auto-edit" edits without asking, "auto" (the
+    # mode it starts in) lets a model of its own decide, "yolo" asks nothing.
     "auto-edit": False,
 }
 """Mode id: whether the agent asks before each edit and command in that mode."""

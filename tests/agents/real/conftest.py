@@ -47,7 +47,8 @@ def agents_bin() -> Path:
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         key = hashlib.sha256(LOCK.read_bytes()).hexdigest()[:16]
         path = cache / "agent-tunnel" / "agents" / key / "node_modules" / ".bin"
-    if not all((path / name).exists() for name in ("claude-agent-acp", "gemini", "codex-acp")):
+    programs = ("claude-agent-acp", "gemini", "codex-acp", "qwen")
+    if not all((path / name).exists() for name in programs):
         problem = f"the real agents are not installed in {path}: run ./scripts/test"
         # A required suite (tests/conftest.py): under TUNNEL_REQUIRE_ALL=1 it fails, never skips.
         if os.environ.get("TUNNEL_REQUIRE_ALL") == "1":
@@ -147,11 +148,33 @@ class Codex(Agent):
         return {"CODEX_HOME": str(codex_home), "FAKE_MODEL_KEY": "dummy"}
 
 
+class Qwen(Agent):
+    """Qwen Code in ACP mode, with its OpenAI-compatible provider pointed at the fake model's Chat
+    Completions API (OPENAI_BASE_URL), as a user with an API key of another provider runs it."""
+
+    def environment(self, model_url: str, home: Path, workspace: Path) -> dict[str, str]:
+        qwen_dir = home / ".qwen"
+        qwen_dir.mkdir(parents=True, exist_ok=True)
+        settings = {
+            "security": {"auth": {"selectedType": "openai"}},
+            "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False},
+            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+        }
+        (qwen_dir / "settings.json").write_text(json.dumps(settings))
+        return {
+            "OPENAI_API_KEY": "dummy",
+            "OPENAI_BASE_URL": f"{model_url}/v1",
+            "OPENAI_MODEL": "qwen3-coder-plus",
+        }
+
+
 CLAUDE = Claude(name="claude", program="claude-agent-acp")
 CLAUDE_AS_INSTALLED = Claude(name="claude", program="claude-agent-acp", default_mode=None)
 """Claude with no settings of the user's: its sessions start in the adapter's own mode."""
 GEMINI = Gemini(name="gemini", program="gemini", args=("--acp",))
 CODEX = Codex(name="codex", program="codex-acp")
+QWEN = Qwen(name="qwen", program="qwen", args=("--acp",))
 
 
 def base_environment(model_url: str, home: Path) -> dict[str, str]:

@@ -1,9 +1,10 @@
 """A fake model API on loopback, for running real agents with no key and no network.
 
-It speaks just enough of three APIs for the agents we test: Anthropic Messages (`POST
+It speaks just enough of four APIs for the agents we test: Anthropic Messages (`POST
 /v1/messages`, streamed as server-sent events; Claude Code through claude-agent-acp), Gemini
-(`POST /v1beta/models/MODEL:streamGenerateContent?alt=sse`; Gemini CLI) and OpenAI Responses
-(`POST /v1/responses`, streamed; Codex through codex-acp). It answers from a script:
+(`POST /v1beta/models/MODEL:streamGenerateContent?alt=sse`; Gemini CLI), OpenAI Responses
+(`POST /v1/responses`, streamed; Codex through codex-acp) and OpenAI Chat Completions (`POST
+/v1/chat/completions`, streamed or not; Qwen Code). It answers from a script:
 each prompt names a scripted turn by a keyword it contains, and the turn lists the replies of its
 model rounds in order (text, tool calls). Every request is recorded, so a test can check what the
 agent sent back, such as a tool's result after a permission answer.
@@ -82,7 +83,8 @@ class Recorded:
     """One request the server answered."""
 
     api: str
-    """`anthropic`, `gemini`, `openai`, or `other` (a path none of the APIs has)."""
+    """`anthropic`, `gemini`, `openai` (Responses), `chat` (Chat Completions), or `other` (a
+    path none of the APIs has)."""
     method: str
     path: str
     body: dict[str, Any]
@@ -191,7 +193,7 @@ class ModelServer:
 
 
 def _conversation(api: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    key = {"anthropic": "messages", "openai": "input"}.get(api, "contents")
+    key = {"anthropic": "messages", "chat": "messages", "openai": "input"}.get(api, "contents")
     value = body.get(key)
     return value if isinstance(value, list) else []
 
@@ -249,6 +251,20 @@ def _tool_results(api: str, body: dict[str, Any], key: str) -> Iterator[ToolResu
     _, index = _find_prompt(contents, {key: []})
     names: dict[str, str] = {}
     for message in contents[index + 1 :]:
+        # Chat Completions: an assistant message's tool_calls, each answered by a "tool" message.
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, dict) and isinstance(call.get("function"), dict):
+                names[call.get("id", "")] = call["function"].get("name", "")
+        if message.get("role") == "tool":
+            content = message.get("content")
+            if isinstance(content, list):
+                content = "\n".join(c.get("text", "") for c in content if isinstance(c, dict))
+            yield ToolResult(
+                name=names.get(message.get("tool_call_id", ""), ""),
+                output=str(content or ""),
+                is_error=False,
+            )
+            continue
         # OpenAI's Responses input: calls and their outputs are items of their own.
         if message.get("type") in ("function_call", "custom_tool_call"):
             names[message.get("call_id", "")] = message.get("name", "")
@@ -444,6 +460,72 @@ def _openai_events(model: str, answer: Reply, custom: set[str]) -> Iterator[dict
     yield {"type": "response.completed", "response": completed}
 
 
+def _chat_chunks(model: str, answer: Reply) -> Iterator[dict[str, Any]]:
+    """A Chat Completions stream: the text in `content` deltas, each tool call in `tool_calls`
+    deltas (its id and name first, then its arguments in pieces), a last chunk with the
+    finish_reason, then one with the usage (as `stream_options.include_usage` asks)."""
+    chunk_id = f"chatcmpl-fake-{next(_ids)}"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return {
+            "id": chunk_id,
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+            "choices": [choice],
+        }
+
+    yield chunk({"role": "assistant", "content": ""})
+    calls = 0
+    for part in answer.parts:
+        if isinstance(part, Text):
+            for piece in _chunks(part.text):
+                yield chunk({"content": piece})
+            continue
+        start = {
+            "index": calls,
+            "id": f"call_fake_{next(_ids)}",
+            "type": "function",
+            "function": {"name": part.name, "arguments": ""},
+        }
+        yield chunk({"tool_calls": [start]})
+        for piece in _chunks(json.dumps(part.args), 40):
+            yield chunk({"tool_calls": [{"index": calls, "function": {"arguments": piece}}]})
+        calls += 1
+    yield chunk({}, "tool_calls" if calls else "stop")
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    yield {**chunk({}), "choices": [], "usage": usage}
+
+
+def _chat_completion(model: str, answer: Reply) -> dict[str, Any]:
+    """A Chat Completions answer in one piece, for an agent that does not ask for a stream."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "".join(p.text for p in answer.parts if isinstance(p, Text)) or None,
+    }
+    calls = [
+        {
+            "id": f"call_fake_{next(_ids)}",
+            "type": "function",
+            "function": {"name": p.name, "arguments": json.dumps(p.args)},
+        }
+        for p in answer.parts
+        if isinstance(p, ToolCall)
+    ]
+    if calls:
+        message["tool_calls"] = calls
+    choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+    return {
+        "id": f"chatcmpl-fake-{next(_ids)}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [choice],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
 GEMINI_PATH = re.compile(r"^/v1(?:beta|alpha)?/models/([^/:]+):(\w+)")
 
 
@@ -504,6 +586,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._gemini(gemini.group(1), gemini.group(2), body)
         elif path == "/v1/responses":
             self._openai(body)
+        elif path == "/v1/chat/completions":
+            self._chat(body)
         else:
             self.model._record_side("other", "POST", self.path, body)
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
@@ -570,6 +654,24 @@ class _Handler(BaseHTTPRequestHandler):
         )
         # Held after response.created, the message's output_item.added and its first delta.
         self._stream(events, answer.hold, record, hold_after=3)
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        model = str(body.get("model", "gpt-fake"))
+        if not body.get("tools"):
+            # A side request (a title, a check whose JSON answer it parses): no turn's.
+            self.model._record_side("chat", "POST", self.path, body)
+            answer, record = reply(Text("{}")), None
+        else:
+            record, answer = self.model._answer("chat", self.path, body)
+        if not body.get("stream"):
+            self._send_json(200, _chat_completion(model, answer))
+            return
+        events = itertools.chain(
+            (f"data: {json.dumps(c)}\n\n".encode() for c in _chat_chunks(model, answer)),
+            [b"data: [DONE]\n\n"],
+        )
+        # Held after the role chunk and the first piece of text.
+        self._stream(events, answer.hold, record, hold_after=2)
 
     # -- HTTP ----------------------------------------------------------------------------------
 
