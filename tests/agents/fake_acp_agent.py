@@ -340,6 +340,10 @@ class FakeAgent:
                 "session/update",
                 {"sessionId": session_id, "update": {"sessionUpdate": "future_thing", "x": 1}},
             )
+            # A vendor's own notification, as Qwen Code sends its prompt suggestions.
+            await self.client._conn.send_notification(
+                "vendor/notify/session/suggestion", {"sessionId": session_id, "text": "next?"}
+            )
             await self._say(session_id, "after weird")
         elif text == "term":
             await self._terminal(session_id)

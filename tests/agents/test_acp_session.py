@@ -4,6 +4,7 @@ or a restart, and logging in. Driven through a real subprocess: tests/agents/fak
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -140,6 +141,7 @@ async def test_the_agents_commands_are_recorded_and_a_slash_prompt_reaches_it(
 async def test_an_unknown_update_kind_is_one_item_and_no_traceback(
     log: Log, workspace: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO)
     session = acp_session(log, workspace)
     async with running(session, log) as rec:
         await session.prompt("weird", by="alice")
@@ -151,6 +153,8 @@ async def test_an_unknown_update_kind_is_one_item_and_no_traceback(
         ]
         assert [i.data["kind"] for i in unsupported] == ["future_thing"]
     assert not [r for r in caplog.records if r.exc_info]
+    ignored = [r for r in caplog.records if "vendor/notify/session/suggestion" in r.getMessage()]
+    assert len(ignored) == 1  # said once, though sent twice
 
 
 async def test_text_after_the_turn_is_stored_with_that_turn_at_once(

@@ -1317,6 +1317,10 @@ _STATE_KINDS = frozenset(
 )
 
 
+_PACKAGE_NOTIFICATIONS = frozenset({"elicitation/complete"})
+"""Notifications other than session/update that the acp package routes to the client."""
+
+
 class _Screen:
     """Sees every notification from the agent before the acp package does (in arrival order).
 
@@ -1332,6 +1336,7 @@ class _Screen:
         self.transport: StdioTransport | None = None
         self.task_group: anyio.abc.TaskGroup | None = None
         self._unsupported: set[str] = set()
+        self._ignored: set[str] = set()
         self._replaying = False
         self._last_replayed = 0.0
 
@@ -1363,8 +1368,16 @@ class _Screen:
             if isinstance(params, dict):
                 self._session._withdrawn(params.get("requestId"))
             return True
-        if message.get("method") != "session/update":
-            return False
+        method = message.get("method")
+        if method != "session/update":
+            if method in _PACKAGE_NOTIFICATIONS or (isinstance(method, str) and method[:1] == "_"):
+                return False
+            # A vendor's own notification (Qwen Code's prompt suggestions): nothing here reads
+            # it, and the package would log a traceback for each. Said once per method.
+            if isinstance(method, str) and method not in self._ignored and len(self._ignored) < 64:
+                self._ignored.add(method)
+                logger.info("ignoring the agent's %r notifications", method[:80])
+            return True
         params = message.get("params")
         update = params.get("update") if isinstance(params, dict) else None
         kind = update.get("sessionUpdate") if isinstance(update, dict) else None
