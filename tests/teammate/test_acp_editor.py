@@ -417,8 +417,8 @@ async def test_a_view_link_editor_watches_and_its_prompt_is_refused(host: HostPr
             assert alice.item_of("message", role="user", text="let me drive") is None
             # A permission request: the observer sees the tool call, and is asked nothing.
 
-            def requests(t: Teammate) -> list[dict[str, Any]]:
-                return [i for i in t.items if i["type"] == "permission_request"]
+            def requests(t: Teammate, kind: str = "permission_request") -> list[dict[str, Any]]:
+                return [i for i in t.items if i["type"] == kind]
 
             before = len(requests(alice))
             mark = editor.mark()
@@ -437,12 +437,11 @@ async def test_a_view_link_editor_watches_and_its_prompt_is_refused(host: HostPr
             await editor.wait(said("agent_message_chunk", f"chose {option_id}"), start=mark)
             assert not any(line["event"] == "permission" for line in editor.lines)
             # A question of the agent's: an observer is not asked, though its editor could be.
+            asked = len(requests(alice, "elicitation_request"))
             mark = editor.mark()
             await alice.send(Prompt(text="elicit"))
-            await alice.wait_for(lambda t: t.item_of("elicitation_request") is not None)
-            asked = alice.item_of("elicitation_request")
-            assert asked is not None
-            request_id = asked["data"]["request_id"]
+            await alice.wait_for(lambda t: len(requests(t, "elicitation_request")) > asked)
+            request_id = requests(alice, "elicitation_request")[-1]["data"]["request_id"]
             await alice.send(ElicitationAnswer(request_id=request_id, action="decline"))
             await editor.wait(said("agent_message_chunk", "answered decline"), start=mark)
             assert not any(line["event"] == "question" for line in editor.lines)
@@ -461,13 +460,27 @@ async def test_an_editor_that_answers_questions_is_asked_the_agents_and_first_an
         zed = Editor(sdk, host.drive_link, "zed-q")
         plain = Editor(sdk, host.drive_link, "plain")
         try:
+
+            def questions(t: Teammate) -> list[dict[str, Any]]:
+                return [i for i in t.items if i["type"] == "elicitation_request"]
+
+            # A question already waiting when the editor attaches is put to it after the attach.
+            await alice.wait_for(lambda t: t.snapshot_done)
+            before = len(questions(alice))
+            await alice.send(Prompt(text="elicit"))
+            await alice.wait_for(lambda t: len(questions(t)) > before)
+            waiting = questions(alice)[-1]["data"]["request_id"]
             await zed.call("initialize", capabilities=ELICITS)
             await plain.call("initialize")
             session = (await zed.call("new"))["result"]["sessionId"]
             await plain.call("new")
-
-            def questions(t: Teammate) -> list[dict[str, Any]]:
-                return [i for i in t.items if i["type"] == "elicitation_request"]
+            asked = await zed.wait(lambda line: line["event"] == "question")
+            assert asked["requestId"] == waiting
+            await zed.call("answer", requestId=waiting, action="decline")
+            await alice.wait_for(lambda t: t.item_of("elicitation_response", request_id=waiting))
+            response = alice.item_of("elicitation_response", request_id=waiting)
+            assert response is not None
+            assert response["created_by"] == "zed-q"
 
             # Asked in the editor, answered there: the host takes the answer as the editor's.
             mark = zed.mark()
@@ -495,7 +508,7 @@ async def test_an_editor_that_answers_questions_is_asked_the_agents_and_first_an
 
             # First answer wins: alice answers, the editor's question is withdrawn.
             before = len(questions(alice))
-            mark = zed.mark()
+            mark, plain_mark = zed.mark(), plain.mark()
             await alice.send(Prompt(text="elicit"))
             asked = await zed.wait(lambda line: line["event"] == "question", start=mark)
             await alice.wait_for(lambda t: len(questions(t)) > before)
@@ -507,7 +520,9 @@ async def test_an_editor_that_answers_questions_is_asked_the_agents_and_first_an
                 ),
                 start=mark,
             )
-            await _agent_said(alice, "answered decline")
+            await alice.wait_for(
+                lambda t: t.item_of("elicitation_response", request_id=asked["requestId"])
+            )
             response = alice.item_of("elicitation_response", request_id=asked["requestId"])
             assert response is not None
             assert response["created_by"] == "alice"
@@ -517,7 +532,7 @@ async def test_an_editor_that_answers_questions_is_asked_the_agents_and_first_an
             )
             assert late["result"] == {"answered": False}
             # An editor that did not say it answers questions is never asked one.
-            await plain.wait(said("agent_message_chunk", "answered decline"))
+            await plain.wait(said("agent_message_chunk", "answered decline"), start=plain_mark)
             assert not any(line["event"] == "question" for line in plain.lines)
         finally:
             zed.stop()
