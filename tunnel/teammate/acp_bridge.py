@@ -6,8 +6,9 @@ The editor talks ACP on stdin and stdout through the acp package's JSON-RPC conn
 shared session comes through `connect_teammate` (tunnel/teammate/client.py), reconnecting as
 `tunnel attach` does. `tunnel.teammate.acp_mirror` turns what the host sends into ACP updates;
 this module only moves them: one sender writes every update and request to the editor in
-order, and each request the editor makes becomes a teammate request, answered once the log
-shows it happened (or the host refused it).
+order (the agent's permission requests, and its questions to an editor that answers them), and
+each request or answer the editor makes becomes a teammate request, answered once the log shows
+it happened (or the host refused it).
 """
 
 from __future__ import annotations
