@@ -281,12 +281,19 @@ def test_questions_open_as_the_agents_form_until_answered() -> None:
     asked = item(
         3,
         "elicitation_request",
-        {"request_id": "ask_1", "message": "Who?", "fields": fields},
+        {
+            "request_id": "ask_1",
+            "message": "Who?",
+            "fields": fields,
+            "tool_call_id": "c",
+            "turn": 2,
+        },
         status="action_required",
     )
     (opened,) = mirror.item(asked)
     assert isinstance(opened, QuestionOpened)
     assert (opened.request_id, opened.message) == ("ask_1", "Who?")
+    assert opened.tool_call_id == "2:c"  # the tool call as the editor knows it
     # What the editor is asked reads back as the very fields the host checks answers against.
     assert form_fields(opened.requested_schema) == fields
     assert mirror.open_questions() == [opened]

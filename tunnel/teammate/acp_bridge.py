@@ -523,6 +523,8 @@ class AcpBridge:
             "requestedSchema": dict(asked.requested_schema),
             "_meta": {"tunnel": {"requestId": asked.request_id}},
         }
+        if asked.tool_call_id is not None:
+            params["toolCallId"] = asked.tool_call_id
         try:
             response = await conn.send_request("elicitation/create", params)
         except (RequestError, ConnectionError) as exc:

@@ -143,6 +143,7 @@ class QuestionOpened:
     requested_schema: Mapping[str, Any]
     """The form as ACP's `ElicitationSchema`, rebuilt from the question's checked fields."""
     tool_call_id: str | None = None
+    """The ACP `toolCallId` (`tool_call_key`) of the tool call the agent tied it to, if any."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -420,11 +421,14 @@ def _question(data: Mapping[str, Any]) -> QuestionOpened | None:
     schema = requested_schema(data.get("fields"))
     if request_id is None or schema is None:
         return None
+    tool_call_id = _text(data.get("tool_call_id"))
     return QuestionOpened(
         request_id=request_id,
         message=_text(data.get("message")) or "",
         requested_schema=schema,
-        tool_call_id=_text(data.get("tool_call_id")),
+        tool_call_id=None
+        if tool_call_id is None
+        else tool_call_key(data.get("turn"), tool_call_id),
     )
 
 
