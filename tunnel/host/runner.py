@@ -123,6 +123,8 @@ class Host:
         # The same in every hello of this object, so the relay knows a reconnect of ours.
         self._instance = token_bytes(INSTANCE_SIZE)
         self._registered = False
+        self._registered_again = anyio.Event()
+        """Set by each new registration: `revoke` waits for it, so the links it hands out work."""
 
     # -- public state -------------------------------------------------------------------------
 
@@ -169,7 +171,12 @@ class Host:
                 close_quietly(channel, CloseCode.REVOKED, "share links revoked")
                 self._channels.discard(channel)
         logger.info("share links revoked; re-registering with new verifiers")
+        self._registered_again = anyio.Event()
         self._redial.set()
+        # Until the new hello is in, the relay still holds the old verifiers and would refuse the
+        # new links: whoever prints them waits for it (bounded: offline, the next dial has them).
+        with anyio.move_on_after(self.settings.hello_timeout):
+            await self._registered_again.wait()
 
     async def invite(self, name: str, role: str) -> ShareLink:
         """Invite `name` in `role`: a personal link of their own, saved beside the key and
@@ -281,6 +288,7 @@ class Host:
                 await anyio.sleep(delay)
                 continue
             self._registered = True
+            self._registered_again.set()
             if not started:
                 started = True
                 task_status.started(self)
