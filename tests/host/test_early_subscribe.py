@@ -22,7 +22,8 @@ from tunnel.app.host_messages import Ready
 from tunnel.e2e.crypto import e2e_root
 from tunnel.e2e.opening import ANSWER_SIZE, EarlySubscribe, OpeningError, TeammateOpening
 from tunnel.handshake import teammate_hello
-from tunnel.link import DialSettings, dial
+from tunnel.link import ChannelClosedError, DialSettings, dial
+from tunnel.proto.codes import CloseCode
 from tunnel.teammate.client import connect_teammate
 
 from .conftest import sharing
@@ -114,3 +115,38 @@ async def test_a_replayed_open_gets_an_answer_it_cannot_use_and_shows_nobody(
                     assert "alice" not in {m.name for m in shared.presence.members()}
         # A fresh host key share each time: one replay's keys are not another's.
         assert answers[0] != answers[1]
+
+
+@pytest.mark.parametrize(
+    "sub",
+    [None, {"after": 0}, {"tail": 1}, {"after": 5, "conversation": "c-1"}],
+    ids=["dropped", "after", "tail", "conversation"],
+)
+async def test_an_early_subscribe_a_relay_changed_fails_the_open(
+    relay: RelayProcess, tmp_path: Path, workspace: Path, sub: dict[str, object] | None
+) -> None:
+    async with sharing(relay.url, tmp_path, agent="demo", workspace=workspace) as shared:
+        link = shared.host.view_link
+        genuine = TeammateOpening(
+            root=e2e_root(link.secret, link.host_id),
+            host_id=link.host_id,
+            role=link.role,
+            name="alice",
+            subscribe=EarlySubscribe(after=5),
+        )
+        meta = genuine.meta()
+        if sub is None:
+            del meta["sub"]
+        else:
+            meta["sub"] = sub
+
+        def hello(_relay: object) -> dict[str, object]:
+            return teammate_hello(host_id=link.host_id, token=link.token, name="alice")
+
+        with anyio.fail_after(30):
+            async with dial(relay.url, "/v1/attach", hello, DialSettings(), backlog=1) as mux:
+                channel = mux.open_channel("session", meta)
+                with pytest.raises(ChannelClosedError) as closed:
+                    await channel.receive()
+        assert closed.value.code == CloseCode.DECRYPTION_FAILED
+        assert "alice" not in {m.name for m in shared.presence.members()}
