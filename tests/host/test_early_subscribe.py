@@ -117,6 +117,39 @@ async def test_a_replayed_open_gets_an_answer_it_cannot_use_and_shows_nobody(
         assert answers[0] != answers[1]
 
 
+async def test_a_replayed_open_that_never_confirms_is_ended_by_the_host(
+    relay: RelayProcess, tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tunnel.host.session.CONFIRMATION_TIMEOUT", 0.5)
+    async with sharing(relay.url, tmp_path, agent="demo", workspace=workspace) as shared:
+        link = shared.host.view_link
+        root = e2e_root(link.secret, link.host_id)
+        recorded = TeammateOpening(
+            root=root,
+            host_id=link.host_id,
+            role=link.role,
+            name="alice",
+            subscribe=EarlySubscribe(),
+        )
+
+        def hello(_relay: object) -> dict[str, object]:
+            return teammate_hello(host_id=link.host_id, token=link.token, name="alice")
+
+        with anyio.fail_after(30):
+            async with dial(relay.url, "/v1/attach", hello, DialSettings(), backlog=1) as mux:
+                channel = mux.open_channel("session", dict(recorded.meta()))
+
+                # The replayer reads what the host streams and never sends the confirmation:
+                # the host ends the channel rather than keep its seat in the broadcast.
+                async def read_until_closed() -> None:
+                    while True:
+                        await channel.receive()
+
+                with pytest.raises(ChannelClosedError):
+                    await read_until_closed()
+        assert "alice" not in {m.name for m in shared.presence.members()}
+
+
 @pytest.mark.parametrize(
     "sub",
     [None, {"after": 0}, {"tail": 1}, {"after": 5, "conversation": "c-1"}],

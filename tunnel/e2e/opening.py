@@ -80,6 +80,10 @@ CONFIRMATION: Final = b""
 checks: the key confirmation (TLS 1.3's client Finished) that lets the host show the teammate
 to others (docs/security.md, "Opening a channel")."""
 
+CONFIRMATION_TIMEOUT: Final = 30.0
+"""Seconds the host waits for the key confirmation (or any first message) before it ends the
+channel: a replayed open, which can never confirm, holds its broadcast seat no longer."""
+
 _LENGTH: Final = struct.Struct(">H")
 
 

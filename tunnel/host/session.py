@@ -64,7 +64,7 @@ from tunnel.app.requests import (
     Subscribe,
     decode_request,
 )
-from tunnel.e2e.opening import CONFIRMATION
+from tunnel.e2e.opening import CONFIRMATION, CONFIRMATION_TIMEOUT
 from tunnel.host.files import FileReader, ReadLimit
 from tunnel.host.presence import Member, Presence
 from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE, ReplayLimit
@@ -261,7 +261,13 @@ class SessionChannelHandler:
                 # Only a message that decrypted proves the keys, and with them the role and the
                 # name: until then the teammate is not shown to anyone (a relay can replay an
                 # open, never its confirmation).
-                first = await self._channel.receive()
+                first: bytes | None = None
+                with anyio.move_on_after(CONFIRMATION_TIMEOUT):
+                    first = await self._channel.receive()
+                if first is None:
+                    logger.info("%s sent nothing after its open; channel ended", self._channel.name)
+                    tg.cancel_scope.cancel()
+                    return
                 self._presence.join(member, key=key)
                 if self._broadcast is None:
                     tg.start_soon(self._pump_presence, key)
