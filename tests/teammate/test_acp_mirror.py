@@ -261,6 +261,30 @@ def test_permission_requests_open_until_decided_and_an_approval_keeps_them_open(
     assert mirror.open_permissions() == []
 
 
+def test_a_request_the_policy_or_a_remembered_answer_decided_is_never_open() -> None:
+    asked = {
+        "request_id": "perm_1",
+        "tool_call_id": "call_1",
+        "turn": 5,
+        "options": [{"option_id": "yes", "name": "Allow", "kind": "allow_once"}],
+        "tool_call": {"tool_call_id": "call_1", "title": "Run tests", "kind": "execute"},
+    }
+    decided_by = {
+        "policy": {"rule": "allow", "source": "policy.toml"},
+        "remembered": {"scope": "session", "by": ["alice"]},
+    }
+    for key, why in decided_by.items():
+        mirror = Mirror()
+        request = item(7, "permission_request", {**asked, key: why}, status="action_required")
+        outputs = mirror.item(request)
+        assert not [o for o in outputs if isinstance(o, PermissionOpened)]
+        # The call it asked about is still shown.
+        assert [u["toolCallId"] for u in updates(outputs)] == ["5:call_1"]
+        assert mirror.open_permissions() == []
+        mirror.context([request])
+        assert mirror.open_permissions() == []
+
+
 def test_questions_open_as_the_agents_form_until_answered() -> None:
     form = {
         "type": "object",

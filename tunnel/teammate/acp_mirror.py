@@ -391,10 +391,18 @@ def _asked_tool_call(data: Mapping[str, Any]) -> dict[str, Any] | None:
     return tool_call
 
 
+def decided_as_recorded(data: Mapping[str, Any]) -> bool:
+    """Whether a `permission_request`'s data is of one the approval policy or a remembered
+    answer decided as it was recorded: it never waits for anyone (its decision follows at
+    once), whatever its status says."""
+    return "policy" in data or "remembered" in data
+
+
 def _permission(data: Mapping[str, Any]) -> PermissionOpened | None:
+    """The request as one the editor is asked, if it waits for a person to answer."""
     request_id = _text(data.get("request_id"))
     tool_call = _asked_tool_call(data)
-    if request_id is None or tool_call is None:
+    if request_id is None or tool_call is None or decided_as_recorded(data):
         return None
     options = []
     for option in _list(data.get("options")):
