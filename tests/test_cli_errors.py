@@ -80,6 +80,11 @@ MISTAKES = {
         EXIT_CONFIG,
         "--push-service",
     ),
+    "host-push-contact-with-a-port": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--push-contact", "https://me.example:8443"),
+        EXIT_CONFIG,
+        "--push-contact",
+    ),
     "host-notify-not-a-url": Mistake(
         ("host", "--relay", "http://127.0.0.1:9", "--notify", "ftp://hooks"),
         EXIT_CONFIG,

@@ -69,6 +69,11 @@ async def test_failures_are_said_once_per_endpoint_and_a_gone_one_is_dropped(
     assert held.get(failing.endpoint) is not None
 
 
-def test_the_default_contact_is_the_relays_https_url() -> None:
+def test_the_default_contact_is_the_relays_https_host() -> None:
     assert default_contact("https://relay.example/") == "https://relay.example"
     assert default_contact("http://127.0.0.1:8765") == FALLBACK_CONTACT
+    # A port or path would make every JWT unsignable: the contact is the host alone.
+    contact = default_contact("https://relay.example.com:8443/tunnel/")
+    assert contact == "https://relay.example.com"
+    VapidKey.generate().authorization("https://push.example/x", contact=contact, now=0)
+    assert default_contact("https://[::1]:8443") == FALLBACK_CONTACT

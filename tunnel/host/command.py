@@ -227,8 +227,8 @@ def host_command(
             envvar="TUNNEL_HOST_PUSH_CONTACT",
             metavar="URI",
             show_default=False,
-            help="A mailto: or https: contact push services may reach you at (the VAPID 'sub');"
-            " default: the relay's https URL.",
+            help="A mailto: address or https://host (no port or path) push services may reach you"
+            " at (the VAPID 'sub'); default: the relay's https host.",
         ),
     ] = None,
     notify: Annotated[
@@ -405,11 +405,11 @@ def _notify_settings(
     """The notification options as settings; ValueError (one line) for one that cannot work."""
     from tunnel.notify.command import parse_command
     from tunnel.notify.endpoints import normalize_origin
-    from tunnel.notify.settings import NotifySettings
+    from tunnel.notify.settings import NotifySettings, contact_problem
     from tunnel.notify.webhook import parse_webhook_url
 
-    if contact is not None and not contact.startswith(("mailto:", "https://")):
-        raise ValueError("--push-contact: give a mailto: or https: URI")
+    if contact is not None and (problem := contact_problem(contact)) is not None:
+        raise ValueError(f"--push-contact: {problem}")
     if not reminder >= 0:
         raise ValueError("--notify-reminder: give 0 or more seconds")
     for url in webhooks:

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 FALLBACK_CONTACT = "mailto:agent-tunnel@example.com"
 """The VAPID JWT's `sub` when the host names no contact and its relay is not https."""
@@ -45,11 +47,29 @@ class NotifySettings:
     """Tries of one webhook POST (with the reconnect backoff between them)."""
 
 
+_CONTACT = re.compile(
+    r"mailto:[^@\s]+@(localhost|[\w%-]+(\.[\w%-]+)+)|https://(localhost|[\w-]+(\.[\w-]+)+)"
+)
+"""A `sub` push services take: a `mailto:` address, or `https://` and a host name alone (no
+port, path or trailing slash). py_vapid refuses to sign with any other, so no push would go."""
+
+
+def contact_problem(contact: str) -> str | None:
+    """Why `contact` cannot be the VAPID JWT's `sub`, or None if it can."""
+    if _CONTACT.fullmatch(contact) is None:
+        return "give a mailto: address or https:// and a host name alone (no port or path)"
+    return None
+
+
 def default_contact(relay_url: str) -> str:
-    """The VAPID JWT's `sub` when the host names none: the relay's https URL (a real address of
-    this deployment), else `FALLBACK_CONTACT`. RFC 8292 section 2.1 asks for a mailto: or https:
-    URI a push service's operator could reach, and Apple's refuses one whose host does not
-    resolve (a `localhost` address)."""
-    if relay_url.startswith("https://"):
-        return relay_url.rstrip("/")
+    """The VAPID JWT's `sub` when the host names none: the relay's https host (a real address
+    of this deployment, without its port or path, which a `sub` may not carry), else
+    `FALLBACK_CONTACT`. RFC 8292 section 2.1 asks for a mailto: or https: URI a push service's
+    operator could reach, and Apple's refuses one whose host does not resolve (a `localhost`
+    address)."""
+    parts = urlsplit(relay_url)
+    if parts.scheme == "https" and parts.hostname:
+        contact = f"https://{parts.hostname}"
+        if contact_problem(contact) is None:
+            return contact
     return FALLBACK_CONTACT
