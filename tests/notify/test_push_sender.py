@@ -4,6 +4,8 @@ subscription dropped, an endpoint no longer allowed never posted to."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import anyio
 import pytest
@@ -13,6 +15,7 @@ from tunnel.notify.push import PushJob, PushSender
 from tunnel.notify.settings import FALLBACK_CONTACT, default_contact
 from tunnel.notify.subscriptions import Owner, Subscription, Subscriptions
 from tunnel.notify.vapid import VapidKey
+from tunnel.process.logs import configure_logging
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -67,6 +70,51 @@ async def test_failures_are_said_once_per_endpoint_and_a_gone_one_is_dropped(
     # The capability URL itself never reaches the log.
     assert not any(failing.endpoint in r.getMessage() for r in caplog.records)
     assert held.get(failing.endpoint) is not None
+
+
+@pytest.fixture
+def logging_at_info() -> Iterator[None]:
+    """The host's own logging setup at `--log-level info`, undone after the test."""
+    names = ("websockets", "httpx", "httpcore")
+    levels = [logging.getLogger(name).level for name in names]
+    configure_logging("info")
+    yield
+    for name, level in zip(names, levels, strict=True):
+        logging.getLogger(name).setLevel(level)
+
+
+@pytest.mark.usefixtures("logging_at_info")
+async def test_a_push_endpoint_never_reaches_the_log_at_info(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    vapid = VapidKey.generate()
+    async with push_service() as service:
+        service.vapid_key = vapid.public_key
+        held = Subscriptions()
+        sub = subscription(service, "created")
+        held.add(sub)
+        sent = anyio.Event()
+        sender = PushSender(
+            vapid=vapid,
+            subscriptions=held,
+            contact="mailto:ops@example.org",
+            extra_origins=frozenset({service.origin}),
+            timeout=10,
+            concurrency=1,
+            queue_size=8,
+            on_sent=lambda job, status: sent.set(),
+        )
+        with caplog.at_level(logging.INFO):
+            async with anyio.create_task_group() as tg:
+                await tg.start(sender.run)
+                assert sender.send_nowait(PushJob(subscription=sub, payload=b"{}", topic="t"))
+                with anyio.fail_after(10):
+                    await sent.wait()
+                tg.cancel_scope.cancel()
+    assert len(service.pushes) == 1
+    assert service.errors == []
+    path = urlsplit(sub.endpoint).path
+    assert not any(path in r.getMessage() for r in caplog.records)
 
 
 def test_the_default_contact_is_the_relays_https_host() -> None:

@@ -19,12 +19,14 @@ class PrintableFormatter(logging.Formatter):
 
 
 def configure_logging(level: str) -> None:
-    """Log to stderr at `level`; websockets' own chatter only when debugging."""
+    """Log to stderr at `level`; websockets' and httpx's own chatter only when debugging (httpx
+    logs each request's full URL at info: a push endpoint or webhook URL, a capability)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler])
     if level.lower() != "debug":
-        logging.getLogger("websockets").setLevel(logging.WARNING)
+        for name in ("websockets", "httpx", "httpcore"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class LogLevel(enum.StrEnum):
