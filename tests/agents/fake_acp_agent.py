@@ -38,7 +38,9 @@ requires a login first (methods `fake-key`, which needs FAKE_ACP_KEY set, `brows
 always fails, and `password`, which always works: a person logged in), and the prompt `logout`
 makes every later prompt answer auth_required until the next login;
 FAKE_ACP_FLAVOR=config offers the model as a config option (as Claude Code does)
-instead of the unstable `models` (as Gemini CLI does); FAKE_ACP_LINKS=1 takes no embedded
+instead of the unstable `models` (as Gemini CLI does), FAKE_ACP_FLAVOR=config-mode the mode
+too, instead of `modes` (as Codex does), and there a switch to the model `smart` moves it to the
+mode `acceptEdits`; FAKE_ACP_LINKS=1 takes no embedded
 context and no images in prompts (resource links only).
 Sessions offer the modes `default`, `plan` and `acceptEdits` and advertise the commands `compact`
 and `review`.
@@ -74,6 +76,7 @@ MODES = schema.SessionModeState(
         schema.SessionMode(id="acceptEdits", name="Accept edits", description="edits unasked"),
     ],
 )
+MODE_IDS = [m.id for m in MODES.available_modes]
 MODELS = [("fast", "Fast model"), ("smart", "Smart model")]
 
 FORM: dict[str, Any] = {
@@ -165,9 +168,11 @@ class FakeAgent:
 
     def _session_result(self, session_id: str | None) -> dict[str, Any]:
         modes = MODES.model_copy(update={"current_mode_id": self.mode})
-        result: dict[str, Any] = {"modes": modes.model_dump(mode="json", by_alias=True)}
+        result: dict[str, Any] = {}
+        if FLAVOR != "config-mode":
+            result["modes"] = modes.model_dump(mode="json", by_alias=True)
         choices = [{"modelId": m, "name": n} for m, n in MODELS]
-        if FLAVOR == "config":
+        if FLAVOR in ("config", "config-mode"):
             result["configOptions"] = self._config_options()
         else:
             result["models"] = {"currentModelId": self.model, "availableModels": choices}
@@ -176,7 +181,20 @@ class FakeAgent:
         return result
 
     def _config_options(self) -> list[dict[str, Any]]:
+        mode: list[dict[str, Any]] = []
+        if FLAVOR == "config-mode":
+            mode.append(
+                {
+                    "id": "mode",
+                    "name": "Mode",
+                    "category": "mode",
+                    "type": "select",
+                    "currentValue": self.mode,
+                    "options": [{"value": m.id, "name": m.name} for m in MODES.available_modes],
+                }
+            )
         return [
+            *mode,
             {
                 "id": "model",
                 "name": "Model",
@@ -281,6 +299,10 @@ class FakeAgent:
     ) -> dict[str, Any]:
         if config_id == "model" and value in dict(MODELS):
             self.model = str(value)
+            if FLAVOR == "config-mode" and value == "smart":
+                self.mode = "acceptEdits"
+        elif config_id == "mode" and FLAVOR == "config-mode" and value in MODE_IDS:
+            self.mode = str(value)
         elif config_id == "thinking" and isinstance(value, bool):
             self.thinking = value
         else:

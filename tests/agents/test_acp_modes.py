@@ -173,6 +173,29 @@ async def test_under_a_policy_that_asks_a_mode_the_agent_picks_itself_is_switche
         await rec.wait_item("message", text="mode default model fast")
 
 
+async def test_under_a_policy_that_asks_the_mode_as_a_config_option_is_held_to_asking(
+    log: Log, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_ACP_FLAVOR", "config-mode")  # the mode is a config option
+    session = fake_session(log, workspace, policy=preset("ask"))
+    async with running(session, log) as rec:
+        await rec.wait_item("session_event", what="settings")
+        with pytest.raises(SessionError) as refused:
+            await session.set_config("mode", "acceptEdits", by="alice")
+        assert refused.value.code == "forbidden"
+        with pytest.raises(SessionError):
+            await session.set_mode("acceptEdits", by="alice")
+        await session.set_config("mode", "plan", by="alice")  # a mode that asks is fine
+        assert session.settings()["modes"]["current"] == "plan"
+        # A model switch that moves the agent out of a mode that asks is undone.
+        await session.set_model("smart", by="alice")
+        back = await rec.wait_item("session_event", what="settings", change={"mode": "default"})
+        assert back.created_by == "host"
+        assert back.data["approval"]["asks"] is True
+        await session.prompt("settings", by="alice")
+        await rec.wait_item("message", text="mode default model smart")
+
+
 async def test_a_restarted_agent_gets_its_config_options_back(
     log: Log, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -489,6 +489,8 @@ class AcpSession(ChatSession):
                 self._changing = False
             async with self._update_lock:
                 await self._record_settings(by=by, change=change.record())
+        # A change of model or option may have moved the agent out of a mode that asks.
+        self._hold_to_asking()
 
     def _check_asks(self, mode_id: str) -> None:
         """SessionError `forbidden` when the approval policy needs requests asked and `mode_id`

@@ -232,7 +232,9 @@ class Settings:
             not isinstance(value, str) or value not in [o["id"] for o in option["options"]]
         ):
             raise SessionError("unknown_request", f"{config_id} has no value {value!r}")
-        return Change(method="set_config", target=config_id, value=value)
+        # The mode as a config option (as Codex offers it) is a mode: checked like one.
+        about: Literal["mode", "config"] = "mode" if option.get("category") == "mode" else "config"
+        return Change(method="set_config", target=config_id, value=value, about=about)
 
     def _by_option(self, category: Literal["mode", "model"], value: str) -> Change:
         option = self._option_of(category)
