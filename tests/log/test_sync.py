@@ -290,3 +290,21 @@ async def test_killed_mid_burst_every_item_handed_out_is_stored(
         assert more.seq == info.last_seq + 1
     finally:
         await store.aclose()
+
+
+async def test_while_every_sync_fails_a_subscription_reading_the_store_hands_out_nothing() -> None:
+    store = GatedSyncStore()
+    store.failures = 1_000_000  # the disk answers every fsync with an I/O error
+    async with Log(store) as log:
+        await log.append("c", news(3), durable=False)  # committed, never synced
+        async with log.subscribe("c", after=-1) as sub:  # all three come from the store
+            got: list[Item | Event] = []
+            with anyio.move_on_after(1):
+                got.extend(await sub.receive_batch(10))
+            assert got == []
+            assert store.syncs == 0
+            store.failures = 0
+            with anyio.fail_after(10):
+                got.extend(await sub.receive_batch(10))
+        assert [e.seq for e in got if isinstance(e, Item)] == [0, 1, 2]
+        assert store.syncs == 1

@@ -203,7 +203,9 @@ class Subscription:
                 if out:
                     break  # never wait while holding entries a cancellation would lose
                 if not self._feed.durable(self.conversation_id, self._store_until):
+                    # A failed sync returns too: ask again until one covers what is read next.
                     await self._feed.sync()
+                    continue
                 await self._read_page(max(self._page_size, max_items))
                 continue
             if self._live:
