@@ -59,6 +59,37 @@ async def test_a_hanging_command_is_killed_and_the_next_event_runs(
     ]
 
 
+def gone(pid: int) -> bool:
+    """Whether `pid` has ended (a zombie nobody reaped yet counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+async def test_a_timed_out_command_dies_with_its_children(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pid_file = tmp_path / "child"
+    command = shlex.join(["sh", "-c", 'sleep 60 & echo $! > "$0"; wait', str(pid_file)])
+    runner = CommandRunner(
+        command, NotifySettings(send_timeout=2, max_sends=1), conversation_id="main", host_id="h"
+    )
+    with caplog.at_level(logging.WARNING, logger="tunnel.notify"):
+        async with anyio.create_task_group() as tg:
+            await tg.start(runner.run)
+            runner.notify_nowait(TurnEnded())
+            with anyio.fail_after(20):
+                while not caplog.records:
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+    assert "timed out; killed" in caplog.records[0].getMessage()
+    child = int(pid_file.read_text())
+    with anyio.fail_after(10):
+        while not gone(child):
+            await anyio.sleep(0.05)
+
+
 def test_the_command_line_is_split_never_interpreted() -> None:
     assert parse_command("notify-send 'needs you' $(rm -rf ~)") == [
         "notify-send",

@@ -9,9 +9,11 @@ succeeds.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
+import signal
 import subprocess
 
 import anyio
@@ -121,7 +123,9 @@ class CommandRunner:
             with anyio.move_on_after(self._settings.send_timeout):
                 code = await process.wait()
                 return None if code == 0 else f"exit status {code}"
-            process.kill()
+            # The whole session it leads: a shell script's own children die with it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             with anyio.move_on_after(5, shield=True):
                 await process.wait()
             return "timed out; killed"
