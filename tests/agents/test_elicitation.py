@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tunnel.agents import SessionError
 from tunnel.agents.elicitation import BadForm, check_content, form_fields
@@ -61,6 +63,9 @@ def test_a_form_becomes_flat_fields() -> None:
         {"properties": {f"f{i}": {"type": "boolean"} for i in range(17)}},
         {"properties": {"x" * 65: {"type": "boolean"}}},
         {"properties": {"x": {"type": "array", "items": {"type": "number"}}}},
+        {"properties": {"x": {"type": "string"}}, "required": [{}]},
+        {"properties": {"x": {"type": "number", "minimum": 10**400}}},
+        {"properties": {"x": {"type": "string", "maxLength": 10**400}}},
     ],
 )
 def test_a_hostile_or_unsupported_form_is_refused(schema: dict[str, Any]) -> None:
@@ -78,6 +83,7 @@ def test_a_hostile_or_unsupported_form_is_refused(schema: dict[str, Any]) -> Non
         {"name": "ann", "color": "r", "count": 10},  # out of range
         {"name": "ann", "color": "r", "count": 2.5},  # not an integer
         {"name": "ann", "color": "r", "count": True},  # a boolean is no number
+        {"name": "ann", "color": "r", "count": 10**400},  # beyond any float
         {"name": "ann", "color": "r", "urgent": "yes"},
         {"name": ["ann"], "color": "r"},
         "accept",
@@ -87,6 +93,45 @@ def test_an_answer_that_does_not_fit_the_form_is_refused(content: Any) -> None:
     with pytest.raises(SessionError) as refused:
         check_content(form_fields(FORM), content)
     assert refused.value.code == "bad_request"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
+    max_leaves=40,
+)
+schemas = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": json_values | st.just("object"),
+        "properties": st.dictionaries(
+            st.text(min_size=1, max_size=8),
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    k: json_values | st.sampled_from(["string", "number", "integer", "boolean"])
+                    for k in ("type", "minimum", "maximum", "minLength", "enum", "default")
+                },
+            )
+            | json_values,
+            max_size=4,
+        )
+        | json_values,
+        "required": st.lists(json_values | st.text(max_size=8), max_size=3) | json_values,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(schemas)
+def test_any_schema_gives_fields_or_bad_form(schema: dict[str, Any]) -> None:
+    try:
+        fields = form_fields(schema)
+    except BadForm:
+        return
+    assert all(isinstance(f["name"], str) for f in fields)
 
 
 def test_an_answer_that_fits_is_kept_as_typed() -> None:

@@ -90,7 +90,9 @@ def form_fields(requested: Any) -> list[dict[str, Any]]:
     if not isinstance(properties, Mapping) or len(properties) > MAX_ELICITATION_FIELDS:
         raise BadForm(f"the form has more than {MAX_ELICITATION_FIELDS} fields")
     required = requested.get("required") or []
-    if not isinstance(required, list) or not all(name in properties for name in required):
+    if not isinstance(required, list) or not all(
+        isinstance(name, str) and name in properties for name in required
+    ):
         raise BadForm("the form requires a field it does not have")
     fields = []
     for name, spec in properties.items():
@@ -314,7 +316,10 @@ def _bounds(
 def _number(value: Any, *, integral: bool) -> bool:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    if not math.isfinite(value):
+    try:
+        if not math.isfinite(value):
+            return False
+    except OverflowError:  # an int too large for a float
         return False
     return not integral or float(value).is_integer()
 
