@@ -580,6 +580,8 @@ def test_refusals_by_the_browser_its_push_service_and_the_host_each_say_so(
         )
         toggle.click()
         page.wait_for_function("() => window.__subscribed.length === 1")
+        # An error about something else is no refusal: only the next one is.
+        relay.send({"op": "error", "code": "agent_unavailable", "message": "not running"})
         relay.send({"op": "error", "code": "forbidden", "message": "no notifications for you"})
         expect(status).to_have_attribute("data-state", "failed")
         expect(status).to_have_text(

@@ -21,6 +21,8 @@ const BROWSER_ID = new RegExp(`^[A-Za-z0-9_-]{${MIN_BROWSER_ID_LENGTH},${MAX_BRO
 // A VAPID public key (PUSH_KEY_SIZE bytes) is an uncompressed P-256 point.
 const UNCOMPRESSED_POINT = 0x04;
 const WORKER_WAIT_MS = 5000;
+/** The error codes a host answers a refused push_on with (docs/notifications.md). */
+const PUSH_ON_REFUSALS = new Set(["forbidden", "bad_request", "not_supported"]);
 
 const TEXT = {
   off: "Get a notification when the agent asks for permission while this page is not in view.",
@@ -294,9 +296,10 @@ export class Notifications {
     }
   }
 
-  /** The host's `error`: while a push_on waits for its answer, that answer is a refusal. */
+  /** The host's `error`: while a push_on waits for its answer, one of the codes the host
+   * refuses a push_on with is that answer; any other error is about something else. */
   async refused(message) {
-    if (!this.awaiting) return;
+    if (!this.awaiting || !PUSH_ON_REFUSALS.has(message.code)) return;
     await this.dropSubscription();
     this.show("failed", `The host did not turn notifications on: ${String(message.message)}`);
   }
