@@ -308,3 +308,51 @@ async def test_while_every_sync_fails_a_subscription_reading_the_store_hands_out
                 got.extend(await sub.receive_batch(10))
         assert [e.seq for e in got if isinstance(e, Item)] == [0, 1, 2]
         assert store.syncs == 1
+
+
+async def test_opening_the_host_store_syncs_what_an_earlier_process_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.db"
+    # Stands for a host that committed and stopped before any sync: its items are in the WAL.
+    earlier = await open_host_store(path)
+    try:
+        await earlier.append("c", news(3))
+        assert earlier.statistics().syncs == 0
+        wal = os.stat(f"{path}-wal").st_ino
+        fsynced: list[int] = []
+        fsync = os.fsync
+
+        def observed(fd: int) -> None:
+            fsynced.append(os.fstat(fd).st_ino)
+            fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", observed)
+        later = await open_host_store(path)
+        try:
+            # `synced` says yes to items another process wrote: so they are on the disk now.
+            assert later.synced("c", 2)
+            assert fsynced[0] == wal
+        finally:
+            await later.aclose()
+    finally:
+        await earlier.aclose()
+
+
+async def test_the_host_store_does_not_open_when_it_cannot_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "log.db"
+    earlier = await open_host_store(path)
+    try:
+        await earlier.append("c", news(1))
+
+        def failing(fd: int) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(os, "fsync", failing)
+        with pytest.raises(StoreError, match="cannot sync"):
+            await open_host_store(path)
+    finally:
+        monkeypatch.undo()
+        await earlier.aclose()

@@ -7,7 +7,8 @@ Group commit pays for that fsync: appends from many tasks that arrive while a tr
 being written are written together in the next one. With `synchronous=NORMAL` (the host's log,
 `open_host_store`) a commit is in the WAL file at once, and `sync()` fsyncs the WAL for every
 commit made so far, one fsync for however many commits: the `Log` calls it before an item
-leaves the process (docs/log.md, "Durability").
+leaves the process (docs/log.md, "Durability"). Such a store syncs the WAL once when it opens
+too, so what an earlier process committed and never synced is on the disk before it is read.
 
 Threads: the event loop never touches the disk. Writes run in a worker thread, one transaction
 at a time, driven by whichever appending task is the current "leader" (the others wait on an
@@ -227,7 +228,8 @@ class SQLiteStore:
         writer; `busy_timeout` (seconds) is how long to wait for another process (an import)
         holding the write lock; `max_batch_items` caps the items of one transaction;
         `max_readers` caps the concurrent read connections. Raises `SchemaError` for a file that
-        is not a log or has a newer schema (left untouched), `StoreError` if it cannot open.
+        is not a log or has a newer schema (left untouched), `StoreError` if it cannot open
+        (with NORMAL, also if it cannot sync what an earlier process committed).
         """
         if synchronous not in ("NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be NORMAL, FULL or EXTRA, not {synchronous!r}")
@@ -275,6 +277,14 @@ class SQLiteStore:
             self._reader_count = 1
         else:
             self._writer = self._open_writer()
+            if not self.syncs_on_commit:
+                # What an earlier process committed may not be on the disk itself yet (it may
+                # have stopped before syncing it), and `synced` says yes to it: sync it now.
+                try:
+                    self._sync_wal()
+                except BaseException:
+                    self.close()
+                    raise
 
     @classmethod
     async def open(cls, path: str | Path, **options: Any) -> SQLiteStore:
