@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tunnel.agents import SessionError
+from tunnel.agents import SessionError, acp_context
 from tunnel.agents.acp_context import MAX_COMPLETIONS, MAX_MENTIONS, complete, mentions
 from tunnel.agents.workspace import Workspace
 from tunnel.app.requests import PromptImage
@@ -118,3 +118,17 @@ def test_completion_lists_the_workspace_and_nothing_outside_it(tmp_path: Path) -
         (workspace / "src" / f"m{n:03}.py").write_text("")
     listed, more = complete(room, "src/m")
     assert (len(listed), more) == (MAX_COMPLETIONS, True)
+
+
+def test_completion_stops_at_the_scan_bound_whatever_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workspace = tmp_path / "big"
+    workspace.mkdir()
+    for n in range(30):
+        (workspace / f"a{n:02}").write_text("")
+    monkeypatch.setattr(acp_context, "MAX_SCANNED", 20)
+    # Nothing matches: the scan still stops at the bound, and says there may be more.
+    assert complete(Workspace(workspace), "b") == ([], True)
+    monkeypatch.setattr(acp_context, "MAX_SCANNED", 40)
+    assert complete(Workspace(workspace), "b") == ([], False)

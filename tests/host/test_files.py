@@ -23,7 +23,7 @@ from tunnel.app.file_view import (
     MAX_FILE_VIEW_BYTES,
     FileWindow,
 )
-from tunnel.app.requests import ReadFile, Subscribe
+from tunnel.app.requests import ListPaths, ReadFile, Subscribe
 from tunnel.host.files import FileReader
 from tunnel.host.presence import Presence
 from tunnel.host.session import SessionChannelHandler
@@ -137,6 +137,30 @@ async def test_reads_beyond_the_burst_are_refused_not_queued(viewer: ScriptedCha
     assert refused
     assert "too many" in refused[0]["refused"]
     assert all("lines" in a for a in answers[:FILE_READ_BURST])
+
+
+async def test_a_flood_of_paths_requests_is_answered_within_the_budget(
+    viewer: ScriptedChannel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scans = 0
+
+    async def list_paths(self: DemoSession, prefix: str) -> tuple[list[str], bool]:
+        nonlocal scans
+        scans += 1
+        return [f"{prefix}otes.txt"], False
+
+    monkeypatch.setattr(DemoSession, "list_paths", list_paths)
+    flood = FILE_READ_BURST * 10
+    for _ in range(flood):
+        await viewer.request(ListPaths(prefix="n"))
+    await viewer.wait_for(lambda: len(viewer.of("paths")) == flood)
+    answers = viewer.of("paths")
+    # Every request is answered; beyond the budget with no paths, and nothing is scanned.
+    assert answers[0] == {"op": "paths", "prefix": "n", "paths": ["notes.txt"], "more": False}
+    assert scans < flood
+    assert {"op": "paths", "prefix": "n", "paths": [], "more": False} in answers
+    # The channel goes on.
+    assert (await read(viewer, "src/main.py", 2))["lines"][1] == "line 2"
 
 
 async def test_a_shared_host_never_shows_its_key_even_hard_linked_into_the_workspace(

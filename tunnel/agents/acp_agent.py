@@ -50,7 +50,7 @@ from tunnel import __version__
 from tunnel.log import Item, Log
 from tunnel.process.groups import unwrapped
 
-from .acp_context import attach, complete, mentions
+from .acp_context import attach, complete, mentions, scan_limiter
 from .acp_modes import asking_mode, mode_asks, policy_needs_asking
 from .acp_refusals import readable as readable_refusal
 from .acp_settings import Change, Settings, choices_of
@@ -648,7 +648,9 @@ class AcpSession(ChatSession):
         return self._images_ok
 
     async def list_paths(self, prefix: str) -> tuple[list[str], bool]:
-        return await anyio.to_thread.run_sync(complete, self._workspace, prefix)
+        return await anyio.to_thread.run_sync(
+            complete, self._workspace, prefix, limiter=scan_limiter()
+        )
 
     async def _prompt_blocks(self, prompt: Prompt) -> list[Any]:
         """The prompt's text, its images, then each file it names with `@path`

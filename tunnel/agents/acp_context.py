@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 from acp import embedded_text_resource, resource_block, resource_link_block
+from anyio.lowlevel import RunVar
 
 from .workspace import OutsideWorkspace, Workspace
 
@@ -28,7 +30,24 @@ MAX_COMPLETIONS = 50
 """Paths one completion lists (`complete`)."""
 
 MAX_SCANNED = 10_000
-"""Matching entries of one directory a completion looks at, at most."""
+"""Entries of one directory a completion looks at, at most, matching or not."""
+
+SCANS = 2
+"""Completions scanning directories at once host-wide (`scan_limiter`)."""
+
+_SCAN_LIMITER: RunVar[anyio.CapacityLimiter] = RunVar("path scans")
+
+
+def scan_limiter() -> anyio.CapacityLimiter:
+    """The host's limiter of completion scans: worker threads of their own, not the default
+    ones the log's writes run on."""
+    try:
+        return _SCAN_LIMITER.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(SCANS)
+        _SCAN_LIMITER.set(limiter)
+        return limiter
+
 
 _MENTION = re.compile(r"(?:^|(?<=\s))@([^\s@]+)")
 _TRAILING = ".,;:!?)]}'\""
@@ -103,21 +122,29 @@ def complete(workspace: Workspace, prefix: str) -> tuple[list[str], bool]:
     except (OutsideWorkspace, OSError, ValueError):
         return [], False
     names: list[str] = []
+    scanned = 0
     try:
         with os.scandir(fd) as entries:
             for entry in entries:
+                # Every entry counts: a huge directory is not read through for a few matches.
+                scanned += 1
+                if scanned > MAX_SCANNED:
+                    return _completions(folder, names, more=True)
                 if not entry.name.startswith(start):
                     continue
                 if entry.name.startswith(".") and not start.startswith("."):
                     continue
                 directory = entry.is_dir(follow_symlinks=False)
                 names.append(entry.name + ("/" if directory else ""))
-                if len(names) > MAX_SCANNED:
-                    break
     except OSError:
         return [], False
     finally:
         os.close(fd)
+    return _completions(folder, names, more=False)
+
+
+def _completions(folder: str, names: list[str], *, more: bool) -> tuple[list[str], bool]:
     names.sort()
     lead = f"{folder}/" if folder else ""
-    return [lead + name for name in names[:MAX_COMPLETIONS]], len(names) > MAX_COMPLETIONS
+    more = more or len(names) > MAX_COMPLETIONS
+    return [lead + name for name in names[:MAX_COMPLETIONS]], more

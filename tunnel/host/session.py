@@ -215,6 +215,7 @@ class SessionChannelHandler:
         self._channel = channel
         self._files = files
         self._read_limit: ReadLimit | None = None
+        self._paths_limit: ReadLimit | None = None
         self._notifier = notifier
         self._session = session
         self._log = log
@@ -314,7 +315,14 @@ class SessionChannelHandler:
             await self._send_history(request)
         elif isinstance(request, ListPaths):
             # Read-only, as history: names of the workspace an `@path` being typed may complete.
-            paths, more = await self._session.list_paths(request.prefix)
+            # Budgeted per channel as read_file: beyond it, an empty answer.
+            now = anyio.current_time()
+            if self._paths_limit is None:
+                self._paths_limit = ReadLimit(now=now)
+            paths: list[str] = []
+            more = False
+            if self._paths_limit.take(now):
+                paths, more = await self._session.list_paths(request.prefix)
             answer = {"op": "paths", "prefix": request.prefix, "paths": paths, "more": more}
             await self._send_plaintext(out.pack(answer))
         elif isinstance(request, ReadFile):
