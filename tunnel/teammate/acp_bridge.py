@@ -30,6 +30,7 @@ from acp.stdio import stdio_streams
 from anyio.abc import TaskGroup
 
 from tunnel import __version__
+from tunnel.app.errors import ERROR_CODES, ErrorCode
 from tunnel.app.follower import (
     Event,
     FollowerEvent,
@@ -159,6 +160,18 @@ _Entry = Update | PermissionOpened | QuestionOpened | _CancelAsk | anyio.Event
 ASKS: Final = ("session/request_permission", "elicitation/create")
 """The requests the bridge puts to the editor, each carrying the host's request id in
 `_meta.tunnel.requestId`."""
+
+
+REFUSALS: Final[Mapping[str, frozenset[ErrorCode]]] = {
+    "prompt": frozenset({"forbidden", "bad_request", "not_supported", "agent_unavailable"}),
+    "settings": frozenset(
+        {"forbidden", "bad_request", "unknown_request", "not_supported", "agent_unavailable"}
+    ),
+    "permission": frozenset(ERROR_CODES),
+    "question": frozenset(ERROR_CODES),
+}
+"""The error codes the host refuses each kind of driving request with: another `error` (one
+of a cancel's, say) is not taken for the refusal of the request waiting."""
 
 
 def _error(code: int, message: str, reason: str | None = None) -> RequestError:
@@ -341,7 +354,12 @@ class AcpBridge:
                 await self._handle(self._mirror.event(event.event))
             case Error():
                 outcome = self._outcome
-                if outcome is not None and outcome.error is None and not outcome.done.is_set():
+                if (
+                    outcome is not None
+                    and outcome.error is None
+                    and not outcome.done.is_set()
+                    and event.code in REFUSALS[outcome.kind]
+                ):
                     outcome.error = event
                     outcome.done.set()
                 else:
@@ -425,9 +443,10 @@ class AcpBridge:
 
     def _withdraw(self, request_id: str, by: str) -> None:
         """`request_id` ended: if it was put to the editor and someone else answered, the
-        editor's is withdrawn."""
-        ask = self._asks.pop(request_id, None)
-        if ask is not None and by != self._mirror.me:
+        editor's is withdrawn. One still being sent is withdrawn once sent (`_observe`); one
+        not sent yet never is (`_ask`)."""
+        ask = self._asks.get(request_id)
+        if ask is not None and not ask.closed and by != self._mirror.me:
             # First answer wins: the editor's question is withdrawn, its answer ignored.
             ask.closed = True
             if ask.rpc_id is not None:
@@ -478,8 +497,8 @@ class AcpBridge:
         """Put a permission request to the editor; its answer goes to the host."""
         conn = self._conn
         assert conn is not None
-        if opened.request_id in self._asks:
-            return
+        if opened.request_id in self._asks or not self._mirror.is_open(opened.request_id):
+            return  # put to the editor already, or closed while it waited to be
         ask = _Ask()
         self._asks[opened.request_id] = ask
         params = {
@@ -512,8 +531,8 @@ class AcpBridge:
         """Put a question of the agent's to the editor; its answer goes to the host."""
         conn = self._conn
         assert conn is not None
-        if asked.request_id in self._asks:
-            return
+        if asked.request_id in self._asks or not self._mirror.is_open(asked.request_id):
+            return  # put to the editor already, or closed while it waited to be
         ask = _Ask()
         self._asks[asked.request_id] = ask
         params: dict[str, Any] = {
@@ -563,6 +582,9 @@ class AcpBridge:
             ask = self._asks.get(request_id) if isinstance(request_id, str) else None
             if ask is not None:
                 ask.rpc_id = message.get("id")
+                if ask.closed:
+                    # Someone answered while it was being sent: withdrawn now that it is out.
+                    self._queue(_CancelAsk(ask.rpc_id))
         elif method is None and message.get("id") in self._attach_ids:
             self._attach_ids.discard(message.get("id"))
             if "result" in message:
@@ -734,6 +756,8 @@ class AcpBridge:
                 outcome = await self._drive(Prompt(text=text), _Outcome("prompt"))
             except RequestError:
                 self._mirror.prompt_refused(text)
+                # A cancel of this prompt ends with it: the editor's next prompt is not one.
+                self._cancel_next = False
                 raise
             turn = outcome.turn
             assert turn is not None  # set with done

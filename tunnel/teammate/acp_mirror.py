@@ -658,6 +658,10 @@ class Mirror:
         """The questions the agent still waits on, oldest first."""
         return list(self._questions.values())
 
+    def is_open(self, request_id: str) -> bool:
+        """Whether the agent still waits on the permission request or question `request_id`."""
+        return request_id in self._open or request_id in self._questions
+
     # -- what the host sends -------------------------------------------------------------------
 
     def context(self, items: Iterable[Mapping[str, Any]]) -> None:
