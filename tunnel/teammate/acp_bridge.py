@@ -772,8 +772,9 @@ class AcpBridge:
 
     async def cancel(self, session_id: str, **_: Any) -> None:
         """Cancel the editor's own prompts: the turn of one that runs now, and each still
-        queued as soon as it runs. Never another's turn: ACP's cancel is about the prompt the
-        editor sent."""
+        queued as soon as it runs; nothing while another's turn runs (ACP's cancel is about the
+        prompt the editor sent). The host's `cancel` names no turn and arrives a relay round
+        trip later: should the editor's turn end in the meantime, it stops the next one."""
         if session_id != self._session_id or not self._driver():
             return
         outcome = self._outcome
