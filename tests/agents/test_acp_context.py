@@ -4,12 +4,14 @@ outside the workspace."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from tunnel.agents import SessionError, acp_context
 from tunnel.agents.acp_context import MAX_COMPLETIONS, MAX_MENTIONS, complete, mentions
+from tunnel.agents.sandbox import HiddenFiles
 from tunnel.agents.workspace import Workspace
 from tunnel.app.requests import PromptImage
 from tunnel.log import Log
@@ -61,6 +63,27 @@ async def test_files_inside_the_workspace_go_with_the_prompt_and_no_other(
     assert attached.data["turn"] == said.data["turn"]
     shown = render_item(attached.to_wire()).plain
     assert "with the prompt: notes.txt (its text), logo.bin (a link)" in shown
+
+
+async def test_a_host_private_file_is_never_attached_nor_read_even_hard_linked(
+    log: Log, tmp_path: Path
+) -> None:
+    workspace = workspace_with_files(tmp_path)
+    key = tmp_path / "host.key"
+    key.write_text("SECRET-KEY-MATERIAL\n")
+    os.link(key, workspace / "innocent.txt")  # the key by another name, inside the workspace
+    hidden = HiddenFiles([key])
+    session = acp_session(log, workspace)
+    session.set_hidden(hidden)
+    async with running(session, log) as rec:
+        await session.prompt("context @innocent.txt @notes.txt", by="alice")
+        said = await rec.wait_item("message", role="agent")
+    assert said.data["text"] == f"embedded {(workspace / 'notes.txt').as_uri()}: remember the milk"
+    # The agent's own reads (fs/read_text_file) are refused the same way.
+    room = Workspace(workspace)
+    with pytest.raises(PermissionError):
+        room.read_text("innocent.txt", refuse=hidden.hides_fd)
+    assert room.read_text("notes.txt", refuse=hidden.hides_fd).startswith("remember")
 
 
 async def test_an_agent_without_embedded_context_gets_links(

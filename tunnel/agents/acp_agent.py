@@ -195,7 +195,13 @@ class _Client:
         limit: int | None = None,
         **kwargs: Any,
     ) -> schema.ReadTextFileResponse:
-        read = functools.partial(self._session._workspace.read_text, path, line=line, limit=limit)
+        read = functools.partial(
+            self._session._workspace.read_text,
+            path,
+            line=line,
+            limit=limit,
+            refuse=self._session._hidden.hides_fd,
+        )
         try:
             text = await self._session._fs("read", path, read)
         except FileNotFoundError:
@@ -662,7 +668,9 @@ class AcpSession(ChatSession):
         attached = []
         for name in mentions(prompt.text):
             found = await anyio.to_thread.run_sync(
-                functools.partial(attach, self._workspace, name, embed=self._embeds)
+                functools.partial(
+                    attach, self._workspace, name, embed=self._embeds, hidden=self._hidden
+                )
             )
             if found is not None:
                 blocks.append(found.block)

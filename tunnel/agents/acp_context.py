@@ -18,6 +18,7 @@ import anyio
 from acp import embedded_text_resource, resource_block, resource_link_block
 from anyio.lowlevel import RunVar
 
+from .sandbox import HiddenFiles
 from .workspace import OutsideWorkspace, Workspace
 
 MAX_MENTIONS = 8
@@ -78,13 +79,23 @@ def mentions(text: str) -> list[str]:
     return found
 
 
-def attach(workspace: Workspace, name: str, *, embed: bool) -> Attached | None:
+def attach(
+    workspace: Workspace, name: str, *, embed: bool, hidden: HiddenFiles | None = None
+) -> Attached | None:
     """The file `name` (relative to the workspace, or absolute inside it) as a content block;
-    None for anything but a regular file inside the workspace. Blocks on the disk."""
+    None for anything but a regular file inside the workspace, and for one of the host's
+    `hidden` files. Blocks on the disk."""
     try:
         relative = workspace.resolve(name)
         fd = workspace.open_file(relative)
     except (OutsideWorkspace, OSError, ValueError):
+        return None
+    try:
+        refused = hidden is not None and hidden.hides_fd(fd)
+    except OSError:
+        refused = True
+    if refused:
+        os.close(fd)
         return None
     with os.fdopen(fd, "rb") as file:
         size = os.fstat(file.fileno()).st_size

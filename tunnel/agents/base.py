@@ -21,6 +21,7 @@ from tunnel.log import Item
 from .errors import SessionError, check_by
 from .permissions import PermissionBroker
 from .recorder import Recorder
+from .sandbox import HiddenFiles
 
 if TYPE_CHECKING:
     from tunnel.policy import Policy
@@ -68,6 +69,7 @@ class AgentSession(abc.ABC):
         self.conversation_id = conversation_id
         self._recorder = recorder
         self._permissions = permissions
+        self._hidden = HiddenFiles()
 
     @abc.abstractmethod
     async def run(
@@ -125,6 +127,11 @@ class AgentSession(abc.ABC):
         """The workspace paths that complete `prefix` (an `@path` being typed in a prompt), and
         whether there were more; none for a session whose agent reads no files of a prompt."""
         return [], False
+
+    def set_hidden(self, hidden: HiddenFiles) -> None:
+        """Never hand the agent one of the host's `hidden` files from the workspace (`@path`,
+        its file reads), as teammates are never shown one; before `run()`."""
+        self._hidden = hidden
 
     def set_policy(self, policy: Policy | None, *, workspace: Workspace | None) -> None:
         """Decide this session's permission requests by `policy` (docs/policy.md), its paths

@@ -10,6 +10,7 @@ sandbox. docs/agents.md ("The sandbox") and docs/security.md say what it stops a
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import re
@@ -27,6 +28,7 @@ __all__ = [
     "SYSTEM_SECRETS",
     "Allowance",
     "Bind",
+    "HiddenFiles",
     "Layout",
     "Link",
     "Mask",
@@ -72,6 +74,62 @@ SYSTEM_SECRETS = (
 """Hidden in every sandbox (glob patterns). A host running as root stays root-owned inside, so
 root-only files are readable unless hidden here. (/run, with /run/secrets and the Docker
 socket, is private: `PRIVATE_DIRS`.)"""
+
+MAX_HIDDEN_DIR_ENTRIES = 256
+"""Files of a hidden directory whose hard links `HiddenFiles` knows, at most."""
+
+
+class HiddenFiles:
+    """The host's private files (`host_private_paths`, a sandbox's `hide`) and the system's
+    secrets (`SYSTEM_SECRETS`): what the host never shows nor hands to an agent from the
+    workspace, by path or by another name (a hard link)."""
+
+    def __init__(self, paths: Iterable[Path | str] = ()) -> None:
+        self._paths = tuple(str(path) for path in paths)
+
+    def hides_fd(self, fd: int) -> bool:
+        """Whether the file opened as `fd` is hidden: the file as opened, not its name, which
+        a rename since cannot change."""
+        return self.hides(os.readlink(f"/proc/self/fd/{fd}"), os.fstat(fd))
+
+    def hides(self, real: str, info: os.stat_result) -> bool:
+        """Whether the file at real path `real` with `info` is a hidden path, is inside one, or
+        is one by another name (a hard link): checked by path and by (device, inode)."""
+        hidden = [*self._paths, *(p for pattern in SYSTEM_SECRETS for p in glob.glob(pattern))]
+        identity = (info.st_dev, info.st_ino)
+        for path in hidden:
+            top = os.path.realpath(path)
+            if real == top or real.startswith(top.rstrip("/") + "/"):
+                return True
+            if identity in _files_of(top):
+                return True
+        return False
+
+
+def _files_of(path: str) -> list[tuple[int, int]]:
+    """(device, inode) of `path`, and of the files directly in it when it is a directory."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return []
+    found = [(info.st_dev, info.st_ino)]
+    if stat.S_ISDIR(info.st_mode):
+        try:
+            with os.scandir(path) as entries:
+                for count, entry in enumerate(entries):
+                    if count >= MAX_HIDDEN_DIR_ENTRIES:
+                        break
+                    try:
+                        one = entry.stat(follow_symlinks=False)
+                    except OSError as exc:
+                        if exc.errno != errno.ENOENT:
+                            raise
+                        continue
+                    found.append((one.st_dev, one.st_ino))
+        except OSError:
+            pass
+    return found
+
 
 RUN_DIRS = ("/run", "/var/run")
 """Where the machine's services keep their UNIX sockets and runtime state (/var/run is most

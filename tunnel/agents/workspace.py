@@ -28,6 +28,7 @@ import secrets
 import stat
 import sys
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 MAX_READ_BYTES = 10 * 1024 * 1024
@@ -125,9 +126,19 @@ class Workspace:
             raise ValueError(f"{path} is not a regular file")
         raise OSError(errno.ELOOP, "the path kept changing while it was opened", path)
 
-    def read_text(self, path: str, *, line: int | None = None, limit: int | None = None) -> str:
-        """The text of a file, optionally from 1-based `line` and at most `limit` lines."""
+    def read_text(
+        self,
+        path: str,
+        *,
+        line: int | None = None,
+        limit: int | None = None,
+        refuse: Callable[[int], bool] | None = None,
+    ) -> str:
+        """The text of a file, optionally from 1-based `line` and at most `limit` lines;
+        PermissionError for a file `refuse` (given its fd) holds back."""
         with os.fdopen(self.open_file(path), "rb") as file:
+            if refuse is not None and refuse(file.fileno()):
+                raise PermissionError(errno.EACCES, "the host keeps it private", path)
             if os.fstat(file.fileno()).st_size > MAX_READ_BYTES:
                 raise ValueError(f"{path} is larger than {MAX_READ_BYTES} bytes")
             data = file.read(MAX_READ_BYTES + 1)  # it may grow after fstat

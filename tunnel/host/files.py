@@ -8,16 +8,13 @@ larger than `MAX_FILE_VIEW_BYTES`, or not UTF-8 text. Each channel's reads are r
 
 from __future__ import annotations
 
-import errno
-import glob
 import os
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 
 import anyio
 
-from tunnel.agents.sandbox import SYSTEM_SECRETS
+from tunnel.agents.sandbox import HiddenFiles
 from tunnel.agents.workspace import OutsideWorkspace, Workspace
 from tunnel.app.file_view import (
     FILE_READ_BURST,
@@ -31,9 +28,6 @@ from tunnel.app.file_view import (
 
 READERS = 2
 """Files read at once host-wide, whatever the number of channels asking."""
-
-MAX_HIDDEN_DIR_ENTRIES = 256
-"""Files of a hidden directory whose identity is checked (a hard link to one is refused too)."""
 
 
 class ReadLimit:
@@ -65,7 +59,8 @@ class FileReader:
         """`hidden`: host paths never shown, files or directories (`host_private_paths`, a
         sandbox's `hide`); the system's secrets (`SYSTEM_SECRETS`) are added."""
         self._workspace = workspace
-        self._hidden = tuple(str(path) for path in hidden)
+        self.hidden = HiddenFiles(hidden)
+        """What it refuses to show: the agent session refuses the same (`@path`, reads)."""
         self._limiter = anyio.CapacityLimiter(READERS)
 
     async def read(self, path: str, line: int | None, find: str | None = None) -> FileWindow:
@@ -110,7 +105,7 @@ class FileReader:
             info = os.fstat(fd)
             # The file as opened, not its name: what a rename since cannot change.
             real = os.readlink(f"/proc/self/fd/{fd}")
-            if self._is_hidden(real, info):
+            if self.hidden.hides(real, info):
                 raise _Refused("the host keeps it private")
             if info.st_size > MAX_FILE_VIEW_BYTES:
                 raise _Refused(f"it is larger than {MAX_FILE_VIEW_BYTES // 1024 // 1024} MiB")
@@ -122,48 +117,9 @@ class FileReader:
             raise _Refused(f"it is larger than {MAX_FILE_VIEW_BYTES // 1024 // 1024} MiB")
         return os.path.relpath(real, self._workspace.root), data
 
-    def _is_hidden(self, real: str, info: os.stat_result) -> bool:
-        """Whether the opened file is a hidden path, is inside one, or is one by another name
-        (a hard link): checked by path and by (device, inode)."""
-        hidden = [*self._hidden, *(p for pattern in SYSTEM_SECRETS for p in glob.glob(pattern))]
-        identity = (info.st_dev, info.st_ino)
-        for path in hidden:
-            top = os.path.realpath(path)
-            if real == top or real.startswith(top.rstrip("/") + "/"):
-                return True
-            for one in _files_of(top):
-                if one == identity:
-                    return True
-        return False
-
 
 class _Refused(Exception):
     """A file the host will not show; the message says why, for the teammate."""
-
-
-def _files_of(path: str) -> list[tuple[int, int]]:
-    """(device, inode) of `path`, and of the files directly in it when it is a directory."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return []
-    found = [(info.st_dev, info.st_ino)]
-    if stat.S_ISDIR(info.st_mode):
-        try:
-            with os.scandir(path) as entries:
-                for count, entry in enumerate(entries):
-                    if count >= MAX_HIDDEN_DIR_ENTRIES:
-                        break
-                    try:
-                        one = entry.stat(follow_symlinks=False)
-                    except OSError as exc:
-                        if exc.errno != errno.ENOENT:
-                            raise
-                        continue
-                    found.append((one.st_dev, one.st_ino))
-        except OSError:
-            pass
-    return found
 
 
 def _refused(path: str, line: int | None, why: str) -> FileWindow:

@@ -250,6 +250,8 @@ async def run_share(
             Workspace(workspace),
             hidden=(*_private_paths(settings), *(sandbox.hide if sandbox is not None else ())),
         )
+        # The agent is handed none of them either (`@path`, its file reads).
+        session.set_hidden(files.hidden)
 
         async def handler(channel: HostChannel) -> None:
             await SessionChannelHandler(
