@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.notify.push_keys import BrowserKeys
-from tunnel.e2e.identity import KeyFileError
+from tunnel.e2e.identity import KeyFileError, write_private_file
+from tunnel.notify import subscriptions
 from tunnel.notify.subscriptions import (
     MAX_PER_OWNER,
     Owner,
@@ -91,3 +94,35 @@ def test_a_damaged_file_drops_only_what_does_not_read(tmp_path: Path) -> None:
     text = path.read_text()
     path.write_text(text.replace("[", '[{"owner_kind": "person"},', 1))
     assert len(Subscriptions.load(path)) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(30)
+async def test_a_running_host_writes_in_a_worker_thread_and_a_revocation_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "host_key.push"
+    held = Subscriptions.load(path, save_interval=3600)
+    loop_thread = threading.get_ident()
+    in_loop: list[bool] = []
+
+    def write(target: Path, data: bytes, *, overwrite: bool) -> None:
+        in_loop.append(threading.get_ident() == loop_thread)
+        write_private_file(target, data, overwrite=overwrite)
+
+    monkeypatch.setattr(subscriptions, "write_private_file", write)
+    browser = sub(BROWSER, 1)
+    async with anyio.create_task_group() as tg:
+        await tg.start(held.run)
+        held.add(sub(ALICE, 1))  # saved: the first change
+        held.add(browser)  # held back: within the interval
+        held.remove_person("alice")  # saved at once, with the change held back
+        with anyio.fail_after(10):
+            await held.saved()
+        assert Subscriptions.load(path).all() == [browser]
+        tg.cancel_scope.cancel()
+    assert in_loop
+    assert not any(in_loop)
+    # Stopped: a save is written at once again.
+    held.remove_role_links()
+    assert Subscriptions.load(path).all() == []

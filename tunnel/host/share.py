@@ -137,6 +137,7 @@ class HostPeople:
             # The new link's page subscribes again when it attaches.
             if self._notifier is not None:
                 self._notifier.forget_person(name)
+                await self._notifier.subscriptions.saved()
         return str(await self._host.invite(name, role))
 
     async def revoke(self, name: str) -> None:
@@ -148,6 +149,7 @@ class HostPeople:
         await self._host.revoke_person(name)
         if self._notifier is not None:
             self._notifier.forget_person(name)
+            await self._notifier.subscriptions.saved()
 
     def listing(self) -> list[str]:
         """One line per invitation: name, role, attached now or when last seen."""
@@ -296,6 +298,7 @@ async def run_share(
             await host.revoke()
             if notifier is not None:
                 notifier.forget_role_links(_role_links(host))
+                await notifier.subscriptions.saved()
             print_links(host)
 
         notifier = _notifier(settings, host, session)

@@ -142,6 +142,7 @@ class Notifier:
         after = -1 if info is None else info.last_seq
         try:
             async with anyio.create_task_group() as tg:
+                await tg.start(self.subscriptions.run)
                 if self._pusher is not None:
                     await tg.start(self._pusher.run)
                 for listener in self._listeners:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
+
 from tunnel.app.requests import PUSH_AUTH_SIZE, PUSH_KEY_SIZE
 from tunnel.e2e.identity import KeyFileError, read_private_file, write_private_file
 from tunnel.notify.vapid import b64url, b64url_decode
@@ -104,6 +106,18 @@ class Subscriptions:
         self._saved_at = -math.inf
         self._dirty = False
         self._by_endpoint: dict[str, Subscription] = {}
+        self._writing = False
+        """Whether `run` writes the saves (in a worker thread); else each is written at once."""
+        self._unwritten: bytes | None = None
+        """The newest save `run` has not written yet."""
+        self._wake: anyio.Event | None = None
+        """Set when there is a save for `run` to write."""
+        self._queued = 0
+        """Saves handed to `run` so far."""
+        self._written = 0
+        """Of those, how many `run` has written (or passed over for a newer one)."""
+        self._on_written: anyio.Event | None = None
+        """Set, and replaced, each time `run` has written."""
 
     @classmethod
     def load(
@@ -244,6 +258,45 @@ class Subscriptions:
             self._saved_at = time.monotonic()
             self._save()
 
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Write the saves in a worker thread until cancelled, so that syncing the file never
+        holds up the host: one write at a time, each of the newest save (those made while one
+        is written are one write after it). A save not written yet when cancelled is written
+        before this returns; afterwards each is written at once again."""
+        self._wake, self._on_written = anyio.Event(), anyio.Event()
+        self._writing = True
+        task_status.started()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                data, self._unwritten, queued = self._unwritten, None, self._queued
+                if data is not None:
+                    # Not abandoned if cancelled: the write finishes before anything else can
+                    # write the file.
+                    await anyio.to_thread.run_sync(self._write, data)
+                self._wrote(queued)
+        finally:
+            self._writing = False
+            data, self._unwritten = self._unwritten, None
+            if data is not None:
+                self._write(data)
+            self._wrote(self._queued)
+
+    def _wrote(self, queued: int) -> None:
+        self._written = queued
+        if self._on_written is not None:
+            self._on_written.set()
+            self._on_written = anyio.Event()
+
+    async def saved(self) -> None:
+        """Wait until every save made so far is written (a revocation's, say)."""
+        queued = self._queued
+        while self._writing and self._written < queued and self._on_written is not None:
+            await self._on_written.wait()
+
     def _save(self) -> None:
         if self._path is None:
             return
@@ -255,9 +308,18 @@ class Subscriptions:
                 entry | {"links": self.role_links} if entry["owner_kind"] == "browser" else entry
                 for entry in entries
             ]
-        data = json.dumps(entries, indent=1)
+        data = json.dumps(entries, indent=1).encode("utf-8")
+        if self._writing and self._wake is not None:
+            self._unwritten = data
+            self._queued += 1
+            self._wake.set()
+        else:
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        assert self._path is not None
         try:
-            write_private_file(self._path, data.encode("utf-8"), overwrite=True)
+            write_private_file(self._path, data, overwrite=True)
         except OSError as exc:
             # Kept in memory all the same: only a restart would lose the change.
             logger.warning("cannot save the push subscriptions to %s: %s", self._path, exc)
