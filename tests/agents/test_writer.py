@@ -15,6 +15,7 @@ from tunnel.agents import AcpSession, DemoSession, SessionError
 from tunnel.agents.writer import OUTAGE_EVENT, STORAGE_EVENT, LogWriter
 from tunnel.log import Event, Log, NewItem, StoreError
 
+from ..log.test_sync import GatedSyncStore
 from .conftest import Recording, running
 from .faulty_store import FaultyStore
 
@@ -102,6 +103,52 @@ async def test_a_failed_append_waits_and_is_stored_in_order_when_the_log_writes_
     assert events[0]["state"] == "failing"
     assert events[-1]["state"] == "ok"
     assert events[-1]["held"] == 2
+
+
+async def test_an_item_committed_whose_sync_fails_is_stored_once() -> None:
+    store = GatedSyncStore()
+    async with Log(store) as log:
+        writer = quick(LogWriter(log, "c"))
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            store.failures = 1_000  # every fsync fails (an I/O error), until told otherwise
+            # Committed, its sync failed: not kept to be appended again.
+            assert await writer.append_or_hold(new("decided", by="host")) is None
+            assert writer.failing
+            assert writer.held == 0
+            assert await writer.append_or_hold(new("noted", by="host")) is None
+            with anyio.fail_after(10):
+                while store.failures > 996:  # retried: the outage's record and "noted" commit
+                    await anyio.sleep(0.01)
+            assert writer.failing
+            store.failures = 0
+            with anyio.fail_after(10):
+                while writer.failing:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        items = await store.inner.query("c")
+        assert [i.data.get("text") or i.data["what"] for i in items] == [
+            "decided",
+            OUTAGE_EVENT,
+            "noted",
+        ]
+        assert store.synced_head("c") is None  # all synced now
+
+
+async def test_a_prompt_committed_whose_sync_fails_is_accepted_once_synced() -> None:
+    store = GatedSyncStore()
+    async with Log(store) as log:
+        writer = quick(LogWriter(log, "c"))
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            store.failures = 3
+            with anyio.fail_after(10):
+                item = await writer.try_append(new("a prompt", by="alice"))
+            assert store.synced("c", item.seq)  # returned only once synced
+            tg.cancel_scope.cancel()
+        items = await store.inner.query("c")
+        assert [i.data.get("text") or i.data["what"] for i in items] == ["a prompt", OUTAGE_EVENT]
+        assert items[0].seq == item.seq
 
 
 async def test_without_run_a_failed_append_raises_as_the_log_does(

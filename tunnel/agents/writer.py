@@ -12,6 +12,8 @@ failing (docs/agents.md, "When the log cannot be written"):
 - requests that would record something new (a prompt, a permission answer, a mode change,
   terminal input) are refused with `agent_unavailable` (`check_writable`), never half done: a
   prompt a teammate was told is stored is in the log;
+- an item whose commit succeeded but whose sync failed (`SyncError`) is stored: it is never
+  appended again, and leaves the host once `run()` has synced the log;
 - what waits is bounded (`max_held`): past it the running turn is cancelled (`on_overflow`), and
   agent output that finds no room is dropped and counted in the outage's record.
 
@@ -35,7 +37,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from tunnel.log import Event, Item, Log, LogClosedError, NewItem, StoreError
+from tunnel.log import Event, Item, Log, LogClosedError, NewItem, StoreError, SyncError
 from tunnel.log.item import format_time, prepare
 from tunnel.process.backoff import Backoff
 
@@ -93,6 +95,9 @@ class _Outage:
     turn_cancelled: bool = False
     recorded: bool = False
     """Whether its `log_unwritable` session event is stored already."""
+    unsynced: bool = False
+    """Whether items are committed that a sync failed to cover (`SyncError`): `run()` syncs
+    them before the log counts as written again."""
     written: int = 0
 
 
@@ -137,6 +142,7 @@ class LogWriter:
         self._outage: _Outage | None = None
         self._running = False
         self._wakeup = anyio.Event()
+        self._resynced = anyio.Event()  # set (and replaced) when run() synced, or stopped
         self._admitted = 0
         self.on_overflow: Callable[[], None] | None = None
         """Called (once per outage) when the bound is hit: the session cancels its turn."""
@@ -206,11 +212,18 @@ class LogWriter:
 
     async def append_or_hold(self, new: NewItem) -> Item | None:
         """Store `new` if the log can be written and return it; otherwise keep it to store
-        when it can (or drop it, counted, past the bound) and return None without waiting."""
+        when it can (or drop it, counted, past the bound) and return None without waiting.
+        Committed but not synced (`SyncError`), it is not kept: it returns None, and the item
+        leaves the host once `run()` has synced the log."""
         if self._outage is None:
             try:
                 (item,) = await self._log.append(self.conversation_id, new)
                 return item
+            except SyncError as exc:
+                if not self._running:
+                    raise
+                self._unsynced(exc)
+                return None
             except StoreError as exc:
                 if not self._running:
                     raise
@@ -221,12 +234,23 @@ class LogWriter:
     async def try_append(self, new: NewItem) -> Item:
         """Store `new` now or raise `StoreError`; never held. For what a person is told was
         stored (a prompt): refused outright while the log cannot be written. A failure starts
-        an outage like any other, so everyone is told."""
+        an outage like any other, so everyone is told. Committed but not synced (`SyncError`),
+        it is in the log: this waits until `run()` has synced it, then returns it (or raises
+        `SyncError` if the session stops first)."""
         outage = self._outage
         if outage is not None:
             raise StoreError(f"the log cannot be written ({outage.reason})")
         try:
             (item,) = await self._log.append(self.conversation_id, new)
+        except SyncError as exc:
+            if not self._running:
+                raise
+            self._unsynced(exc)
+            (item,) = exc.items
+            while not self._log.durable(self.conversation_id, item.seq):
+                if not self._running:
+                    raise
+                await self._resynced.wait()
         except StoreError as exc:
             if self._running:
                 self._failed(exc)
@@ -289,6 +313,12 @@ class LogWriter:
         if self.on_overflow is not None:
             self.on_overflow()
 
+    def _unsynced(self, exc: SyncError) -> None:
+        """Items are committed but a sync failed: an outage that `run()` ends with a sync."""
+        self._failed(exc)
+        assert self._outage is not None
+        self._outage.unsynced = True
+
     def _failed(self, exc: StoreError) -> None:
         """An outage begins (or goes on); `run()` tells everyone and retries."""
         reason = reason_of(exc)
@@ -342,7 +372,8 @@ class LogWriter:
                 break
 
     async def _write_held(self, outage: _Outage) -> bool:
-        """One try: the outage's record (once) and every held item, in one transaction."""
+        """One try: the outage's record (once) and every held item, in one transaction, and
+        synced; or, with nothing to write, a sync of what is committed and not synced."""
         batch = list(self._held)
         news = [held.new for held in batch]
         if not outage.recorded:
@@ -350,31 +381,53 @@ class LogWriter:
         for held in batch:
             held.writing = True
         try:
-            stored = await self._log.append(self.conversation_id, news) if news else []
+            if news:
+                stored = await self._log.append(self.conversation_id, news)
+            else:
+                stored = []
+                if outage.unsynced:
+                    await self._log.sync()
+        except SyncError as exc:
+            # Committed: never appended again; the next try syncs them.
+            self._stored(outage, batch, exc.items)
+            outage.unsynced = True
+            self._still_failing(outage, exc)
+            return False
         except StoreError as exc:
             for held in batch:
                 held.writing = False
-            outage.attempts += 1
-            reason = reason_of(exc)
-            if reason != outage.reason:
-                logger.warning("the log still cannot be written, now: %s", exc)
-            outage.reason = reason
+            self._still_failing(outage, exc)
             return False
         except BaseException:
             for held in batch:
                 held.writing = False
             raise
+        self._stored(outage, batch, stored)
+        outage.unsynced = False
+        self._resynced.set()
+        self._resynced = anyio.Event()
+        return True
+
+    def _still_failing(self, outage: _Outage, exc: StoreError) -> None:
+        outage.attempts += 1
+        reason = reason_of(exc)
+        if reason != outage.reason:
+            logger.warning("the log still cannot be written, now: %s", exc)
+        outage.reason = reason
+
+    def _stored(self, outage: _Outage, batch: list[_Held], stored: list[Item]) -> None:
+        """The batch (after the outage's record, if it was in it) is committed."""
         if not outage.recorded:
             outage.recorded = True
             stored = stored[1:]
         for held, item in zip(batch, stored, strict=True):
+            held.writing = False
             held.item = item
             held.done.set()
             # Not necessarily first any more: a cancelled waiter may have left meanwhile.
             with contextlib.suppress(ValueError):
                 self._held.remove(held)
         outage.written += len(batch)
-        return True
 
     def _record(self, outage: _Outage, held: int) -> NewItem:
         return NewItem(
@@ -423,6 +476,8 @@ class LogWriter:
             entry.error = StoreError("the session stopped before the log could be written")
             entry.done.set()
         self._outage = None
+        self._resynced.set()  # whoever waits for a sync is told it did not come
+        self._resynced = anyio.Event()
 
     async def _publish(self, data: dict[str, Any] | None) -> None:
         if data is None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         SchemaError,
         SeqConflictError,
         StoreError,
+        SyncError,
     )
     from tunnel.log.item import CorruptItem, Event, Item, NewItem
     from tunnel.log.log import Log, LogStatistics
@@ -54,6 +55,7 @@ else:
             "StoreStatistics": "tunnel.log.sqlite",
             "Subscription": "tunnel.log.subscription",
             "SubscriptionStatistics": "tunnel.log.subscription",
+            "SyncError": "tunnel.log.errors",
             "TypeFilter": "tunnel.log.store",
             "default_db_path": "tunnel.log.paths",
         },
@@ -79,6 +81,7 @@ __all__ = [
     "StoreStatistics",
     "Subscription",
     "SubscriptionStatistics",
+    "SyncError",
     "TypeFilter",
     "default_db_path",
 ]

@@ -3,13 +3,27 @@
 Whose fault: `ValueError` (raised as such) means the caller passed something invalid and nothing
 was written; `SeqConflictError` is a `ValueError` too. `StoreError` means the storage itself
 failed (disk full, a file that cannot be opened, read or written, a damaged file): nothing of the
-failed call was written. One unreadable item is not an error: readers get a `CorruptItem`.
-`LogClosedError` means the owner closed the log or store while the caller still used it.
+failed call was written, except with `SyncError`: the items are committed, and it is their fsync
+that failed (they leave the host once a later sync covers them). One unreadable item is not an
+error: readers get a `CorruptItem`. `LogClosedError` means the owner closed the log or store
+while the caller still used it.
 """
 
 from __future__ import annotations
 
-__all__ = ["LogClosedError", "LogError", "SchemaError", "SeqConflictError", "StoreError"]
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tunnel.log.item import Item
+
+__all__ = [
+    "LogClosedError",
+    "LogError",
+    "SchemaError",
+    "SeqConflictError",
+    "StoreError",
+    "SyncError",
+]
 
 
 class LogError(Exception):
@@ -22,6 +36,19 @@ class LogClosedError(LogError):
 
 class StoreError(LogError):
     """The storage failed; the operation had no effect (a transaction was rolled back)."""
+
+
+class SyncError(StoreError):
+    """The items were committed, but the sync that was to make them survive a power cut failed.
+
+    They are stored (at the seqs of `items`) and must not be appended again; nothing leaves the
+    host before a later sync covers them (docs/log.md, "What is durable when").
+    """
+
+    def __init__(self, message: str, items: list[Item]) -> None:
+        super().__init__(message)
+        self.items = items
+        """The items as committed."""
 
 
 class SchemaError(StoreError):

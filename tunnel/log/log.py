@@ -22,7 +22,7 @@ from typing import NamedTuple
 import anyio
 import anyio.lowlevel
 
-from tunnel.log.errors import LogClosedError, StoreError
+from tunnel.log.errors import LogClosedError, StoreError, SyncError
 from tunnel.log.item import Event, Item, NewItem, check_conversation_id
 from tunnel.log.store import ConversationInfo, Order, Store, SyncingStore, TypeFilter
 from tunnel.log.subscription import Subscription
@@ -245,15 +245,19 @@ class Log:
         they are committed, which survives the host process being killed; otherwise once they
         also survive a power cut (the same with a store that syncs each commit). Either way
         nothing leaves through the log before it is synced. Raises `ValueError` (nothing
-        stored) for an invalid item, `StoreError` if the storage failed (or, durable, the sync
-        after the commit: the items are then committed but may not survive a power cut),
-        `LogClosedError` once closed.
+        stored) for an invalid item, `StoreError` if the storage failed (nothing stored),
+        `SyncError` if, durable, the sync after the commit failed (the items are committed,
+        and leave once a later sync covers them: not to be appended again), `LogClosedError`
+        once closed.
         """
         self._check_open()
         batch = [items] if isinstance(items, NewItem) else list(items)
         stored = await self._store.append(conversation_id, batch, on_commit=self._committed)
         if durable and self._syncer is not None:
-            await self.sync()
+            try:
+                await self.sync()
+            except StoreError as exc:
+                raise SyncError(str(exc), stored) from exc
         return stored
 
     async def sync(self) -> None:
