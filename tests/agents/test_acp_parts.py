@@ -35,6 +35,15 @@ def test_a_clipped_value_fits_its_budget_and_says_whether_it_was_cut(
     assert cut == (clipped != value)
 
 
+def test_a_preview_of_wide_characters_still_fits_its_budget() -> None:
+    # Too many keys for string cuts to help, and each emoji takes twelve bytes escaped.
+    value = [{str(n): "\N{GRINNING FACE}" * 100 for n in range(8)}] * 8
+    clipped, cut = clip_value(value, 256)
+    assert cut
+    assert clipped["truncated"] is True
+    assert len(json.dumps(clipped)) <= 256
+
+
 def test_a_long_string_keeps_its_start_and_says_how_much_is_missing() -> None:
     clipped, cut = clip_value({"command": "x" * 10_000, "short": "kept"}, 2000)
     assert cut

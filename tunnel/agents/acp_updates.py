@@ -72,7 +72,13 @@ def clip_value(value: Any, limit: int) -> tuple[Any, bool]:
         if _json_size(clipped) <= limit:
             return clipped, True
     text = json.dumps(value, ensure_ascii=False, default=str)
-    return {"truncated": True, "preview": clip_text(text, limit // 8)}, True
+    # Characters, not bytes: escaped, one character may take up to twelve, so shrink to fit.
+    keep = limit // 8
+    while True:
+        preview = {"truncated": True, "preview": clip_text(text, keep)}
+        if keep == 0 or _json_size(preview) <= limit:
+            return preview, True
+        keep //= 2
 
 
 def clip_content(entries: list[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], bool]:
