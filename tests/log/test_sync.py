@@ -356,3 +356,22 @@ async def test_the_host_store_does_not_open_when_it_cannot_sync(
     finally:
         monkeypatch.undo()
         await earlier.aclose()
+
+
+async def test_what_an_earlier_process_stored_counts_as_synced_beside_a_new_unsynced_commit(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "log.db"
+    earlier = await open_host_store(path)
+    await earlier.append("c", news(40))
+    await earlier.aclose()
+    store = await open_host_store(path)
+    try:
+        # This process's first item, committed and not yet synced: only it is held back, and a
+        # query that finds a commit its sync did not cover reads up to seq 39, not up to -1.
+        await store.append("c", news(1))
+        assert store.synced("c", 39)
+        assert not store.synced("c", 40)
+        assert store.synced_head("c") == 39
+    finally:
+        await store.aclose()

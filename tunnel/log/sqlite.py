@@ -527,7 +527,13 @@ class SQLiteStore:
         """Worker thread, inside the transaction: the batch's rows and heads."""
         for write in batch:
             cid = write.conversation_id
-            last = heads[cid][0] if cid in heads else self._head(conn, cid)
+            if cid in heads:
+                last = heads[cid][0]
+            else:
+                last = self._head(conn, cid)
+                # What the conversation held before this store first wrote to it was committed
+                # by an earlier process (synced as this store opened) or by another: synced.
+                self._heads_synced.setdefault(cid, last)
             stored: list[Item] = []
             for p in write.prepared:
                 last += 1
