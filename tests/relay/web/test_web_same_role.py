@@ -20,7 +20,7 @@ import pytest
 from playwright.sync_api import Browser, Page, WebSocketRoute, expect
 
 from tunnel.e2e.crypto import ChannelCipher, ShareLink, e2e_root
-from tunnel.e2e.opening import ANSWER_SIZE, TeammateOpening
+from tunnel.e2e.opening import ANSWER_SIZE, EarlySubscribe, TeammateOpening
 from tunnel.proto import Cast, Cut, Data, Open, decode_frame, encode_frame
 from tunnel.proto.frames import encode_cast
 
@@ -95,12 +95,15 @@ def test_a_swapped_ephemeral_key_leaves_the_page_on_the_decryption_screen(
         frame = decode_frame(message)
         if not isinstance(frame, Open):
             return [message]
-        # The attacker's own opening for the same link and name: a proof it can make.
+        # The attacker's own opening for the same link, name and early subscribe: a proof it
+        # can make.
+        sub = frame.meta.get("sub")
         mine = TeammateOpening(
             root=root,
             host_id=link.host_id,
             role=link.role,
             name=frame.meta["name"],
+            subscribe=None if sub is None else EarlySubscribe(**sub),
         ).meta()
         meta = {**frame.meta, "kx": mine["kx"], "proof": mine["proof"], "salt": mine["salt"]}
         return [encode_frame(Open(channel=frame.channel, path=frame.path, meta=meta))]
