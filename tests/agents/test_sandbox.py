@@ -169,6 +169,10 @@ def test_an_allowance_is_writable_unless_it_says_ro() -> None:
         ),
         (["npx", "@google/gemini-cli", "--experimental-acp"], {"~/.npm:ro", "~/.gemini"}),
         (["codex"], {"~/.codex"}),
+        (["/opt/agents/node_modules/.bin/codex-acp"], {"~/.codex"}),
+        (["npx", "@zed-industries/codex-acp@0.16.0"], {"~/.npm:ro", "~/.codex"}),
+        (["qwen", "--acp"], {"~/.qwen"}),
+        (["npx", "@qwen-code/qwen-code", "--acp"], {"~/.npm:ro", "~/.qwen"}),
         (["bash"], set()),
     ],
 )

@@ -52,6 +52,9 @@ AGENT_PATHS: Mapping[str, tuple[str, ...]] = {
     "gemini": ("~/.gemini",),
     "gemini-cli": ("~/.gemini",),
     "codex": ("~/.codex",),
+    "codex-acp": ("~/.codex",),
+    "qwen": ("~/.qwen",),
+    "qwen-code": ("~/.qwen",),
     "npx": ("~/.npm:ro",),
 }
 """The paths under the home directory each agent gets by default (`:ro`: read-only), by program
