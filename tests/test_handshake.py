@@ -9,6 +9,7 @@ import pytest
 from tunnel.e2e.crypto import ShareSecrets
 from tunnel.e2e.identity import HostIdentity
 from tunnel.handshake import (
+    CAST_GROUPS,
     INSTANCE_SIZE,
     PROTOCOL_VERSION,
     HelloError,
@@ -188,6 +189,9 @@ def test_what_each_end_builds_is_what_the_other_accepts() -> None:
         {"limits": {"initial_window": 0}},
         {"limits": {"max_data_size": True}},
         {"limits": {"max_data_size": "big"}},
+        {"capabilities": "cast-groups"},
+        {"capabilities": [1]},
+        {"capabilities": ["x"] * 33},
     ],
 )
 def test_a_relay_hello_a_dialer_cannot_use_is_a_protocol_error(change: dict[str, object]) -> None:
@@ -240,3 +244,15 @@ def test_a_host_hello_states_the_hosts_own_limits() -> None:
                 public_url="https://r",
                 authorized_keys=None,
             )
+
+
+def test_a_relay_says_it_takes_broadcast_groups_and_one_that_does_not_say_so_does_not() -> None:
+    payload = relay_hello(bytes(32), Limits())
+    assert payload["capabilities"] == [CAST_GROUPS]
+    assert parse_relay_hello(payload).cast_groups
+    # A relay from before capabilities leaves them out; unknown ones are kept unread.
+    older = {key: value for key, value in payload.items() if key != "capabilities"}
+    assert not parse_relay_hello(older).cast_groups
+    newer = parse_relay_hello({**payload, "capabilities": ["later", CAST_GROUPS]})
+    assert newer.cast_groups
+    assert newer.capabilities == frozenset({"later", CAST_GROUPS})

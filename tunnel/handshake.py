@@ -32,12 +32,14 @@ from tunnel.proto.codes import CloseCode
 __all__ = [
     "ADMISSION_PATH",
     "ADVERTISED_LIMITS",
+    "CAST_GROUPS",
     "INSTANCE_SIZE",
     "MAX_CAPABILITIES",
     "MAX_INVITATIONS",
     "MAX_NAME_LENGTH",
     "PROTOCOL_VERSION",
     "REGISTER_PATH",
+    "RELAY_CAPABILITIES",
     "VERIFIER_SIZE",
     "HelloError",
     "HostHello",
@@ -64,7 +66,15 @@ MAX_NAME_LENGTH = 64
 """Characters of a teammate's display name (in its hello, its `open` and its channel keys)."""
 
 MAX_CAPABILITIES = 32
-"""Entries in a host's capability list."""
+"""Entries in a host's or a relay's capability list."""
+
+CAST_GROUPS = "cast-groups"
+"""A relay capability: the relay takes a `g` in a host's `cast` and `join` and copies each cast
+only to the channels joined to its group (docs/protocol.md, "Broadcast groups"). A relay without
+it closes a host link that sends one with 4000, so a host casts to no group but 0 there."""
+
+RELAY_CAPABILITIES: tuple[str, ...] = (CAST_GROUPS,)
+"""What this relay's hello says it can do beyond what `PROTOCOL_VERSION` promises."""
 
 VERIFIER_SIZE = 32
 """A verifier is sha256(token)."""
@@ -118,6 +128,14 @@ class RelayHello:
 
     limits: Mapping[str, int]
     """The advertised limits (a subset of ADVERTISED_LIMITS, each a positive int)."""
+
+    capabilities: frozenset[str] = frozenset()
+    """What the relay can do beyond the version (`CAST_GROUPS`); unknown names are kept unread."""
+
+    @property
+    def cast_groups(self) -> bool:
+        """Whether a host may cast to and join broadcast groups other than 0 on this relay."""
+        return CAST_GROUPS in self.capabilities
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,12 +205,14 @@ def check_name(name: str) -> str:
 
 
 def relay_hello(challenge: bytes, limits: Limits) -> dict[str, Any]:
-    """Return the relay's hello payload: role, version, challenge, and the limits it enforces."""
+    """Return the relay's hello payload: role, version, challenge, the limits it enforces and
+    its capabilities."""
     return {
         "role": "relay",
         "version": PROTOCOL_VERSION,
         "challenge": challenge,
         "limits": advertised(limits),
+        "capabilities": list(RELAY_CAPABILITIES),
     }
 
 
@@ -202,7 +222,13 @@ def parse_relay_hello(payload: Mapping[str, Any]) -> RelayHello:
     challenge = payload.get("challenge")
     if not isinstance(challenge, bytes) or len(challenge) != CHALLENGE_SIZE:
         raise HelloError(CloseCode.PROTOCOL_ERROR, "the relay's challenge is malformed")
-    return RelayHello(challenge=challenge, limits=_limits_field(payload, "the relay's"))
+    # Left out by a relay from before capabilities: it has none of them.
+    capabilities = _capabilities(payload, "the relay's")
+    return RelayHello(
+        challenge=challenge,
+        limits=_limits_field(payload, "the relay's"),
+        capabilities=frozenset(capabilities),
+    )
 
 
 def agreed_limits(ours: Limits, relay: RelayHello) -> Limits:
@@ -285,13 +311,7 @@ def parse_host_hello(
     assert len(challenge) == CHALLENGE_SIZE
     public_key = _bytes_field(payload, "pubkey", PUBLIC_KEY_SIZE)
     signature = _bytes_field(payload, "sig", None)
-    capabilities = payload.get("capabilities", [])
-    if (
-        not isinstance(capabilities, list)
-        or len(capabilities) > MAX_CAPABILITIES
-        or not all(isinstance(c, str) for c in capabilities)
-    ):
-        raise HelloError(CloseCode.PROTOCOL_ERROR, "malformed capabilities")
+    capabilities = _capabilities(payload, "the host's")
     verifiers, invited = parse_registration(payload)
     instance = _bytes_field(payload, "instance", INSTANCE_SIZE) if "instance" in payload else None
     replace = payload.get("replace", False)
@@ -401,6 +421,17 @@ def _common(payload: Mapping[str, Any], role: str) -> None:
         raise HelloError(
             CloseCode.PROTOCOL_ERROR, "unsupported protocol version", metric="bad_version"
         )
+
+
+def _capabilities(payload: Mapping[str, Any], whose: str) -> list[str]:
+    capabilities = payload.get("capabilities", [])
+    if (
+        not isinstance(capabilities, list)
+        or len(capabilities) > MAX_CAPABILITIES
+        or not all(isinstance(c, str) for c in capabilities)
+    ):
+        raise HelloError(CloseCode.PROTOCOL_ERROR, f"{whose} capabilities are malformed")
+    return capabilities
 
 
 def advertised(limits: Limits) -> dict[str, int]:

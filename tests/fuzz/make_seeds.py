@@ -85,6 +85,7 @@ from tunnel.handshake import INSTANCE_SIZE, PROTOCOL_VERSION, teammate_hello
 from tunnel.log.item import CORRUPT_TYPE, Event, Item
 from tunnel.proto.frames import (
     KINDS,
+    MAX_CAST_GROUPS,
     MAX_CLOSE_CODE,
     MIN_CLOSE_CODE,
     Cast,
@@ -185,6 +186,11 @@ def _broadcast_frame_seeds() -> dict[str, bytes]:
         "ok-cast-wide-ids": frame_bytes(Cast(channel=70000, data=b"c" * 300)),
         "ok-cast-not-shortest": b"\x83\xa1c\xcd\x00\x03" + cast_head + b"\xc6\x00\x00\x00\x01x",
         "ok-join": frame_bytes(Join(channel=2)),
+        "ok-cast-to-group": frame_bytes(Cast(channel=None, data=b"sealed once", group=5)),
+        "ok-cast-to-last-group": frame_bytes(
+            Cast(channel=None, data=b"x", group=MAX_CAST_GROUPS - 1)
+        ),
+        "ok-join-group": frame_bytes(Join(channel=2, group=1)),
         "ok-part": frame_bytes(Part(channel=2**32 - 1)),
         "ok-cut": frame_bytes(Cut(channel=1)),
         "near-cast-bin-past-end": b"\x83\xa1c\x01" + cast_head + b"\xc5\x00\x09abc",
@@ -196,6 +202,17 @@ def _broadcast_frame_seeds() -> dict[str, bytes]:
         "near-cast-extra-key": {"c": None, "k": "cast", "p": {"d": b"x", "n": 1}},
         "near-cast-bool-channel": {"c": True, "k": "cast", "p": {"d": b"x"}},
         "near-join-payload": {"c": 2, "k": "join", "p": {"d": b"x"}},
+        "near-cast-group-too-high": {
+            "c": None,
+            "k": "cast",
+            "p": {"d": b"x", "g": MAX_CAST_GROUPS},
+        },
+        "near-cast-group-negative": {"c": None, "k": "cast", "p": {"d": b"x", "g": -1}},
+        "near-cast-group-bool": {"c": None, "k": "cast", "p": {"d": b"x", "g": True}},
+        "near-cast-to-channel-with-group": {"c": 1, "k": "cast", "p": {"d": b"x", "g": 1}},
+        "near-join-group-str": {"c": 2, "k": "join", "p": {"g": "1"}},
+        "near-join-group-extra-key": {"c": 2, "k": "join", "p": {"g": 1, "d": b"x"}},
+        "near-part-group": {"c": 2, "k": "part", "p": {"g": 1}},
         "near-part-float-channel": {"c": 2.0, "k": "part", "p": {}},
         "near-cut-nil-channel": {"c": None, "k": "cut", "p": {}},
         "near-cut-payload-list": {"c": 1, "k": "cut", "p": []},
@@ -225,8 +242,8 @@ def _close(channel: int, code: int = 1000) -> bytes:
     return _chunk(lambda n: frame_bytes(Close(channel=channel, code=code, reason="r" * n)))
 
 
-def _cast(channel: int | None) -> bytes:
-    return _chunk(lambda n: frame_bytes(Cast(channel=channel, data=b"c" * (n + 1))))
+def _cast(channel: int | None, group: int = 0) -> bytes:
+    return _chunk(lambda n: frame_bytes(Cast(channel=channel, data=b"c" * (n + 1), group=group)))
 
 
 def connection_seeds() -> dict[str, bytes]:
@@ -239,6 +256,8 @@ def connection_seeds() -> dict[str, bytes]:
         "ok-casts": _cast(None) + _cast(None) + _cast(None),
         "ok-cast-and-join": _open(1) + _cast(None) + _data(1) + frame_bytes(Join(channel=1)),
         "ok-cast-and-part": _open(3) + _cast(None) + frame_bytes(Part(channel=3)),
+        "ok-casts-to-groups": _cast(None, 1) + _cast(None) + _cast(None, MAX_CAST_GROUPS - 1),
+        "ok-cast-and-join-group": _open(1) + _cast(None, 2) + frame_bytes(Join(channel=1, group=2)),
         "near-cast-to-the-relay-with-a-channel": _open(1) + _cast(1),
         "near-cut-to-the-relay": _open(1) + frame_bytes(Cut(channel=1)),
         "near-join-unknown-channel": _cast(None) + frame_bytes(Join(channel=5)),
@@ -795,7 +814,7 @@ _MSGPACK_MARKERS = [b"\xc0", b"\xc2", b"\xc3", b"\xc4", b"\xd9", b"\xcd", b"\xce
 _MSGPACK_MARKERS += [b"\xd0", b"\xd3", b"\xcb", b"\xdc", b"\xde", b"\x80", b"\x81", b"\x83"]
 _MSGPACK_MARKERS += [b"\x90", b"\x91"]
 
-_FRAME_WORDS = ["c", "k", "p", "path", "meta", "d", "code", "reason", "n", *KINDS, "session"]
+_FRAME_WORDS = ["c", "k", "p", "path", "meta", "d", "code", "reason", "n", "g", *KINDS, "session"]
 _FRAME_NUMBERS = [0, 1, 2, 3, MIN_CLOSE_CODE, MAX_CLOSE_CODE, 4000, 2**32 - 1, 2**32]
 _REQUEST_WORDS = [
     "op",

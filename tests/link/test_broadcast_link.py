@@ -13,8 +13,17 @@ import anyio
 import pytest
 
 from tests.link.memory_websocket import Endpoint, linked
+from tunnel.handshake import CAST_GROUPS
 from tunnel.link import Casted, LinkChannel
-from tunnel.proto import CastJoined, CastReceived, DataReceived, Limits, WindowUpdated
+from tunnel.proto import (
+    MAX_CAST_GROUPS,
+    CastJoined,
+    CastReceived,
+    DataReceived,
+    Limits,
+    LocalProtocolError,
+    WindowUpdated,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -204,3 +213,27 @@ async def test_wait_writable_returns_once_the_link_is_closed() -> None:
                 relay.link.websocket.transport.abort()
             assert host.link.closed is not None
             await host.link.wait_writable()
+
+
+# -- broadcast groups -----------------------------------------------------------------------------
+
+
+async def test_a_host_joins_a_group_only_on_a_relay_that_advertised_groups() -> None:
+    with anyio.fail_after(10):
+        async with linked() as (host, relay):
+            ours, theirs = await open_pair(relay, host)
+            # The accepter's hello here names no capability, as a relay from before groups.
+            assert not host.mux.cast_groups
+            with pytest.raises(LocalProtocolError):
+                theirs.join_broadcast(group=1)
+            assert host.link.connection.failure is None
+            theirs.join_broadcast()  # group 0 is every relay's
+            await relay.log.wait_for(lambda events: CastJoined(channel=ours.id) in events)
+            host.mux.hello = {"role": "relay", "capabilities": [CAST_GROUPS]}
+            assert host.mux.cast_groups
+            theirs.join_broadcast(group=MAX_CAST_GROUPS - 1)
+            joined = CastJoined(channel=ours.id, group=MAX_CAST_GROUPS - 1)
+            await relay.log.wait_for(lambda events: joined in events)
+            for bad in (-1, MAX_CAST_GROUPS):
+                with pytest.raises(LocalProtocolError):
+                    theirs.join_broadcast(group=bad)

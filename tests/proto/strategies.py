@@ -8,6 +8,7 @@ import msgpack
 from hypothesis import strategies as st
 
 from tunnel.proto import (
+    MAX_CAST_GROUPS,
     MAX_CHANNEL_ID,
     MAX_WINDOW,
     Cast,
@@ -23,6 +24,7 @@ from tunnel.proto import (
 )
 
 channels = st.integers(min_value=0, max_value=MAX_CHANNEL_ID)
+groups = st.integers(min_value=0, max_value=MAX_CAST_GROUPS - 1)
 
 # Values a `meta` map may hold, small enough for the default limits.
 meta_leaves = (
@@ -55,8 +57,10 @@ frames: st.SearchStrategy[Frame] = st.one_of(
         reason=st.text(max_size=100),
     ),
     st.builds(Window, channel=channels, n=st.integers(min_value=1, max_value=MAX_WINDOW)),
-    st.builds(Cast, channel=st.none() | channels, data=st.binary(min_size=1, max_size=2000)),
-    st.builds(Join, channel=channels),
+    st.builds(Cast, channel=channels, data=st.binary(min_size=1, max_size=2000)),
+    # Only a host's cast (no channel) names a group.
+    st.builds(Cast, channel=st.none(), data=st.binary(min_size=1, max_size=2000), group=groups),
+    st.builds(Join, channel=channels, group=groups),
     st.builds(Part, channel=channels),
     st.builds(Cut, channel=channels),
 )

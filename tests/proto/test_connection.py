@@ -6,12 +6,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tunnel.proto import (
     DEFAULT_LIMITS,
+    MAX_CAST_GROUPS,
     MAX_CHANNEL_ID,
     Cast,
     CastCut,
@@ -529,6 +531,44 @@ def test_the_broadcast_frames_are_reported_as_events() -> None:
         CastReceived(channel=channel, data=b"copy"),
         CastCut(channel=channel),
     ]
+
+
+def test_a_hosts_casts_and_joins_carry_their_group_to_the_relay() -> None:
+    host, relay = linked()
+    channel = relay_channel(host, relay)
+    host.cast(b"to group 0")
+    host.cast(b"to group 7", group=7)
+    host.join(channel, group=MAX_CAST_GROUPS - 1)
+    host.join(channel)
+    assert deliver(host, relay) == [
+        CastReceived(channel=None, data=b"to group 0"),
+        CastReceived(channel=None, data=b"to group 7", group=7),
+        CastJoined(channel=channel, group=MAX_CAST_GROUPS - 1),
+        CastJoined(channel=channel),
+    ]
+
+
+@pytest.mark.parametrize("group", [-1, MAX_CAST_GROUPS, True, 1.0, "1", None])
+def test_a_group_out_of_range_or_of_another_type_is_a_local_error(group: Any) -> None:
+    host, relay = linked()
+    channel = relay_channel(host, relay)
+    with pytest.raises(LocalProtocolError):
+        host.cast(b"x", group=group)
+    with pytest.raises(LocalProtocolError):
+        host.join(channel, group=group)
+    assert host.failure is None
+    assert host.data_to_send() == []
+
+
+@pytest.mark.parametrize("g", [MAX_CAST_GROUPS, -1, True, "1"])
+def test_a_hosts_cast_or_join_with_a_bad_group_fails_the_relays_link_with_4000(g: Any) -> None:
+    for kind, channel, payload in (("cast", None, {"d": b"x", "g": g}), ("join", 2, {"g": g})):
+        host, relay = linked()
+        assert relay_channel(host, relay) == 2
+        with pytest.raises(RemoteProtocolError) as info:
+            relay.receive_data(msgpack.packb({"c": channel, "k": kind, "p": payload}))
+        assert info.value.code == CloseCode.PROTOCOL_ERROR, kind
+        assert relay.failure is info.value
 
 
 def test_a_cast_without_a_channel_costs_no_window() -> None:

@@ -7,7 +7,19 @@ import itertools
 import re
 from pathlib import Path
 
-from tunnel.proto import KINDS, ChannelState, CloseCode, Open, decode_frame, encode_frame
+from tunnel.proto import (
+    KINDS,
+    MAX_CAST_GROUPS,
+    Cast,
+    ChannelState,
+    CloseCode,
+    Cut,
+    Frame,
+    Join,
+    Open,
+    decode_frame,
+    encode_frame,
+)
 from tunnel.proto import codes as codes_module
 from tunnel.proto.states import TRANSITIONS, Action, Input
 
@@ -80,6 +92,35 @@ def test_the_worked_example_hex_is_what_the_encoder_produces() -> None:
     documented = bytes.fromhex(block.group(1))
     assert documented == encode_frame(EXAMPLE)
     assert decode_frame(documented) == EXAMPLE
+
+
+BROADCAST_EXAMPLES: list[Frame] = [
+    Cast(channel=None, data=b"\x01\x02\x03"),
+    Cast(channel=1, data=b"\x01\x02\x03"),
+    Join(channel=2),
+    Cut(channel=1),
+    Cast(channel=None, data=b"\x01\x02\x03", group=5),
+    Join(channel=2, group=5),
+]
+"""The frames whose bytes docs/protocol.md shows in "Broadcast" and its groups, in order."""
+
+
+def test_the_broadcast_bytes_are_what_the_encoder_produces() -> None:
+    section = DOC.read_text().split("## Broadcast", 1)[1].split("\n## ", 1)[0]
+    lines = [
+        line
+        for block in re.findall(r"```text\n(.*?)```", section, flags=re.DOTALL)
+        for line in block.splitlines()
+    ]
+    documented = [bytes.fromhex(line.split("  ", 1)[0]) for line in lines]
+    assert documented == [encode_frame(frame) for frame in BROADCAST_EXAMPLES]
+    assert [decode_frame(raw) for raw in documented] == BROADCAST_EXAMPLES
+
+
+def test_the_doc_names_the_number_of_broadcast_groups() -> None:
+    text = DOC.read_text()
+    assert f"`MAX_CAST_GROUPS` is {MAX_CAST_GROUPS}" in text
+    assert f"0..`MAX_CAST_GROUPS`-1 ({MAX_CAST_GROUPS - 1})" in text
 
 
 def test_the_doc_keeps_the_application_messages_section() -> None:

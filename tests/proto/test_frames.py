@@ -34,7 +34,7 @@ from tunnel.proto import (
     decode_frame,
     encode_frame,
 )
-from tunnel.proto.frames import _decode_fast, _decode_general, encode_cast
+from tunnel.proto.frames import MAX_CAST_GROUPS, _decode_fast, _decode_general, encode_cast
 
 from .strategies import channels, frames, pack
 
@@ -61,6 +61,17 @@ BROADCAST_FRAMES: list[tuple[Frame, dict[str, Any]]] = [
     (Cast(channel=5, data=b"sealed"), {"c": 5, "k": "cast", "p": {"d": b"sealed"}}),
     (Cast(channel=0, data=b"x" * 70000), {"c": 0, "k": "cast", "p": {"d": b"x" * 70000}}),
     (Join(channel=2), {"c": 2, "k": "join", "p": {}}),
+    # Broadcast groups (docs/protocol.md, "Broadcast groups"): group 0 is left out.
+    (
+        Cast(channel=None, data=b"sealed", group=5),
+        {"c": None, "k": "cast", "p": {"d": b"sealed", "g": 5}},
+    ),
+    (
+        Cast(channel=None, data=b"x", group=MAX_CAST_GROUPS - 1),
+        {"c": None, "k": "cast", "p": {"d": b"x", "g": MAX_CAST_GROUPS - 1}},
+    ),
+    (Join(channel=2, group=1), {"c": 2, "k": "join", "p": {"g": 1}}),
+    (Join(channel=2, group=0), {"c": 2, "k": "join", "p": {}}),
     (Part(channel=MAX_CHANNEL_ID), {"c": MAX_CHANNEL_ID, "k": "part", "p": {}}),
     (Cut(channel=1), {"c": 1, "k": "cut", "p": {}}),
 ]
@@ -92,6 +103,18 @@ def test_decode_accepts_bytearray_and_memoryview() -> None:
     assert decode_frame(bytearray(raw)) == Window(channel=3, n=10)
     assert decode_frame(memoryview(raw)) == Window(channel=3, n=10)
 
+
+BAD_GROUPS: list[tuple[str, Any]] = [
+    ("group MAX_CAST_GROUPS", MAX_CAST_GROUPS),
+    ("group -1", -1),
+    ("group 2**64-1", 2**64 - 1),
+    ("a bool group", True),
+    ("a float group", 1.0),
+    ("a str group", "1"),
+    ("a nil group", None),
+    ("a bin group", b"\x01"),
+]
+"""Values of `g` the decoder refuses (4000) in a host's `cast` and in a `join`."""
 
 # (name, bytes, expected error class): each must be refused with exactly that class or a subclass.
 NASTY: list[tuple[str, bytes | str, type[RemoteProtocolError]]] = [
@@ -187,6 +210,23 @@ NASTY: list[tuple[str, bytes | str, type[RemoteProtocolError]]] = [
         frame(1, "cast", {"d": b"x" * (256 * 1024 + 1)}),
         LimitError,
     ),
+    *(
+        (f"cast with {name}", frame(None, "cast", {"d": b"x", "g": g}), FrameError)
+        for name, g in BAD_GROUPS
+    ),
+    *((f"join with {name}", frame(1, "join", {"g": g}), FrameError) for name, g in BAD_GROUPS),
+    ("cast to a channel with a group", frame(1, "cast", {"d": b"x", "g": 1}), FrameError),
+    ("cast to a channel with group 0", frame(1, "cast", {"d": b"x", "g": 0}), FrameError),
+    (
+        "cast with a group and an extra key",
+        frame(None, "cast", {"d": b"x", "g": 1, "n": 1}),
+        FrameError,
+    ),
+    ("cast with a group and no d", frame(None, "cast", {"g": 1}), FrameError),
+    ("join with a group and an extra key", frame(1, "join", {"g": 1, "d": b"x"}), FrameError),
+    ("join with a group under another key", frame(1, "join", {"group": 1}), FrameError),
+    ("part with a group", frame(1, "part", {"g": 1}), FrameError),
+    ("cut with a group", frame(1, "cut", {"g": 1}), FrameError),
     *(
         case
         for kind in ("join", "part", "cut")
@@ -298,6 +338,12 @@ BAD_FRAMES: list[tuple[str, Any]] = [
     ("empty cast to a channel", Cast(channel=1, data=b"")),
     ("str cast", Cast(channel=None, data=cast(Any, "x"))),
     ("cast to a negative channel", Cast(channel=-1, data=b"x")),
+    ("cast to group MAX_CAST_GROUPS", Cast(channel=None, data=b"x", group=MAX_CAST_GROUPS)),
+    ("cast to a negative group", Cast(channel=None, data=b"x", group=-1)),
+    ("cast to a bool group", Cast(channel=None, data=b"x", group=True)),
+    ("cast to a channel with a group", Cast(channel=1, data=b"x", group=1)),
+    ("join of group MAX_CAST_GROUPS", Join(channel=1, group=MAX_CAST_GROUPS)),
+    ("join of a str group", Join(channel=1, group=cast(Any, "1"))),
     ("join of a bool channel", Join(channel=True)),
     ("part of a nil channel", Part(channel=cast(Any, None))),
     ("cut of a channel over 2**32-1", Cut(channel=2**32)),
@@ -358,6 +404,24 @@ def test_a_cast_without_a_channel_takes_the_general_path() -> None:
     raw = encode_frame(Cast(channel=None, data=b"abc"))
     assert _decode_fast(raw, None) is None
     assert decode_frame(raw) == Cast(channel=None, data=b"abc")
+
+
+def test_group_0_is_left_out_and_read_the_same_when_written() -> None:
+    # The frames of a host that uses no groups keep their bytes; an explicit 0 means the same.
+    assert encode_frame(Cast(channel=None, data=b"abc", group=0)) == frame(
+        None, "cast", {"d": b"abc"}
+    )
+    assert decode_frame(frame(None, "cast", {"d": b"abc", "g": 0})) == Cast(
+        channel=None, data=b"abc"
+    )
+    assert decode_frame(frame(3, "join", {"g": 0})) == Join(channel=3)
+
+
+def test_a_group_cast_is_refused_over_max_data_size_like_any_cast() -> None:
+    raw = encode_frame(Cast(channel=None, data=b"x" * 101, group=2))
+    assert decode_frame(raw, max_data_size=101) == Cast(channel=None, data=b"x" * 101, group=2)
+    with pytest.raises(LimitError):
+        decode_frame(raw, max_data_size=100)
 
 
 def _mutations(message: bytes, data: st.DataObject) -> bytes:

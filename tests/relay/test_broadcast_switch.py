@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 import anyio
+import msgpack
 import pytest
 
 from tests.link.memory_websocket import Endpoint, websocket_pair
@@ -28,7 +29,16 @@ from tunnel.handshake import (
     teammate_hello,
 )
 from tunnel.link import Casted, ChannelClosedError, Link, LinkChannel
-from tunnel.proto import CastCut, ChannelClosed, CloseCode, Connection, Event, Limits, Side
+from tunnel.proto import (
+    MAX_CAST_GROUPS,
+    CastCut,
+    ChannelClosed,
+    CloseCode,
+    Connection,
+    Event,
+    Limits,
+    Side,
+)
 from tunnel.relay.metrics import RelayMetrics
 from tunnel.relay.switch import Kind, Peer, Switch, SwitchLimits
 
@@ -87,17 +97,18 @@ class Relay:
         self._tg.start_soon(end.run)
         return end
 
-    async def host(self) -> Endpoint:
-        """A host online with IDENTITY (a later one with the same instance replaces it)."""
+    async def host(self, identity: HostIdentity = IDENTITY) -> Endpoint:
+        """A host online with `identity` (a later one with the same instance replaces it)."""
         end = await self._connect(Kind.HOST)
         relay = parse_relay_hello(await end.mux.wait_hello())
+        assert relay.cast_groups
         end.send_hello(
             host_hello(
-                IDENTITY,
+                identity,
                 relay,
                 relay_url=PUBLIC_URL,
                 capabilities=("session",),
-                verifiers=SECRETS.verifiers(IDENTITY.host_id),
+                verifiers=SECRETS.verifiers(identity.host_id),
                 instance=INSTANCE,
             )
         )
@@ -107,11 +118,11 @@ class Relay:
             await probe.receive()
         return end
 
-    async def teammate(self) -> Endpoint:
+    async def teammate(self, identity: HostIdentity = IDENTITY) -> Endpoint:
         end = await self._connect(Kind.TEAMMATE)
         await end.mux.wait_hello()
-        token = SECRETS.link("view", PUBLIC_URL, IDENTITY.host_id).token
-        end.send_hello(teammate_hello(host_id=IDENTITY.host_id, token=token, name="mate"))
+        token = SECRETS.link("view", PUBLIC_URL, identity.host_id).token
+        end.send_hello(teammate_hello(host_id=identity.host_id, token=token, name="mate"))
         return end
 
 
@@ -133,8 +144,8 @@ async def attach(host: Endpoint, teammate: Endpoint) -> tuple[LinkChannel, LinkC
     return ours, theirs
 
 
-def cast(host: Endpoint, data: bytes) -> None:
-    host.link.connection.cast(data)
+def cast(host: Endpoint, data: bytes, group: int = 0) -> None:
+    host.link.connection.cast(data, group=group)
     host.link.flush()
 
 
@@ -216,6 +227,129 @@ async def test_casts_wait_with_data_for_the_teammates_window_in_the_hosts_order(
         assert relay.sample("relay_cast_cuts_total") == 0
 
 
+# -- broadcast groups ------------------------------------------------------------------------------
+
+
+async def test_each_cast_reaches_exactly_the_channels_joined_to_its_group() -> None:
+    async with in_process_relay() as relay:
+        host = await relay.host()
+        ann, bob, cid = await relay.teammate(), await relay.teammate(), await relay.teammate()
+        ann_1, host_ann_1 = await attach(host, ann)
+        ann_2, host_ann_2 = await attach(host, ann)  # the same teammate in the other group
+        bob_1, host_bob_1 = await attach(host, bob)
+        cid_1, host_cid_1 = await attach(host, cid)
+        host_ann_1.join_broadcast()
+        host_ann_2.join_broadcast(group=5)
+        host_bob_1.join_broadcast(group=5)
+        host_cid_1.join_broadcast(group=MAX_CAST_GROUPS - 1)
+        down = relay.sample("relay_forwarded_frames_total", direction="down")
+        cast(host, b"zero")
+        cast(host, b"five", group=5)
+        cast(host, b"last", group=MAX_CAST_GROUPS - 1)
+        cast(host, b"nobody", group=6)
+        for channel in (host_ann_1, host_ann_2, host_bob_1, host_cid_1):
+            await channel.send(b"end")
+        assert await read(ann_1, 2) == [Casted(b"zero"), b"end"]
+        assert await read(ann_2, 2) == [Casted(b"five"), b"end"]
+        assert await read(bob_1, 2) == [Casted(b"five"), b"end"]
+        assert await read(cid_1, 2) == [Casted(b"last"), b"end"]
+        assert relay.sample("relay_casts_total") == 4
+        # One copy per joined channel of the cast's group, and the four data frames.
+        assert relay.sample("relay_forwarded_frames_total", direction="down") == down + 4 + 4
+
+
+async def test_a_join_to_another_group_moves_the_channel_and_part_leaves_any_group() -> None:
+    async with in_process_relay() as relay:
+        host = await relay.host()
+        ann = await relay.teammate()
+        ann_1, host_ann_1 = await attach(host, ann)
+        host_ann_1.join_broadcast(group=1)
+        cast(host, b"one in 1", group=1)
+        cast(host, b"one in 2", group=2)
+        host_ann_1.join_broadcast(group=2)  # moves: a channel is in one group at most
+        cast(host, b"two in 1", group=1)
+        cast(host, b"two in 2", group=2)
+        host_ann_1.join_broadcast(group=2)  # joining its own group again changes nothing
+        cast(host, b"three in 2", group=2)
+        host_ann_1.part_broadcast()  # leaves group 2 without naming it
+        cast(host, b"four in 1", group=1)
+        cast(host, b"four in 2", group=2)
+        cast(host, b"four in 0")
+        await host_ann_1.send(b"end")
+        assert await read(ann_1, 4) == [
+            Casted(b"one in 1"),
+            Casted(b"two in 2"),
+            Casted(b"three in 2"),
+            b"end",
+        ]
+
+
+async def test_a_channel_cut_in_one_group_leaves_the_others_groups_going() -> None:
+    async with in_process_relay() as relay:
+        host = await relay.host()
+        slow, quick = await relay.teammate(), await relay.teammate()
+        slow_1, host_slow_1 = await attach(host, slow)
+        quick_1, host_quick_1 = await attach(host, quick)
+        host_slow_1.join_broadcast(group=3)
+        host_quick_1.join_broadcast(group=4)
+        for n in range(14):  # the slow channel's window and backlog, and one too many
+            cast(host, cast_bytes(n), group=3)
+            cast(host, cast_bytes(n), group=4)
+            assert await quick_1.receive_any() == Casted(cast_bytes(n))
+        assert relay.sample("relay_cast_cuts_total") == 1
+        received = await read(slow_1, 11)
+        assert received == [*(Casted(cast_bytes(n)) for n in range(10)), Casted(None)]
+        # Cut means out of its group: a cast of group 3 reaches it only after a new join.
+        cast(host, b"missed", group=3)
+        host_slow_1.join_broadcast(group=3)
+        cast(host, b"again", group=3)
+        await host_slow_1.send(b"end")
+        assert await read(slow_1, 2) == [Casted(b"again"), b"end"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "g"),
+    [
+        ("cast", MAX_CAST_GROUPS),
+        ("cast", -1),
+        ("cast", True),
+        ("cast", "1"),
+        ("join", MAX_CAST_GROUPS),
+        ("join", 1.0),
+        ("join", None),
+    ],
+)
+async def test_a_bad_group_closes_the_hosts_link_with_4000_and_harms_nobody_else(
+    kind: str, g: object
+) -> None:
+    other_identity = HostIdentity.from_seed(bytes(range(1, 33)))
+    async with in_process_relay() as relay:
+        host = await relay.host()
+        ann = await relay.teammate()
+        ann_1, host_ann_1 = await attach(host, ann)
+        other = await relay.host(other_identity)
+        bob = await relay.teammate(other_identity)
+        bob_1, other_bob_1 = await attach(other, bob)
+        other_bob_1.join_broadcast(group=1)
+        # What an encoder that checked nothing would send.
+        payload = {"d": b"x", "g": g} if kind == "cast" else {"g": g}
+        channel = None if kind == "cast" else host_ann_1.id
+        raw = msgpack.packb({"c": channel, "k": kind, "p": payload}, use_bin_type=True)
+        host.link.connection._outgoing.append(raw)
+        host.link.flush()
+        closed = await host.wait_stopped()
+        assert closed.code == CloseCode.PROTOCOL_ERROR
+        assert closed.by_peer
+        with pytest.raises(ChannelClosedError) as gone:
+            await ann_1.receive()
+        assert gone.value.code == CloseCode.HOST_GONE
+        # The other host and its teammate go on, groups and all.
+        cast(other, b"still on", group=1)
+        assert await read(bob_1, 1) == [Casted(b"still on")]
+        assert other.link.closed is None
+        assert bob.link.closed is None
+
+
 # -- falling behind --------------------------------------------------------------------------------
 
 
@@ -285,7 +419,7 @@ async def test_a_cut_channel_gets_casts_again_once_the_host_joins_it_again() -> 
 # -- who may cast ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("frame", ["cast", "join", "part"])
+@pytest.mark.parametrize("frame", ["cast", "join", "part", "cast-to-group", "join-to-group"])
 async def test_a_teammate_that_sends_a_broadcast_frame_is_closed_with_4000(frame: str) -> None:
     async with in_process_relay() as relay:
         host = await relay.host()
@@ -296,8 +430,12 @@ async def test_a_teammate_that_sends_a_broadcast_frame_is_closed_with_4000(frame
         connection = rogue.link.connection
         if frame == "cast":
             connection.cast(b"forged")
+        elif frame == "cast-to-group":
+            connection.cast(b"forged", group=1)
         elif frame == "join":
             connection.join(rogue_1.id)
+        elif frame == "join-to-group":
+            connection.join(rogue_1.id, group=1)
         else:
             connection.part(rogue_1.id)
         rogue.link.flush()

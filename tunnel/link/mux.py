@@ -12,10 +12,12 @@ import contextlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
 
+from tunnel.handshake import CAST_GROUPS
 from tunnel.link.core import Link
 from tunnel.link.errors import ChannelClosedError, LinkClosedError
 from tunnel.proto import (
@@ -33,6 +35,7 @@ from tunnel.proto import (
     WindowUpdated,
 )
 from tunnel.proto.codes import CloseCode
+from tunnel.proto.frames import check_group
 
 
 class _Signal:
@@ -195,10 +198,15 @@ class LinkChannel:
                 self._mux.link.flush()
         return message
 
-    def join_broadcast(self) -> None:
-        """Ask the relay to copy the host's casts to this channel from the next one on (the host's
-        side). Raises ChannelClosedError once the channel is closed."""
-        self._broadcast_signal(self._mux.link.connection.join)
+    def join_broadcast(self, group: int = 0) -> None:
+        """Ask the relay to copy the host's casts of `group` to this channel from the next one on,
+        and no other group's (the host's side; docs/protocol.md, "Broadcast groups"). Raises
+        ChannelClosedError once the channel is closed, and LocalProtocolError for a group other
+        than 0 when the relay did not advertise `cast-groups` (it would fail the whole link)."""
+        check_group(group)
+        if group and not self._mux.cast_groups:
+            raise LocalProtocolError("the relay does not take broadcast groups")
+        self._broadcast_signal(partial(self._mux.link.connection.join, group=group))
 
     def part_broadcast(self) -> None:
         """Ask the relay to stop copying the host's casts to this channel (the host's side);
@@ -308,6 +316,13 @@ class ChannelMux:
 
     def _forget(self, channel: int) -> None:
         self._channels.pop(channel, None)
+
+    @property
+    def cast_groups(self) -> bool:
+        """Whether the peer's hello (a relay's) advertised broadcast groups (`CAST_GROUPS`):
+        only then may a host cast to or join a group other than 0."""
+        capabilities = (self.hello or {}).get("capabilities")
+        return isinstance(capabilities, list) and CAST_GROUPS in capabilities
 
     async def wait_hello(self) -> dict[str, Any]:
         """Wait for the peer's hello; raise LinkClosedError if the link closes first."""

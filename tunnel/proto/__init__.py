@@ -32,6 +32,7 @@ from tunnel.proto.events import (
 )
 from tunnel.proto.frames import (
     KINDS,
+    MAX_CAST_GROUPS,
     MAX_CHANNEL_ID,
     Cast,
     Close,
@@ -53,6 +54,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "FINAL_CODES",
     "KINDS",
+    "MAX_CAST_GROUPS",
     "MAX_CHANNEL_ID",
     "MAX_WINDOW",
     "Cast",

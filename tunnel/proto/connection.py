@@ -53,6 +53,7 @@ from tunnel.proto.frames import (
     Part,
     Window,
     cast_head,
+    check_group,
     data_head,
     decode_frame,
     encode_frame,
@@ -241,7 +242,7 @@ class Connection:
             # A broadcast: the dialer (a host) sends it to the accepter (the relay).
             if self._side is not Side.ACCEPTER:
                 raise RemoteProtocolError("a cast without a channel goes to the relay only")
-            self._events.append(CastReceived(channel=None, data=frame.data))
+            self._events.append(CastReceived(channel=None, data=frame.data, group=frame.group))
             return
         assert frame.channel is not None
         found = self._channels.get(frame.channel)
@@ -317,7 +318,7 @@ class Connection:
         if isinstance(frame, Cast):
             self._events.append(CastReceived(channel=frame.channel, data=frame.data))
         elif isinstance(frame, Join):
-            self._events.append(CastJoined(channel=frame.channel))
+            self._events.append(CastJoined(channel=frame.channel, group=frame.group))
         elif isinstance(frame, Part):
             self._events.append(CastParted(channel=frame.channel))
         else:
@@ -394,10 +395,13 @@ class Connection:
         """
         return self._send_in_window(channel, data, data_head)
 
-    def cast(self, data: bytes) -> None:
+    def cast(self, data: bytes, *, group: int = 0) -> None:
         """Queue a cast of our broadcast (a host, the dialer, to its relay); it costs no window:
-        the relay copies it to the channels we joined. Then call `data_to_send()`."""
+        the relay copies it to the channels we joined to `group` (0..MAX_CAST_GROUPS-1). A group
+        other than 0 only to a relay that advertised `cast-groups` (docs/protocol.md, "Broadcast
+        groups"): an older one would close the link with 4000. Then call `data_to_send()`."""
         self._check_ready()
+        check_group(group)
         if self._side is not Side.DIALER:
             raise LocalProtocolError("only the dialer (a host) casts without a channel")
         if not isinstance(data, bytes) or not data:
@@ -407,15 +411,16 @@ class Connection:
             raise LocalProtocolError(
                 "cast is larger than max_data_size", code=CloseCode.LIMIT_REACHED
             )
-        self._queue(Cast(channel=None, data=data))
+        self._queue(Cast(channel=None, data=data, group=group))
 
-    def join(self, channel: int) -> None:
-        """Queue a `join` (a host to its relay): casts from the next one on go to `channel` too.
-        Raises ChannelNotOpenError if the channel is closing or gone."""
-        self._signal(Join(channel=channel), Side.DIALER)
+    def join(self, channel: int, *, group: int = 0) -> None:
+        """Queue a `join` (a host to its relay): casts of `group` from the next one on go to
+        `channel` too, and no other group's (a channel is in one group at most). Raises
+        ChannelNotOpenError if the channel is closing or gone."""
+        self._signal(Join(channel=channel, group=check_group(group)), Side.DIALER)
 
     def part(self, channel: int) -> None:
-        """Queue a `part` (a host to its relay): no more casts to `channel`."""
+        """Queue a `part` (a host to its relay): no more casts to `channel`, whatever its group."""
         self._signal(Part(channel=channel), Side.DIALER)
 
     def cut(self, channel: int) -> None:

@@ -76,19 +76,23 @@ class WindowUpdated:
 class CastReceived:
     """A cast of a host's broadcast arrived (docs/protocol.md, "Broadcast").
 
-    At the relay, from a host: `channel` is None. At a teammate: `channel` is the channel it came
-    on, and it counts against that channel's window like data: call `Connection.acknowledge`.
+    At the relay, from a host: `channel` is None, and `group` the broadcast group it goes to. At
+    a teammate: `channel` is the channel it came on, and it counts against that channel's window
+    like data: call `Connection.acknowledge`; its `group` is always 0.
     """
 
     channel: int | None
     data: Payload
+    group: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CastJoined:
-    """At the relay: the host asks for its casts to be copied to this channel of its link."""
+    """At the relay: the host asks for its casts of `group` to be copied to this channel of its
+    link (and no other group's any more)."""
 
     channel: int
+    group: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

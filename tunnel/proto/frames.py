@@ -26,6 +26,10 @@ MIN_CLOSE_CODE = 1000
 MAX_CLOSE_CODE = 4999
 """Close codes live in the range WebSocket close codes use, so a link close can reuse them."""
 
+MAX_CAST_GROUPS = 64
+"""Broadcast groups one host link may use, 0..MAX_CAST_GROUPS-1 (docs/protocol.md, "Broadcast
+groups"): a host serving several conversations casts each one's broadcast to its own group."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Hello:
@@ -90,19 +94,24 @@ class Cast:
     """One message of a host's broadcast (docs/protocol.md, "Broadcast").
 
     From a host to the relay `channel` is None: the relay copies it to every channel the host
-    joined. From the relay to a teammate `channel` is the teammate's channel, and it costs
-    `len(data)` bytes of that channel's window, as `data` does.
+    joined to `group`. From the relay to a teammate `channel` is the teammate's channel, and it
+    costs `len(data)` bytes of that channel's window, as `data` does; it has no group.
     """
 
     channel: int | None
     data: bytes
+    group: int = 0
+    """The broadcast group (host to relay only); 0 is left out on the wire."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Join:
-    """Host to relay: copy my casts to this channel, from the next one on."""
+    """Host to relay: copy my casts of `group` to this channel, from the next one on; a channel
+    joined to another group leaves it."""
 
     channel: int
+    group: int = 0
+    """The broadcast group; 0 is left out on the wire."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,6 +150,21 @@ def _local_channel(channel: object) -> int:
     return channel
 
 
+def check_group(group: object) -> int:
+    """`group` if it is a broadcast group (an int in 0..MAX_CAST_GROUPS-1), else
+    LocalProtocolError."""
+    if type(group) is not int or not 0 <= group < MAX_CAST_GROUPS:
+        raise LocalProtocolError(f"a broadcast group must be an int in 0..{MAX_CAST_GROUPS - 1}")
+    return group
+
+
+def _with_group(payload: dict[str, Any], group: int) -> dict[str, Any]:
+    # Group 0 is left out: every frame of a host that uses no groups keeps its bytes.
+    if group:
+        payload["g"] = group
+    return payload
+
+
 def _wire(frame: Frame) -> dict[str, Any]:
     if isinstance(frame, Data):
         if not isinstance(frame.data, bytes | bytearray):
@@ -171,14 +195,21 @@ def _wire(frame: Frame) -> dict[str, Any]:
     if isinstance(frame, Cast):
         if not isinstance(frame.data, bytes | bytearray) or not frame.data:
             raise LocalProtocolError("a cast carries bytes, never empty")
-        channel = None if frame.channel is None else _local_channel(frame.channel)
-        return {"c": channel, "k": "cast", "p": {"d": frame.data}}
-    if isinstance(frame, Join | Part | Cut):
+        group = check_group(frame.group)
+        if frame.channel is None:
+            return {"c": None, "k": "cast", "p": _with_group({"d": frame.data}, group)}
+        if group:
+            raise LocalProtocolError("a cast to a channel has no group")
+        return {"c": _local_channel(frame.channel), "k": "cast", "p": {"d": frame.data}}
+    if isinstance(frame, Join):
+        payload = _with_group({}, check_group(frame.group))
+        return {"c": _local_channel(frame.channel), "k": "join", "p": payload}
+    if isinstance(frame, Part | Cut):
         return {"c": _local_channel(frame.channel), "k": _SIGNAL_KINDS[type(frame)], "p": {}}
     raise LocalProtocolError("not a frame")
 
 
-_SIGNAL_KINDS: dict[type[Join | Part | Cut], str] = {Join: "join", Part: "part", Cut: "cut"}
+_SIGNAL_KINDS: dict[type[Part | Cut], str] = {Part: "part", Cut: "cut"}
 
 
 # --- the fast path for `data` and `window` ---------------------------------------------------
@@ -330,7 +361,7 @@ def encode_frame(frame: Frame) -> bytes:
             return encode_data(_local_channel(frame.channel), data)
     elif type(frame) is Cast and type(frame.channel) is int:
         data = frame.data
-        if type(data) is bytes and data:
+        if type(data) is bytes and data and frame.group == 0:
             return encode_cast(_local_channel(frame.channel), data)
     elif type(frame) is Window and type(frame.n) is int and 1 <= frame.n <= MAX_WINDOW:
         channel = _local_channel(frame.channel)
@@ -373,6 +404,7 @@ def _keys(payload: dict[str, Any], keys: frozenset[str], kind: str) -> None:
 
 _OPEN_KEYS = frozenset({"path", "meta"})
 _DATA_KEYS = frozenset({"d"})
+_GROUP_CAST_KEYS = frozenset({"d", "g"})
 _CLOSE_KEYS = frozenset({"code", "reason"})
 _WINDOW_KEYS = frozenset({"n"})
 _FRAME_KEYS = frozenset({"c", "k", "p"})
@@ -425,17 +457,34 @@ def _decode_window(c: object, p: dict[str, Any], limits: Limits) -> Frame:
 _Decoder: TypeAlias = Callable[[object, dict[str, Any], Limits], Frame]
 
 
+def _remote_group(p: dict[str, Any]) -> int:
+    group = p["g"]
+    if type(group) is not int or not 0 <= group < MAX_CAST_GROUPS:
+        raise FrameError(f"a broadcast group must be an int in 0..{MAX_CAST_GROUPS - 1}")
+    return group
+
+
 def _decode_cast(c: object, p: dict[str, Any], limits: Limits) -> Frame:
-    _keys(p, _DATA_KEYS, "cast")
+    # Only a host's cast (no channel) names a group: the relay's copies never do.
+    if c is not None or p.keys() != _GROUP_CAST_KEYS:
+        _keys(p, _DATA_KEYS, "cast")
     d = p["d"]
     if type(d) is not bytes or not d:
         raise FrameError("a cast carries bytes, never empty")
     if limits.max_data_size is not None and len(d) > limits.max_data_size:
         raise LimitError("cast is larger than max_data_size")
-    return Cast(channel=None if c is None else _remote_channel(c), data=d)
+    if c is None:
+        return Cast(channel=None, data=d, group=_remote_group(p) if "g" in p else 0)
+    return Cast(channel=_remote_channel(c), data=d)
 
 
-def _decode_signal(kind: type[Join | Part | Cut]) -> _Decoder:
+def _decode_join(c: object, p: dict[str, Any], limits: Limits) -> Frame:
+    if p and p.keys() != {"g"}:
+        raise FrameError("a join payload is empty or has exactly the key g")
+    return Join(channel=_remote_channel(c), group=_remote_group(p) if p else 0)
+
+
+def _decode_signal(kind: type[Part | Cut]) -> _Decoder:
     def decode(c: object, p: dict[str, Any], limits: Limits) -> Frame:
         if p:
             raise FrameError(f"a {_SIGNAL_KINDS[kind]} payload must be empty")
@@ -451,7 +500,7 @@ _DECODERS: dict[str, _Decoder] = {
     "close": _decode_close,
     "window": _decode_window,
     "cast": _decode_cast,
-    "join": _decode_signal(Join),
+    "join": _decode_join,
     "part": _decode_signal(Part),
     "cut": _decode_signal(Cut),
 }

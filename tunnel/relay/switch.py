@@ -11,10 +11,10 @@ in the destination link's protocol object; a teammate that stops reading stalls 
 channel, and its host sees that channel's window run dry, nothing else.
 
 The host's broadcast (docs/protocol.md, "Broadcast"): a host's `cast` is copied to every channel
-it joined, through the same per-channel queue as data, so a teammate gets casts and data in the
-host's order. Casts are not the host's to wait for: a channel holding more than
-`max_cast_backlog` bytes of queued casts is cut (its queued casts dropped, a `cut` after its
-queued data), and the host never learns of the teammate's pace.
+it joined to the cast's group, through the same per-channel queue as data, so a teammate gets
+casts and data in the host's order. Casts are not the host's to wait for: a channel holding more
+than `max_cast_backlog` bytes of queued casts is cut (its queued casts dropped, a `cut` after
+its queued data), and the host never learns of the teammate's pace.
 """
 
 from __future__ import annotations
@@ -117,6 +117,35 @@ _CUT = object()
 _Queued = Payload | _QueuedCast | object
 
 
+class _Groups:
+    """One host link's broadcast groups: which of its channels each group's casts are copied to.
+    A channel is in one group at most; bounded by the host link's routes."""
+
+    __slots__ = ("_group_of", "members")
+
+    def __init__(self) -> None:
+        self.members: dict[int, dict[int, Endpoint[Peer]]] = {}
+        """Group -> (host channel id -> the teammate's end), in join order."""
+        self._group_of: dict[int, int] = {}
+
+    def join(self, channel: int, group: int, end: Endpoint[Peer]) -> None:
+        """Put `channel` in `group`, out of any other."""
+        self.leave(channel)
+        self._group_of[channel] = group
+        self.members.setdefault(group, {})[channel] = end
+
+    def leave(self, channel: int) -> Endpoint[Peer] | None:
+        """Take `channel` out of its group; its end, or None if it was in none."""
+        group = self._group_of.pop(channel, None)
+        if group is None:
+            return None
+        members = self.members[group]
+        end = members.pop(channel)
+        if not members:
+            del self.members[group]
+        return end
+
+
 class _Outcome(enum.Enum):
     SENT = "sent"
     BLOCKED = "blocked"
@@ -176,9 +205,8 @@ class Switch:
         # Bounded per destination channel by the window its source channel had, plus
         # max_cast_backlog of casts (see module doc).
         self._pending: dict[tuple[Peer, int], deque[_Queued]] = {}
-        # Per host, its joined channels (host channel id -> the teammate's end); bounded by the
-        # routes.
-        self._joined: dict[Peer, dict[int, Endpoint[Peer]]] = {}
+        # Per host, its broadcast groups and their joined channels; bounded by the routes.
+        self._joined: dict[Peer, _Groups] = {}
         # Bytes of casts in each teammate channel's queue.
         self._cast_backlog: dict[tuple[Peer, int], int] = {}
         self._per_ip: Counter[str] = Counter()
@@ -597,16 +625,19 @@ class Switch:
         if isinstance(event, CastParted):
             joined = self._joined.get(peer)
             if joined is not None:
-                joined.pop(event.channel, None)
+                joined.leave(event.channel)
             return
         teammate = self.routes.peer(peer, event.channel)
         if teammate is not None:  # else its close is on the way
-            self._joined.setdefault(peer, {})[event.channel] = teammate
+            groups = self._joined.get(peer)
+            if groups is None:
+                groups = self._joined[peer] = _Groups()
+            groups.join(event.channel, event.group, teammate)
 
     def _unjoin(self, route: Route[Peer]) -> None:
         joined = self._joined.get(route.host.link)
         if joined is not None:
-            joined.pop(route.host.channel, None)
+            joined.leave(route.host.channel)
 
     def _broadcast_from_teammate(self, peer: Peer) -> None:
         # Only a host casts: a teammate that tries breaks the protocol, and loses its link.
@@ -615,13 +646,15 @@ class Switch:
         peer.link.close_soon(CloseCode.PROTOCOL_ERROR, "only a host casts")
 
     def _on_cast(self, peer: Peer, event: CastReceived) -> None:
-        """Copy a host's cast to each channel it joined: at once where the window allows, else
-        behind what that channel has queued; a channel with too much queued is cut."""
+        """Copy a host's cast to each channel it joined to the cast's group: at once where the
+        window allows, else behind what that channel has queued; a channel with too much queued
+        is cut."""
         if peer.kind is not Kind.HOST:
             self._broadcast_from_teammate(peer)
             return
         self._metrics.casts.inc()
-        joined = self._joined.get(peer)
+        groups = self._joined.get(peer)
+        joined = None if groups is None else groups.members.get(event.group)
         if not joined:
             return
         data = event.data
@@ -644,8 +677,11 @@ class Switch:
                 continue
             self._cast_backlog[key] = backlog
             waiting.append(_QueuedCast(data))
+        assert groups is not None
         for host_channel in cut:
-            self._cut(joined.pop(host_channel))
+            behind = groups.leave(host_channel)
+            assert behind is not None
+            self._cut(behind)
         self._count_casts(sent, sent * len(data))
 
     def _count_casts(self, frames: int, size: int) -> None:
