@@ -584,6 +584,8 @@ class Cluster:
                 send_timeout=self._relay.send_timeout,
                 ping_interval=self._relay.ping_interval,
                 ping_timeout=self._relay.ping_timeout,
+                count_down=self.metrics.hop_messages.labels(direction="down").inc,
+                count_up=self.metrics.hop_messages.labels(direction="up").inc,
             )
         finally:
             self.metrics.forwarded_connections.dec()

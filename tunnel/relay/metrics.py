@@ -99,6 +99,13 @@ class ClusterMetrics:
             "Teammate connections this node carries to the node that serves their host.",
             registry=registry,
         )
+        self.hop_messages = Counter(
+            "relay_cluster_hop_messages",
+            "WebSocket messages this node carried over its hops to other nodes, by direction:"
+            " down (from the host's node to a teammate here) or up.",
+            ["direction"],
+            registry=registry,
+        )
         self.redis_errors = Counter(
             "relay_cluster_redis_errors",
             "Redis commands or connections that failed.",

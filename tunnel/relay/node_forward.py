@@ -18,7 +18,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,7 +206,11 @@ def _queued(websocket: WebSocket) -> int:
 
 
 async def _pipe(
-    source: WebSocket, sink: WebSocket, send_timeout: float | None, stalled: list[WebSocket]
+    source: WebSocket,
+    sink: WebSocket,
+    send_timeout: float | None,
+    stalled: list[WebSocket],
+    count: Callable[[int], object] | None = None,
 ) -> None:
     """Copy messages from `source` to `sink` until `source` closes.
 
@@ -225,6 +229,8 @@ async def _pipe(
                 batch = [await source.recv()]
                 while len(batch) < PIPE_BATCH and _queued(source):
                     batch.append(await source.recv())
+                if count is not None:
+                    count(len(batch))  # before the write: whoever gets them finds them counted
                 # send_context() is the guard websockets' own send() runs in (state check,
                 # errors become ConnectionClosed, drain on exit); inside it the frames of the
                 # whole batch go out in one write.
@@ -262,6 +268,8 @@ async def forward(
     send_timeout: float | None,
     ping_interval: float | None,
     ping_timeout: float | None,
+    count_down: Callable[[int], object] | None = None,
+    count_up: Callable[[int], object] | None = None,
 ) -> ForwardResult:
     """Carry `teammate` (which already got this node's hello and sent `hello`, its raw first
     message) to the owner node at `owner_url`, running as `owner_run`, until either side
@@ -269,7 +277,8 @@ async def forward(
 
     The teammate sees the owner's close code and reason as they are. If the owner node cannot be
     reached, or its own link ends without a close (it died), the teammate gets 4005: its host
-    will be back on some node, and a retry finds it there.
+    will be back on some node, and a retry finds it there. `count_down` and `count_up` are told
+    how many messages went each way with every write (the hop's messages metric).
     """
     url = websocket_url(owner_url, NODE_ATTACH_PATH)
     headers = sign_headers(secret, target=owner_url, run=owner_run, client=client)
@@ -309,16 +318,20 @@ async def forward(
             )
             return ForwardResult(reached=True, code=CloseCode.INTERNAL_ERROR)
         stalled: list[WebSocket] = []
+        if count_up is not None:
+            count_up(1)
         with contextlib.suppress(ConnectionClosed):
             await upstream.send(hello)
         async with anyio.create_task_group() as tg:
 
-            async def run(source: WebSocket, sink: WebSocket) -> None:
-                await _pipe(source, sink, send_timeout, stalled)
+            async def run(
+                source: WebSocket, sink: WebSocket, count: Callable[[int], object] | None
+            ) -> None:
+                await _pipe(source, sink, send_timeout, stalled, count)
                 tg.cancel_scope.cancel()
 
-            tg.start_soon(run, teammate, upstream)
-            tg.start_soon(run, upstream, teammate)
+            tg.start_soon(run, teammate, upstream, count_up)
+            tg.start_soon(run, upstream, teammate, count_down)
         code, reason = _ending(teammate, upstream, stalled)
         with anyio.move_on_after(open_timeout, shield=True):
             await close_websocket(teammate, code, reason)

@@ -3,19 +3,21 @@ teammates entered at nodes 1, 2 and 3; each cast reaches exactly the channels jo
 forwarded ones included, in order with their data.
 
 The owner node decides every copy: a forwarded teammate's casts cross the hop as any relay's
-copies do, carrying no group, so the hop needs nothing of groups (docs/cluster.md).
+copies do, carrying no group, so the hop needs nothing of groups (docs/cluster.md), and a cast
+costs the hop one message per forwarded channel of its group (`relay_cluster_hop_messages`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.relay.cluster.support import RelayCluster, wait_says
+from tests.relay.cluster.support import Node, RelayCluster, wait_says
 from tunnel.e2e.crypto import SECRET_SIZE, ShareSecrets
 from tunnel.e2e.identity import HostIdentity
 from tunnel.handshake import (
@@ -118,3 +120,49 @@ async def test_each_cast_reaches_exactly_its_groups_channels_on_every_node(
         "at-3a": [Casted(b"cast of 2"), Casted(b"second of 1")],
         "at-3b": [Casted(b"cast of 0")],
     }
+
+
+def hop_messages(node: Node, direction: str) -> float:
+    found = re.search(
+        rf'^relay_cluster_hop_messages_total{{direction="{direction}"}} (\S+)$',
+        node.metrics(),
+        flags=re.MULTILINE,
+    )
+    return 0.0 if found is None else float(found.group(1))
+
+
+CASTS = 10
+
+
+async def test_a_cast_crosses_the_hop_once_per_forwarded_channel_of_its_group(
+    tmp_path: Path, cluster: RelayCluster
+) -> None:
+    _, _, node3 = cluster.nodes
+    public = cluster.balancer.url
+    with anyio.fail_after(60):
+        async with (
+            raw_host(public) as host,
+            raw_teammate(node3.url, public, "ann") as ann,
+            raw_teammate(node3.url, public, "bob") as bob,
+        ):
+            await wait_says(node3.metrics, "relay_cluster_forwarded_connections 2.0")
+            ends: list[tuple[LinkChannel, LinkChannel]] = []
+            for mux in (ann, ann, bob):  # two channels on ann's link, one on bob's
+                ours = mux.open_channel("session", {})
+                ends.append((ours, await host.accept()))
+                ends[-1][1].join_broadcast(1)
+            # Whatever the opens cost the hop is counted by now: the host has every channel.
+            down = await anyio.to_thread.run_sync(hop_messages, node3, "down")
+            connection = host.link.connection
+            for n in range(CASTS):
+                connection.cast(f"cast {n}".encode(), group=1)
+                connection.cast(f"elsewhere {n}".encode(), group=2)
+            host.link.flush()
+            for _, theirs in ends:
+                await theirs.send(b"end")
+            for ours, _ in ends:
+                expected = [Casted(f"cast {n}".encode()) for n in range(CASTS)]
+                assert await until_end(ours) == expected
+            carried = await anyio.to_thread.run_sync(hop_messages, node3, "down")
+    # One copy per forwarded channel joined to the group, and the three data messages.
+    assert carried - down == CASTS * len(ends) + len(ends)
