@@ -27,6 +27,10 @@ What it does depends on the prompt:
 - `elicit-withdraw` / `ask-withdraw`: asks a question / a permission, then withdraws it with
   `$/cancel_request` and says what the client answered.
 - `usage`: reports its context use and cost (`usage_update`).
+- `fallback`: moves itself to the model `smart`, as Claude Code does after a model fallback or
+  its own `/model`, and reports its config options (`config_option_update`) twice, the same
+  both times; says `now smart`.
+- `title TEXT`: names its session TEXT (`session_info_update`, with `updatedAt`); says `titled`.
 - `context ...`: says what came with the prompt besides its text: `embedded URI: FIRST LINE`,
   `resource_link URI` or `image MIME N bytes` per block.
 - anything else: echoes it back (`/compact` too).
@@ -406,6 +410,33 @@ class FakeAgent:
                 },
             )
             await self._say(session_id, "used some")
+        elif text == "fallback":
+            self.model = "smart"
+            for _ in range(2):
+                await self.client._conn.send_notification(
+                    "session/update",
+                    {
+                        "sessionId": session_id,
+                        "update": {
+                            "sessionUpdate": "config_option_update",
+                            "configOptions": self._config_options(),
+                        },
+                    },
+                )
+            await self._say(session_id, "now smart")
+        elif word == "title":
+            await self.client._conn.send_notification(
+                "session/update",
+                {
+                    "sessionId": session_id,
+                    "update": {
+                        "sessionUpdate": "session_info_update",
+                        "title": rest,
+                        "updatedAt": "2026-01-02T03:04:05Z",
+                    },
+                },
+            )
+            await self._say(session_id, "titled")
         elif text == "settings":
             await self._say(session_id, f"mode {self.mode} model {self.model}")
         elif text == "remember":

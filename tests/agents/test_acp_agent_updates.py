@@ -1,0 +1,77 @@
+"""What an agent reports of its own accord about its session: its config options
+(`config_option_update`, recorded as a `settings` event by the agent and shown as settings are)
+and its title (`session_info_update`, passed to the teammates present as data, never stored).
+Driven through tests/agents/fake_acp_agent.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tunnel.log import Log
+from tunnel.terminal.render import render_event, render_item
+
+from .conftest import running
+from .test_acp import acp_session
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+async def test_a_model_the_agent_switches_itself_is_recorded_once_as_its_own_and_shown(
+    log: Log, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_ACP_FLAVOR", "config")  # the model is a config option
+    session = acp_session(log, workspace)
+    async with running(session, log) as rec:
+        first = await rec.wait_item("session_event", what="settings")
+        assert first.data["models"]["current"] == "fast"
+        await session.prompt("fallback", by="alice")
+        await rec.wait_item("message", text="now smart")
+        await session.prompt("settings", by="alice")
+        await rec.wait_item("message", text="mode default model smart")
+    settings = [i for i in rec.of_type("session_event") if i.data["what"] == "settings"]
+    # The agent sent the same options twice: one record of the change, by the agent, with no
+    # `change` (nobody asked for it).
+    assert len(settings) == 2, [i.data for i in settings]
+    switched = settings[1]
+    assert switched.created_by == "agent"
+    assert "change" not in switched.data
+    assert switched.data["models"]["current"] == "smart"
+    options = {o["id"]: o["current_value"] for o in switched.data["config_options"]}
+    assert options == {"model": "smart", "thinking": False}
+    # What attach and the host console print for it.
+    shown = render_item(switched.to_wire()).plain
+    assert "agent settings" in shown
+    assert "model: smart (Smart model)" in shown
+
+
+async def test_a_session_title_reaches_the_teammates_present_as_data_and_is_not_stored(
+    log: Log, workspace: Path
+) -> None:
+    session = acp_session(log, workspace)
+    async with running(session, log) as rec:
+        await session.prompt("title Fix the login test", by="alice")
+        await rec.wait_item("message", text="titled")
+        await rec.wait_idle()
+    infos = [
+        e.data
+        for e in rec.events
+        if e.kind == "usage" and e.data.get("update") == "session_info_update"
+    ]
+    assert infos == [
+        {
+            "update": "session_info_update",
+            "title": "Fix the login test",
+            "updated_at": "2026-01-02T03:04:05Z",
+        }
+    ]
+    # Nothing stored holds it but the prompt, and it is not taken for an update kind the host
+    # does not know.
+    stored = await log.query("c1", limit=1000)
+    assert [i.type for i in stored if "Fix the login test" in str(i.data)] == ["message"]
+    said = {i.data["what"] for i in stored if i.type == "session_event"}
+    assert said <= {"agent_started", "settings", "commands"}, said
+    # attach and the host console print nothing for it.
+    event = next(e for e in rec.events if e.kind == "usage")
+    assert render_event(event.to_wire()) is None
