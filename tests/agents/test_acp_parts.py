@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tunnel.agents.acp_settings import Change, Settings
 from tunnel.agents.acp_transport import StdioTransport
-from tunnel.agents.acp_updates import clip_content, clip_value
+from tunnel.agents.acp_updates import clip_content, clip_value, result_text
 from tunnel.agents.errors import SessionError
 
 json_values = st.recursive(
@@ -82,6 +82,27 @@ def _modes() -> schema.SessionModeState:
             schema.SessionMode(id="b", name="B"),
         ],
     )
+
+
+def test_a_results_text_is_what_the_command_printed_when_the_raw_output_says() -> None:
+    # codex-acp's shell: no content, the output among ids and timings in the raw output.
+    codex = {
+        "call_id": "call_1",
+        "command": ["/bin/bash", "-lc", "echo hi"],
+        "stdout": "hi\n",
+        "stderr": "",
+        "aggregated_output": "hi\n",
+        "exit_code": 0,
+        "formatted_output": "hi\n",
+    }
+    assert result_text([], codex) == "hi\n"
+    assert result_text([], {"stdout": "only out\n", "exit_code": 1}) == "only out\n"
+    # The text content wins; a raw output that names no printed text is shown as JSON.
+    assert result_text([{"type": "text", "text": "said"}], codex) == "said"
+    assert result_text([], {"lines": 3}) == '{"lines": 3}'
+    assert result_text([], {"stdout": 5}) == '{"stdout": 5}'
+    assert result_text([], "plain") == "plain"
+    assert result_text([], None) == ""
 
 
 def test_settings_take_the_unstable_models_from_the_raw_result() -> None:

@@ -140,8 +140,15 @@ def tool_content(entries: list[Any] | None) -> list[dict[str, Any]]:
     return out
 
 
+OUTPUT_FIELDS = ("aggregated_output", "formatted_output", "output", "stdout")
+"""Fields of a tool call's raw output that hold what a command printed, in the order they are
+preferred: codex-acp reports a command's output only so (`stdout`, `stderr`, `aggregated_output`
+of both, `formatted_output` as its model reads it), with ids and timings beside it."""
+
+
 def result_text(content: list[dict[str, Any]], raw_output: Any) -> str:
-    """What a finished tool call produced, as plain text for the `tool_result` item."""
+    """What a finished tool call produced, as plain text for the `tool_result` item: its text
+    content, else what its raw output says it printed, else the raw output as JSON."""
     texts = [entry["text"] for entry in content if entry.get("type") == "text"]
     if texts:
         text = "\n".join(texts)
@@ -150,7 +157,16 @@ def result_text(content: list[dict[str, Any]], raw_output: Any) -> str:
     elif isinstance(raw_output, str):
         text = raw_output
     else:
-        text = json.dumps(raw_output, ensure_ascii=False, default=str)
+        printed = None
+        if isinstance(raw_output, Mapping):
+            printed = next(
+                (raw_output[k] for k in OUTPUT_FIELDS if isinstance(raw_output.get(k), str)), None
+            )
+        text = (
+            printed
+            if printed is not None
+            else json.dumps(raw_output, ensure_ascii=False, default=str)
+        )
     return text[:MAX_RESULT_CHARS]
 
 
