@@ -227,13 +227,22 @@ RELAY_LOAD_OPTIONS = (
 one host, so the per-IP, per-host and per-link limits are turned off; nothing else changes."""
 
 
+ON_UVLOOP = (
+    "import asyncio, uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy());"
+    " from tunnel.cli import main; main()"
+)
+"""`python -c` this, then the command's arguments: `tunnel` on uvloop's event loop (anyio's
+asyncio backend makes its loop through the policy)."""
+
+
 @contextlib.asynccontextmanager
 async def tunnel_relay(
-    workdir: Path, *extra: str, name: str = "relay", port: int = 0
+    workdir: Path, *extra: str, name: str = "relay", port: int = 0, uvloop: bool = False
 ) -> AsyncIterator[tuple[Child, str]]:
-    """`tunnel relay` on loopback `port` (0: a free one) with RELAY_LOAD_OPTIONS and `extra`;
-    yields it and its URL once it listens."""
-    argv = ["-m", "tunnel.cli", "relay", "--port", str(port), *RELAY_LOAD_OPTIONS, *extra]
+    """`tunnel relay` on loopback `port` (0: a free one) with RELAY_LOAD_OPTIONS and `extra`
+    (on uvloop's event loop if `uvloop`); yields it and its URL once it listens."""
+    command = ["-m", "tunnel.cli"] if not uvloop else ["-c", ON_UVLOOP]
+    argv = [*command, "relay", "--port", str(port), *RELAY_LOAD_OPTIONS, *extra]
     async with child(name, argv, workdir) as relay:
         match = LISTENING.search(await relay.read_line(30))
         if match is None:

@@ -18,6 +18,8 @@ Roles:
   `/host` takes one host, `/attach` any number of teammates; a host message goes to every
   teammate (one teammate: awaited send, so the relay has backpressure; more:
   `websockets.broadcast`), a teammate message to the host.
+- `picows-relay` (`--uvloop` too): the same relay for one host and one teammate on picows,
+  each message sent from picows' read buffer; a full socket stops reading the other one.
 - `bare-host` (`--uvloop` too): a websockets client of `bare-relay` running the bench protocol;
   command `append` sends messages, each once, for the relay to broadcast.
 - `tcp-relay`, `tcp-host`: the floor: plain asyncio TCP, a 4-byte length before each message;
@@ -274,6 +276,74 @@ def run_bare_relay(args: argparse.Namespace) -> None:
     run_peer(main, {"clients": clients}, uvloop=args.uvloop)
 
 
+def run_picows_relay(args: argparse.Namespace) -> None:
+    from picows import (
+        WSCloseCode,
+        WSFrame,
+        WSListener,
+        WSMsgType,
+        WSTransport,
+        WSUpgradeRequest,
+        ws_create_server,
+    )
+
+    class End(WSListener):
+        """One of the two sockets: what arrives goes to the other, whose full socket pauses
+        reading this one."""
+
+        def __init__(self, ends: dict[str, End], name: str) -> None:
+            self.ends, self.name = ends, name
+            self.transport: WSTransport | None = None
+
+        def other(self) -> End | None:
+            return self.ends.get("attach" if self.name == "host" else "host")
+
+        def on_ws_connected(self, transport: WSTransport) -> None:
+            self.transport = transport
+            self.ends[self.name] = self
+
+        def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+            if frame.msg_type == WSMsgType.BINARY:
+                other = self.other()
+                if other is not None and other.transport is not None:
+                    other.transport.send(WSMsgType.BINARY, frame.get_payload_as_memoryview())
+            elif frame.msg_type == WSMsgType.CLOSE:
+                transport.send_close(WSCloseCode.OK)
+                transport.disconnect()
+
+        def on_ws_disconnected(self, transport: WSTransport) -> None:
+            if self.ends.get(self.name) is self:
+                del self.ends[self.name]
+
+        def pause_writing(self) -> None:
+            other = self.other()
+            if other is not None and other.transport is not None:
+                other.transport.underlying_transport.pause_reading()
+
+        def resume_writing(self) -> None:
+            other = self.other()
+            if other is not None and other.transport is not None:
+                other.transport.underlying_transport.resume_reading()
+
+    ends: dict[str, End] = {}
+
+    def listener(request: WSUpgradeRequest) -> WSListener:
+        return End(ends, "host" if request.path == b"/host" else "attach")
+
+    async def main(tg: anyio.abc.TaskGroup) -> None:
+        server = await ws_create_server(
+            listener, "127.0.0.1", 0, max_frame_size=1 << 30, use_aiofastnet=False
+        )
+        port = server.sockets[0].getsockname()[1]
+        say(url=f"ws://127.0.0.1:{port}")
+        try:
+            await anyio.sleep_forever()
+        finally:
+            server.close()
+
+    run_peer(main, {}, uvloop=args.uvloop)
+
+
 def run_bare_host(args: argparse.Namespace) -> None:
     connected: list[ClientConnection] = []
 
@@ -376,6 +446,7 @@ ROLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "host": run_host,
     "session-host": run_session_host,
     "bare-relay": run_bare_relay,
+    "picows-relay": run_picows_relay,
     "bare-host": run_bare_host,
     "tcp-relay": run_tcp_relay,
     "tcp-host": run_tcp_host,

@@ -2,13 +2,18 @@
 
 Run: .venv/bin/python bench/relay_bench.py [--pairs 5] [--size 4K --size 64K] [--mib 64] [--quick]
 
-Three systems, each a relay process, a host process and a teammate in this process:
+Up to five systems, each a relay process, a host process and a teammate in this process:
 - ours: `tunnel relay` (options: harness.RELAY_LOAD_OPTIONS; the limits do not bite with one
   teammate), a `tunnel.host.Host` (bench/peers.py `host`) and `connect_teammate`, end-to-end
   encrypted as in production;
+- ours-picows: the same with `tunnel relay --framing picows` (needs picows: the `fast` extra);
 - ws: a bare websockets relay that pairs the host socket with the teammate socket and forwards
   messages both ways (no mux, no crypto), a bare websockets host and client;
+- picows: the same bare relay on picows (bench/peers.py `picows-relay`), the same bare host and
+  client on websockets;
 - tcp: a plain asyncio TCP relay copying bytes between two sockets, length-prefixed messages.
+With --uvloop every relay process (ours too) runs on uvloop's event loop, the hosts and the
+teammate on asyncio's; --no-picows leaves out the two picows systems.
 
 Measures, each run once per system per pair, the systems in turn (order reversed every other
 pair): bulk host->teammate ("down") and teammate->host ("up") for each message size (MiB/s, and
@@ -70,21 +75,27 @@ class System:
 
 
 @contextlib.asynccontextmanager
-async def ours(wd: Path) -> AsyncIterator[System]:
+async def ours(wd: Path, framing: str, uvloop: bool) -> AsyncIterator[System]:
+    name = "ours" if framing == "websockets" else f"ours-{framing}"
     async with (
-        tunnel_relay(wd) as (relay, url),
-        peer("host", "host", wd, "--relay", url, "--workdir", str(wd)) as host,
+        tunnel_relay(wd, "--framing", framing, name=f"{name}-relay", uvloop=uvloop) as (
+            relay,
+            url,
+        ),
+        peer(f"{name}-host", "host", wd, "--relay", url, "--workdir", str(wd / name)) as host,
     ):
         link = (await ready(host))["link"]
         async with connect_teammate(link, name="bench") as session:
-            yield System("ours", session.send, session.receive_plaintext, [relay.pid, host.pid])
+            yield System(name, session.send, session.receive_plaintext, [relay.pid, host.pid])
 
 
 @contextlib.asynccontextmanager
-async def bare_ws(wd: Path) -> AsyncIterator[System]:
-    async with peer("ws-relay", "bare-relay", wd) as relay:
+async def bare_ws(wd: Path, library: str, uvloop: bool) -> AsyncIterator[System]:
+    role = "bare-relay" if library == "ws" else "picows-relay"
+    loop = ["--uvloop"] if uvloop else []
+    async with peer(f"{library}-relay", role, wd, *loop) as relay:
         url = (await ready(relay))["url"]
-        async with peer("ws-host", "bare-host", wd, "--url", url) as host:
+        async with peer(f"{library}-host", "bare-host", wd, "--url", url) as host:
             await ready(host)
             async with connect(f"{url}/attach", compression=None, max_size=None) as websocket:
 
@@ -93,12 +104,12 @@ async def bare_ws(wd: Path) -> AsyncIterator[System]:
                     assert isinstance(message, bytes)
                     return message
 
-                yield System("ws", websocket.send, receive, [relay.pid, host.pid])
+                yield System(library, websocket.send, receive, [relay.pid, host.pid])
 
 
 @contextlib.asynccontextmanager
-async def bare_tcp(wd: Path) -> AsyncIterator[System]:
-    async with peer("tcp-relay", "tcp-relay", wd) as relay:
+async def bare_tcp(wd: Path, uvloop: bool) -> AsyncIterator[System]:
+    async with peer("tcp-relay", "tcp-relay", wd, *(["--uvloop"] if uvloop else [])) as relay:
         port = (await ready(relay))["port"]
         async with peer("tcp-host", "tcp-host", wd, "--port", str(port)) as host:
             await ready(host)
@@ -129,7 +140,7 @@ TEAMMATE_PROFILE = cProfile.Profile() if PROFILE_DIR else None
 
 async def measured(system: System, work: Callable[[], Awaitable[list[float]]]) -> Run:
     pids = [*system.pids, os.getpid()]
-    profile = TEAMMATE_PROFILE if system.name == "ours" else None
+    profile = TEAMMATE_PROFILE if system.name.startswith("ours") else None
     cpu_before = [cpu_seconds(pid) for pid in pids]
     start = time.perf_counter()
     if profile is not None:
@@ -193,6 +204,14 @@ class Options:
     roundtrips: int
     tcp: bool
     split: bool
+    picows: bool
+    uvloop: bool
+
+    @property
+    def names(self) -> list[str]:
+        """The systems, in the order of the table's columns."""
+        picows = ["ours-picows", "picows"] if self.picows else []
+        return ["ours", *picows[:1], "ws", *picows[1:], *(["tcp"] if self.tcp else [])]
 
 
 @dataclass
@@ -220,6 +239,9 @@ async def one_pass(
                     label = f"{direction} {human_size(size)}"
                     results.add(f"{label} MiB/s", system.name, megabytes / run.seconds)
                     results.add(f"{label} CPU s/MiB", system.name, sum(run.cpu) / megabytes)
+                    results.add(
+                        f"{label} relay CPU ms/MiB", system.name, run.cpu[0] * 1e3 / megabytes
+                    )
                     if options.split:
                         for part, cpu in zip(PARTS, run.cpu, strict=True):
                             results.add(f"{label} CPU s/MiB {part}", system.name, cpu / megabytes)
@@ -253,20 +275,31 @@ def goal(measure: str) -> str:
     return ""
 
 
+RATIOS = (
+    ("ours", "ws"),
+    ("ours-picows", "ws"),
+    ("ours-picows", "ours"),
+    ("picows", "ws"),
+    ("ours", "tcp"),
+)
+"""The ratios the table shows, those of systems in the run."""
+
+
 def report(results: Results, options: Options) -> None:
-    names = ["ours", "ws", *(["tcp"] if options.tcp else [])]
-    header = ["measure", *names, "ours/ws", *(["ours/tcp"] if options.tcp else []), "goal ours/ws"]
+    names = options.names
+    shown = [(a, b) for a, b in RATIOS if a in names and b in names]
+    header = ["measure", *names, *(f"{a}/{b}" for a, b in shown), "goal ours/ws"]
     rows = []
     for measure, by_system in results.samples.items():
-        fmt = ".4f" if "CPU" in measure else ".3f" if "ms" in measure else ".1f"
+        fmt = ".4f" if "CPU s" in measure else ".3f" if "ms" in measure else ".1f"
+        fmt = ".2f" if "CPU ms" in measure else fmt
         row = [measure, *(by_system[name].spread(fmt) for name in names)]
-        row.append(ratios(by_system["ours"], by_system["ws"]).spread(".2f"))
-        if options.tcp:
-            row.append(ratios(by_system["ours"], by_system["tcp"]).spread(".2f"))
+        row += [ratios(by_system[a], by_system[b]).spread(".2f") for a, b in shown]
         row.append(goal(measure))
         rows.append(row)
+    loop = "uvloop" if options.uvloop else "asyncio"
     print_table(
-        f"relay path, {options.pairs} pairs, {options.mib:g} MiB per bulk run, "
+        f"relay path, relays on {loop}, {options.pairs} pairs, {options.mib:g} MiB per bulk run, "
         f"{options.roundtrips} round trips of {RTT_SIZE} B: median [min-max]",
         header,
         rows,
@@ -276,15 +309,20 @@ def report(results: Results, options: Options) -> None:
 async def bench(options: Options) -> None:
     with workdir("relay-bench-") as wd:
         async with contextlib.AsyncExitStack() as stack:
-            systems = [
-                await stack.enter_async_context(ours(wd)),
-                await stack.enter_async_context(bare_ws(wd)),
-            ]
+            enter = stack.enter_async_context
+            uvloop = options.uvloop
+            systems = {"ours": await enter(ours(wd, "websockets", uvloop))}
+            if options.picows:
+                systems["ours-picows"] = await enter(ours(wd, "picows", uvloop))
+            systems["ws"] = await enter(bare_ws(wd, "ws", uvloop))
+            if options.picows:
+                systems["picows"] = await enter(bare_ws(wd, "picows", uvloop))
             if options.tcp:
-                systems.append(await stack.enter_async_context(bare_tcp(wd)))
-            await one_pass(systems, options, None, scale=0.1)  # warm-up, not recorded
+                systems["tcp"] = await enter(bare_tcp(wd, uvloop))
+            ordered = [systems[name] for name in options.names]
+            await one_pass(ordered, options, None, scale=0.1)  # warm-up, not recorded
             results = Results()
-            for order in in_pairs(options.pairs, systems, timed=True):
+            for order in in_pairs(options.pairs, ordered, timed=True):
                 await one_pass(order, options, results)
             report(results, options)
     if TEAMMATE_PROFILE is not None and PROFILE_DIR:
@@ -311,6 +349,8 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="smaller defaults, about 15 s (for iterating)"
     )
+    parser.add_argument("--no-picows", action="store_true", help="skip the picows systems")
+    parser.add_argument("--uvloop", action="store_true", help="every relay on uvloop's loop")
     args = parser.parse_args()
 
     def given(value: float | None, default: float, quick: float) -> float:
@@ -325,6 +365,8 @@ def main() -> None:
         roundtrips=int(given(args.roundtrips, 1000, 300)),
         tcp=not args.no_tcp,
         split=args.split,
+        picows=not args.no_picows,
+        uvloop=args.uvloop,
     )
     if options.pairs < 1:
         parser.error("--pairs must be at least 1")

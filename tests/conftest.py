@@ -34,9 +34,12 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def relay(tmp_path: Path) -> Iterator[RelayProcess]:
-    """`tunnel relay` as a subprocess on a free loopback port, stopped after the test."""
-    process = RelayProcess(tmp_path).start()
+def relay(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RelayProcess]:
+    """`tunnel relay` as a subprocess on a free loopback port, stopped after the test; on the
+    framing a module's `RELAY_FRAMINGS` parametrizes (tests/relay/conftest.py), else the
+    default."""
+    framing = getattr(request, "param", None)
+    process = RelayProcess(tmp_path, *(["--framing", framing] if framing else [])).start()
     try:
         yield process
     finally:

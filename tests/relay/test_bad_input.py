@@ -28,6 +28,8 @@ from tunnel.proto import DEFAULT_LIMITS
 from tunnel.teammate.client import connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+RELAY_FRAMINGS = True
+"""Tests that take `relay` run on websockets and on picows (tests/relay/conftest.py)."""
 
 Misbehaviour = Callable[[RawPeer, ShareLink], Awaitable[None]]
 

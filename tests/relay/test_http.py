@@ -21,6 +21,9 @@ from tunnel.relay.http import HttpRouter, OriginPolicy
 from tunnel.relay.metrics import RelayMetrics
 from tunnel.relay.server import loopback_only
 
+RELAY_FRAMINGS = True
+"""Tests that take `relay` run on websockets and on picows (tests/relay/conftest.py)."""
+
 
 def router(static: object = False) -> HttpRouter:
     return HttpRouter(

@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.link.socket_pair import FRAMINGS
 from tests.support import attach_and_echo, host_settings, raw_peer, raw_teammate, running_host
 from tunnel.relay.server import run as run_relay
 from tunnel.relay.settings import RelaySettings
@@ -15,12 +16,15 @@ from tunnel.relay.settings import RelaySettings
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
+@pytest.mark.parametrize("framing", FRAMINGS)
 async def test_a_teammate_that_stops_reading_is_cut_off_by_the_keepalive_alone(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, framing: str
 ) -> None:
     caplog.set_level(logging.INFO, logger="relay.server")
     # Short keepalive, so the test waits a second rather than the default 40 s.
-    settings = RelaySettings(host="127.0.0.1", port=0, ping_interval=0.5, ping_timeout=0.5)
+    settings = RelaySettings(
+        host="127.0.0.1", port=0, ping_interval=0.5, ping_timeout=0.5, framing=framing
+    )
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             port = await tg.start(run_relay, settings)

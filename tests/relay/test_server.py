@@ -30,6 +30,8 @@ from tunnel.teammate.client import (
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+RELAY_FRAMINGS = True
+"""Tests that take `relay` run on websockets and on picows (tests/relay/conftest.py)."""
 
 
 async def test_viewer_and_driver_links_both_admit(relay: RelayProcess, tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from tests.support import RelayProcess, host_settings, running_host
 from tunnel.teammate.client import TeammateSession, connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+RELAY_FRAMINGS = True
+"""Tests that take `relay` run on websockets and on picows (tests/relay/conftest.py)."""
 
 STALL_SECONDS = 10.0
 MEASURE_SECONDS = 2.5

@@ -101,6 +101,7 @@ class Link:
         "_watch",
         "_watch_seen",
         "_watched",
+        "_websocket",
         "_writable_waiter",
         "_write_scheduled",
         "_write_started",
@@ -110,21 +111,23 @@ class Link:
         "connection",
         "framing",
         "label",
-        "websocket",
     )
 
     def __init__(
         self,
-        websocket: WebSocket,
+        websocket: WebSocket | None,
         connection: Connection,
         *,
         send_timeout: float | None = None,
         label: str = "link",
         framing: Framing | None = None,
     ) -> None:
-        self.websocket = websocket
-        """The WebSocket this link runs over."""
-        self.framing: Framing = WebsocketsFraming(websocket) if framing is None else framing
+        if framing is None:
+            if websocket is None:
+                raise TypeError("a link needs a websocket or a framing")
+            framing = WebsocketsFraming(websocket)
+        self._websocket = websocket
+        self.framing: Framing = framing
         """Everything the link does with its WebSocket goes through here (link/framing.py)."""
         self.connection = connection
         """The protocol object; mutate it only from the event loop thread, then call flush()."""
@@ -160,6 +163,14 @@ class Link:
         self._failure: ProtocolError | None = None
 
     # -- state ------------------------------------------------------------------------------
+
+    @property
+    def websocket(self) -> WebSocket:
+        """The python-websockets connection this link runs over, for what takes the socket over
+        from the link (a relay cluster's hand-over); a link over another framing has none."""
+        if self._websocket is None:
+            raise RuntimeError(f"{self.label} runs over {type(self.framing).__name__}")
+        return self._websocket
 
     @property
     def closed(self) -> LinkClosedError | None:

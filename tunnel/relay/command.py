@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -75,6 +76,25 @@ def _cluster(
     return ClusterSettings(
         redis_url=redis_url, node_url=node_url, secret=_cluster_secret(secret_file)
     )
+
+
+class Framing(enum.StrEnum):
+    """`--framing`: the WebSocket library the relay serves with (tunnel/link/framing.py)."""
+
+    websockets = "websockets"
+    picows = "picows"
+
+
+def _framing(framing: Framing) -> str:
+    """The framing's name; ValueError if its library is not installed."""
+    if framing is Framing.picows:
+        try:
+            import picows  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                "--framing picows needs the picows package: pip install 'agent-tunnel[fast]'"
+            ) from None
+    return framing.value
 
 
 def relay_command(
@@ -271,6 +291,15 @@ def relay_command(
             f" (or set {CLUSTER_SECRET_VARIABLE}).",
         ),
     ] = None,
+    framing: Annotated[
+        Framing,
+        typer.Option(
+            envvar="TUNNEL_RELAY_FRAMING",
+            help="The WebSocket library to serve with: picows (pip install"
+            " 'agent-tunnel[fast]') spends a quarter of websockets' CPU per message relayed"
+            " (docs/performance.md); not with --cluster.",
+        ),
+    ] = Framing.websockets,
     log_level: Annotated[
         LogLevel, typer.Option(envvar="TUNNEL_RELAY_LOG_LEVEL", help="Log verbosity.")
     ] = LogLevel.info,
@@ -307,6 +336,7 @@ def relay_command(
             limits=Limits(max_channels=_limit(max_channels_per_link)),
             log_level=log_level.value,
             cluster=_cluster(cluster, node_url, cluster_secret_file),
+            framing=_framing(framing),
         )
     except ValueError as exc:
         typer.echo(f"tunnel relay: {exc}", err=True)

@@ -133,33 +133,43 @@ class Relay:
         return self.router.route(request)
 
     async def handle(self, websocket: ServerConnection) -> None:
-        """Serve one WebSocket connection from its hello to its close."""
+        """Serve one WebSocket connection of websockets' server from its hello to its close."""
         request = websocket.request
         assert request is not None
-        path = request.path.split("?", 1)[0]
-        kind = Kind.HOST if path == HOST_PATH else Kind.TEAMMATE
         address = websocket.remote_address
         ip = str(address[0]) if address else "unknown"
+        path = request.path.split("?", 1)[0]
         # A teammate forwarded by another node: the router let it through only with a valid
         # node signature, which covers the client's own address.
         forwarded = path == NODE_ATTACH_PATH
         if forwarded:
             ip = request.headers.get(CLIENT_HEADER, ip)
+        kind = Kind.HOST if path == HOST_PATH else Kind.TEAMMATE
         link = Link(
             websocket,
-            # The relay forwards the data it receives as it came: no copy out of the message.
-            Connection(Side.ACCEPTER, limits=self.settings.limits, payload_views=True),
+            self.new_connection(),
             send_timeout=self.settings.send_timeout,
             label=f"{kind.value} {ip}",
         )
-        peer = Peer(link=link, kind=kind, ip=ip, challenge=secrets.token_bytes(CHALLENGE_SIZE))
         if isinstance(websocket, RelayConnection):
             websocket.opened()  # counted by the switch from here on (under the client's address)
+        await self.serve(link, kind=kind, ip=ip, forwarded=forwarded)
+
+    def new_connection(self) -> Connection:
+        """The protocol object of one accepted connection."""
+        # The relay forwards the data it receives as it came: no copy out of the message.
+        return Connection(Side.ACCEPTER, limits=self.settings.limits, payload_views=True)
+
+    async def serve(self, link: Link, *, kind: Kind, ip: str, forwarded: bool = False) -> None:
+        """Serve one link over any framing (link/framing.py) from its hello to its close."""
+        peer = Peer(link=link, kind=kind, ip=ip, challenge=secrets.token_bytes(CHALLENGE_SIZE))
         if not self.switch.connect(peer):
             logger.info(
                 "refused %s: %d too many connections", peer.describe(), CloseCode.LIMIT_REACHED
             )
-            await websocket.close(CloseCode.LIMIT_REACHED, "too many connections from your address")
+            await link.framing.close(
+                CloseCode.LIMIT_REACHED, "too many connections from your address"
+            )
             return
         deadline: asyncio.TimerHandle | None = None
         try:
@@ -238,6 +248,9 @@ async def run(
 
     Also prints "relay listening on URL" on stdout, so a parent process can read the port.
     """
+    if settings.framing == "picows":
+        await _run_picows(settings, task_status=task_status)
+        return
     relay: Relay | None = None
 
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
@@ -276,19 +289,7 @@ async def run(
         relay = Relay(settings, public_url=settings.resolved_public_url(port))
         Connection.switch = relay.switch
         await server.start_serving()
-        scheme = "https" if settings.tls else "http"
-        host = f"[{settings.host}]" if ":" in settings.host else settings.host
-        listening = f"{scheme}://{host}:{port}"
-        # Printed, not logged: a parent process reads this line; the log says only what it adds.
-        print(f"relay listening on {listening}", flush=True)
-        if relay.public_url != listening:
-            logger.info("public URL %s", relay.public_url)
-        if settings.metrics_token is None and not loopback_only(server.sockets):
-            logger.warning(
-                "/metrics is open to anyone who can reach %s; --metrics-token-file (or"
-                " TUNNEL_RELAY_METRICS_TOKEN) makes it require a token",
-                listening,
-            )
+        _announce(settings, relay, server.sockets, port)
         async with anyio.create_task_group() as tg:
             if relay.cluster is not None:
                 logger.info(
@@ -306,3 +307,49 @@ async def run(
         # Peers that do not answer the closing handshake in time are dropped.
         for connection in server.connections:
             connection.transport.abort()
+
+
+def _announce(
+    settings: RelaySettings, relay: Relay, sockets: Iterable[socket.socket], port: int
+) -> None:
+    """Say where the relay listens, once it accepts connections."""
+    scheme = "https" if settings.tls else "http"
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    listening = f"{scheme}://{host}:{port}"
+    # Printed, not logged: a parent process reads this line; the log says only what it adds.
+    print(f"relay listening on {listening}", flush=True)
+    if relay.public_url != listening:
+        logger.info("public URL %s", relay.public_url)
+    if settings.metrics_token is None and not loopback_only(sockets):
+        logger.warning(
+            "/metrics is open to anyone who can reach %s; --metrics-token-file (or"
+            " TUNNEL_RELAY_METRICS_TOKEN) makes it require a token",
+            listening,
+        )
+
+
+async def _run_picows(settings: RelaySettings, *, task_status: TaskStatus[int]) -> None:
+    """`run` on picows' server (`--framing picows`, tunnel/relay/server_picows.py)."""
+    # Imported only here: picows is an optional dependency (the `fast` extra).
+    from tunnel.relay.server_picows import PicowsRelayServer, create_server
+
+    async with anyio.create_task_group() as connections:
+        # Each connection's task lives here; cancelling the relay cancels them, and each link
+        # then closes its WebSocket with 1001 (Link.run).
+        front = PicowsRelayServer(settings, lambda serving: connections.start_soon(_await, serving))
+        server = await create_server(front, settings, _ssl_context(settings))
+        try:
+            port = int(server.sockets[0].getsockname()[1])
+            relay = Relay(settings, public_url=settings.resolved_public_url(port))
+            front.relay = relay
+            await server.start_serving()
+            _announce(settings, relay, server.sockets, port)
+            logger.info("serving WebSockets with picows")
+            task_status.started(port)
+            await anyio.sleep_forever()
+        finally:
+            server.close()
+
+
+async def _await(serving: Coroutine[None, None, None]) -> None:
+    await serving

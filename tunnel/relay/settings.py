@@ -76,6 +76,10 @@ class ClusterSettings:
         return f"{host}:{parts.port or 6379}{parts.path or '/0'}"
 
 
+FRAMINGS = ("websockets", "picows")
+"""The WebSocket libraries the relay can serve with (tunnel/link/framing.py)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RelaySettings:
     """Everything `tunnel.relay.server.run` needs. Every limit is a named field; `None` is off."""
@@ -153,7 +157,15 @@ class RelaySettings:
     cluster: ClusterSettings | None = None
     """Join a cluster of relay nodes through Redis; None runs one relay on its own."""
 
+    framing: str = "websockets"
+    """The WebSocket library the relay serves with, one of FRAMINGS: "websockets", or "picows"
+    (the `fast` extra; not with `cluster`, whose hand-over takes websockets' connection)."""
+
     def __post_init__(self) -> None:
+        if self.framing not in FRAMINGS:
+            raise ValueError(f"framing must be one of {', '.join(FRAMINGS)}")
+        if self.framing == "picows" and self.cluster is not None:
+            raise ValueError("a cluster node serves with websockets: --framing picows is alone")
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("certfile and keyfile go together")
         if self.log_level not in LOG_LEVELS:

@@ -1,0 +1,36 @@
+"""`PicowsFraming` on its own: the bounded queue between picows' callback and the link's reader."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from tests.link.socket_pair import HAS_PICOWS, socket_pair
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(not HAS_PICOWS, reason="picows is not installed"),
+]
+
+
+async def test_the_socket_stops_being_read_while_the_reader_takes_nothing() -> None:
+    from tunnel.link.framing_picows import MAX_QUEUE, PicowsFraming
+
+    with anyio.fail_after(10):
+        async with socket_pair("picows") as (client, server):
+            assert isinstance(server.framing, PicowsFraming)
+            sent = [b"%d" % n for n in range(2000)]
+            for start in range(0, len(sent), 100):
+                client.framing.write_messages(sent[start : start + 100])
+                await anyio.sleep(0.01)
+            queued, paused = server.framing.statistics()
+            # Bounded by MAX_QUEUE plus the frames of the one read that crossed it.
+            assert paused
+            assert MAX_QUEUE <= queued < len(sent)
+            received = []
+            async for message in server.framing.messages():
+                received.append(message)
+                if len(received) == len(sent):
+                    break
+            assert received == sent
+            assert server.framing.statistics() == (0, False)

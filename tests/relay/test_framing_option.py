@@ -1,0 +1,52 @@
+"""`tunnel relay --framing` (and TUNNEL_RELAY_FRAMING): which WebSocket library the relay serves
+with, and the combinations it refuses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from tests.link.socket_pair import HAS_PICOWS
+from tests.support import LISTENING, ROOT, stop_process
+from tunnel.relay.settings import ClusterSettings, RelaySettings
+
+
+def test_an_unknown_framing_is_refused() -> None:
+    with pytest.raises(ValueError, match="framing must be one of websockets, picows"):
+        RelaySettings(framing="aiohttp")
+
+
+def test_a_cluster_node_keeps_websockets() -> None:
+    cluster = ClusterSettings(
+        redis_url="redis://127.0.0.1:6379/0", node_url="ws://10.0.0.1:8765", secret=b"s" * 32
+    )
+    RelaySettings(cluster=cluster)
+    with pytest.raises(ValueError, match="cluster node serves with websockets"):
+        RelaySettings(cluster=cluster, framing="picows")
+
+
+@pytest.mark.skipif(not HAS_PICOWS, reason="picows is not installed")
+@pytest.mark.timeout(60)
+def test_the_variable_picks_picows_and_the_relay_serves_http_on_it() -> None:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TUNNEL_RELAY_FRAMING="picows")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tunnel.cli", "relay", "--port", "0"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        match = LISTENING.search(proc.stdout.readline().decode())
+        assert match is not None
+        with urllib.request.urlopen(match.group(1) + "/healthz", timeout=10) as reply:
+            assert reply.read() == b"ok\n"
+    finally:
+        stop_process(proc)
+    assert proc.stderr is not None
+    assert "serving WebSockets with picows" in proc.stderr.read().decode()

@@ -1,0 +1,391 @@
+"""`PicowsFraming`: the link's `Framing` over picows, a WebSocket library that parses frames in
+Cython into one read buffer (the relay's reading costs a quarter of websockets', docs/
+performance.md, "WebSocket framing"). An optional dependency: `pip install 'agent-tunnel[fast]'`.
+
+picows reads; writing stays ours. picows sends one frame per call, so a batch of messages is
+framed here (`frame_pieces`, as for websockets) and handed to the socket's transport in one
+`writelines`, a `data` frame's payload a piece of its own. picows answers pings and parses the
+close frames; the closing handshake, keepalive pings, reassembly of fragmented messages and the
+bounded queue between picows' callback and the link's reader are here, with websockets' close
+codes: 1009 for a message over `max_size`, 1011 for a keepalive ping without an answer, 1002 for
+a broken frame, 1007 for text that is not UTF-8.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport
+
+from tunnel.link.framing import frame_pieces
+from tunnel.proto import Outgoing
+from tunnel.proto.codes import CloseCode
+
+logger = logging.getLogger("tunnel.link.picows")
+
+# picows logs every connection made and lost at INFO: a relay holds thousands.
+PICOWS_LOGGER = logging.getLogger("tunnel.link.picows.connections")
+"""The logger picows is given (per-connection lines, at INFO); warnings and errors pass."""
+PICOWS_LOGGER.setLevel(logging.WARNING)
+
+MAX_QUEUE = 16
+"""Received messages the link's reader has not taken yet before the socket stops being read
+(websockets' `max_queue`); one read that holds more frames still lands whole, so the queue is
+bounded by this plus what one read buffer holds."""
+
+RESUME_QUEUE = 4
+"""Queued messages at or below which reading the socket resumes."""
+
+NO_STATUS_RCVD = 1005
+"""The code a close frame without a code counts as (RFC 6455, section 7.1.5)."""
+
+
+_DATA = frozenset({WSMsgType.BINARY, WSMsgType.TEXT, WSMsgType.CONTINUATION})
+
+
+class FramingClosedError(Exception):
+    """The WebSocket is closed, or closing: what `PicowsFraming` raises to a writer or reader."""
+
+
+class PicowsFraming(WSListener):
+    """`Framing` over one picows connection; also the picows listener that receives its frames.
+
+    Make it with `ping_interval`, `ping_timeout` and `max_size` (None turns each off, as in
+    websockets) and hand it to picows as the connection's listener (`tunnel.link.picows_io`).
+    """
+
+    closed_errors: tuple[type[BaseException], ...] = (FramingClosedError,)
+
+    def __init__(
+        self,
+        *,
+        max_size: int | None,
+        ping_interval: float | None = None,
+        ping_timeout: float | None = None,
+        on_connected: Callable[[PicowsFraming], None] | None = None,
+    ) -> None:
+        self._max_size = max_size
+        self._ping_interval = ping_interval
+        self._ping_timeout = ping_timeout
+        self._on_connected = on_connected
+        self.transport: WSTransport | None = None
+        """picows' transport, once the WebSocket is open."""
+        self._loop = asyncio.get_running_loop()
+        self._writelines: Callable[[list[bytes | memoryview]], None] | None = None
+        self._mask = False
+        # Bounded: reading the socket pauses at MAX_QUEUE (see its docstring).
+        self._inbox: deque[bytes | str] = deque()
+        self._reading_paused = False
+        self._inbox_waiter: asyncio.Future[None] | None = None
+        self._fragments: bytearray | None = None
+        self._fragments_text = False
+        self._close_received = False
+        self._disconnected = False
+        self._closed_waiter: asyncio.Future[None] | None = None
+        self._write_paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self._keepalive: asyncio.TimerHandle | None = None
+        self._awaiting_pong = False
+        self._own_close: tuple[int, str] | None = None
+
+    # -- picows' callbacks --------------------------------------------------------------------
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self.transport = transport
+        underlying = transport.underlying_transport
+        self._writelines = underlying.writelines
+        self._mask = transport.is_client_side
+        if self._ping_interval is not None:
+            self._keepalive = self._loop.call_later(self._ping_interval, self._ping)
+        if self._on_connected is not None:
+            self._on_connected(self)
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        kind = frame.msg_type
+        if kind is WSMsgType.BINARY and frame.fin and self._fragments is None:
+            if not transport.is_close_frame_sent:
+                self._deliver(frame.get_payload_as_bytes())
+            # else: closing, and picows may still parse what followed a broken frame: discarded
+        elif kind is WSMsgType.CLOSE:
+            self._on_close_frame(transport)
+        elif kind is WSMsgType.PONG:
+            self._on_pong()
+        elif kind in _DATA and not transport.is_close_frame_sent:
+            self._on_data_frame(frame)
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        self._disconnected = True
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
+        self._wake_reader()
+        self._wake_writer()
+        if self._closed_waiter is not None and not self._closed_waiter.done():
+            self._closed_waiter.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_writer()
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    def _on_data_frame(self, frame: WSFrame) -> None:
+        """A frame of a fragmented message, or a text message: websockets' rules and codes."""
+        kind = frame.msg_type
+        if kind is WSMsgType.CONTINUATION:
+            if self._fragments is None:
+                self._fail(CloseCode.PROTOCOL_ERROR, "unexpected continuation frame")
+                return
+            fragments = self._fragments
+        else:
+            if self._fragments is not None:
+                self._fail(CloseCode.PROTOCOL_ERROR, "expected a continuation frame")
+                return
+            fragments = self._fragments = bytearray()
+            self._fragments_text = kind is WSMsgType.TEXT
+        if self._max_size is not None and len(fragments) + frame.payload_size > self._max_size:
+            self._fail(CloseCode.MESSAGE_TOO_BIG, f"message over {self._max_size} bytes")
+            return
+        fragments += frame.get_payload_as_memoryview()
+        if not frame.fin:
+            return
+        self._fragments = None
+        if not self._fragments_text:
+            self._deliver(bytes(fragments))
+            return
+        try:
+            self._deliver(fragments.decode("utf-8"))
+        except UnicodeDecodeError:
+            self._fail(1007, "invalid UTF-8")
+
+    def _deliver(self, message: bytes | str) -> None:
+        self._inbox.append(message)
+        if (
+            len(self._inbox) >= MAX_QUEUE
+            and not self._reading_paused
+            and self.transport is not None
+        ):
+            self._reading_paused = True
+            self.transport.underlying_transport.pause_reading()
+        self._wake_reader()
+
+    def _on_close_frame(self, transport: WSTransport) -> None:
+        self._close_received = True
+        if not transport.is_close_frame_sent:
+            # Echo the peer's code, as websockets does, then end the connection: the server
+            # closes TCP first (RFC 6455, section 7.1.1), a client once the server has.
+            handshake = transport.close_handshake
+            code = WSCloseCode.OK
+            received = None if handshake is None else handshake.recv
+            if received is not None and received.code is not WSCloseCode.NO_INFO:
+                code = received.code
+            transport.send_close(code)
+        if not transport.is_client_side:
+            transport.disconnect()
+        else:
+            self._loop.call_later(1.0, transport.disconnect)
+        self._wake_reader()
+
+    def _fail(self, code: int, reason: str) -> None:
+        """Close for a broken message: the close frame, then the socket shortly after."""
+        self._own_close = (code, reason)
+        self._fragments = None
+        transport = self.transport
+        if transport is None:
+            return
+        transport.send_close(WSCloseCode(code), reason.encode())
+        self._loop.call_later(0.1, transport.disconnect)
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        waiter, self._inbox_waiter = self._inbox_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def messages(self) -> AsyncIterator[bytes | str]:
+        return self._messages()
+
+    async def _messages(self) -> AsyncIterator[bytes | str]:
+        inbox = self._inbox
+        while True:
+            while inbox:
+                message = inbox.popleft()
+                if self._reading_paused and len(inbox) <= RESUME_QUEUE:
+                    self._reading_paused = False
+                    if self.transport is not None and not self._disconnected:
+                        self.transport.underlying_transport.resume_reading()
+                yield message
+            if self._disconnected or self._close_received:
+                return
+            self._inbox_waiter = self._loop.create_future()
+            await self._inbox_waiter
+
+    # -- keepalive ----------------------------------------------------------------------------
+
+    def _ping(self) -> None:
+        """Ping every `ping_interval`; a ping without an answer within `ping_timeout` closes
+        with 1011, as websockets' keepalive does."""
+        self._keepalive = None
+        if self.transport is None or not self.is_open:
+            return
+        self.transport.send_ping(b"keepalive")
+        if self._ping_timeout is None:
+            self._keepalive = self._loop.call_later(self._ping_interval or 0.0, self._ping)
+            return
+        self._awaiting_pong = True
+        self._keepalive = self._loop.call_later(self._ping_timeout, self._pong_missing)
+
+    def _on_pong(self) -> None:
+        if not self._awaiting_pong:
+            return
+        self._awaiting_pong = False
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        assert self._ping_interval is not None
+        self._keepalive = self._loop.call_later(self._ping_interval, self._ping)
+
+    def _pong_missing(self) -> None:
+        self._keepalive = None
+        if self._awaiting_pong and self.is_open:
+            self._fail(CloseCode.INTERNAL_ERROR, "keepalive ping timeout")
+
+    # -- the Framing seam ---------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        transport = self.transport
+        return (
+            transport is not None
+            and not self._disconnected
+            and not self._close_received
+            and not transport.is_close_frame_sent
+        )
+
+    @property
+    def is_closed(self) -> bool:
+        return self._disconnected
+
+    def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
+        """Frame `messages` and write them to the socket's transport at once.
+
+        The connection is open (checked by the caller); picows writes each of its own frames
+        (pongs, pings, the close) whole within one call on the same event loop, so frames never
+        interleave.
+        """
+        assert self._writelines is not None
+        self._writelines(frame_pieces(messages, mask=self._mask))
+
+    def backed_up(self) -> bool:
+        if self.transport is None:
+            return False
+        underlying = self.transport.underlying_transport
+        return underlying.get_write_buffer_size() > underlying.get_write_buffer_limits()[1]
+
+    def write_guard(self) -> AbstractAsyncContextManager[None]:
+        return self._guard()
+
+    @asynccontextmanager
+    async def _guard(self) -> AsyncIterator[None]:
+        if not self.is_open:
+            raise FramingClosedError
+        yield
+        while self._write_paused and not self._disconnected:
+            self._drain_waiter = self._loop.create_future()
+            await self._drain_waiter
+        if self._disconnected:
+            raise FramingClosedError
+
+    def _wake_writer(self) -> None:
+        waiter, self._drain_waiter = self._drain_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def close(self, code: int, reason: str) -> None:
+        transport = self.transport
+        if transport is None or self._disconnected:
+            return
+        if not transport.is_close_frame_sent:
+            if self._own_close is None and not self._close_received:
+                self._own_close = (code, reason)
+            transport.send_close(WSCloseCode(code), reason.encode())
+        if self._close_received:
+            transport.disconnect()
+        await self.wait_closed()
+
+    async def wait_closed(self) -> None:
+        if self._disconnected:
+            return
+        if self._closed_waiter is None:
+            self._closed_waiter = self._loop.create_future()
+        await asyncio.shield(self._closed_waiter)
+
+    def abort(self) -> None:
+        if self.transport is not None and not self._disconnected:
+            self.transport.disconnect(graceful=False)
+
+    def close_reason(self) -> tuple[int, str, bool]:
+        transport = self.transport
+        handshake = None if transport is None else transport.close_handshake
+        if handshake is None:
+            return CloseCode.ABNORMAL_CLOSURE, "", True
+        sent, received = handshake.sent, handshake.recv
+        if sent is not None and (received is None or not handshake.recv_then_sent):
+            # Closed on this side without the link asking: a message too big (1009), a keepalive
+            # ping unanswered (1011), a broken frame (1002).
+            if self._own_close is not None:
+                return self._own_close[0], self._own_close[1], False
+            return _code(sent.code), sent.reason, False
+        if received is None:
+            return CloseCode.ABNORMAL_CLOSURE, "", True
+        return _code(received.code), received.reason, True
+
+    def statistics(self) -> tuple[int, bool]:
+        """Messages received that the reader has not taken, and whether reading is paused."""
+        return len(self._inbox), self._reading_paused
+
+
+def _code(code: WSCloseCode) -> int:
+    value = int(code.value)
+    return NO_STATUS_RCVD if value == 0 else value
+
+
+async def connect(
+    url: str,
+    *,
+    max_size: int | None,
+    ping_interval: float | None = None,
+    ping_timeout: float | None = None,
+    open_timeout: float | None = 10.0,
+    extra_headers: Iterable[tuple[str, str]] = (),
+) -> PicowsFraming:
+    """Open a WebSocket to `url` (ws:// or wss://) with picows; return it as a `Framing`."""
+    from picows import ws_connect
+
+    framing: PicowsFraming | None = None
+
+    def listener() -> PicowsFraming:
+        nonlocal framing
+        framing = PicowsFraming(
+            max_size=max_size, ping_interval=ping_interval, ping_timeout=ping_timeout
+        )
+        return framing
+
+    await ws_connect(
+        listener,
+        url,
+        websocket_handshake_timeout=open_timeout,
+        logger_name=PICOWS_LOGGER,
+        max_frame_size=max_size if max_size is not None else 2**62,
+        extra_headers=list(extra_headers),
+        max_redirects=0,
+        use_aiofastnet=False,
+    )
+    assert framing is not None
+    return framing
