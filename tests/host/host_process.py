@@ -35,6 +35,7 @@ class HostProcess:
         log_db: Path,
         name: str = "hannah",
         interactive: bool = True,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.command = [
             sys.executable,
@@ -54,6 +55,7 @@ class HostProcess:
             "--name",
             name,
             "--interactive" if interactive else "--no-interactive",
+            *extra,
         ]
         self.proc: subprocess.Popen[bytes] | None = None
         self.view_link = ""

@@ -9,10 +9,12 @@ from typing import Any
 
 import anyio
 
+from tunnel.app.conversation_list import ConversationList, ConversationStarted
 from tunnel.app.follower import Event, Item, Presence, SnapshotPage, SnapshotStarted
 from tunnel.app.host_messages import Error, Ready, decode_host_message, encode
 from tunnel.app.requests import Request, Subscribe, encode_request
 from tunnel.e2e.crypto import ShareLink
+from tunnel.e2e.opening import EarlySubscribe
 from tunnel.teammate.client import TeammateSession, connect_teammate
 
 
@@ -29,6 +31,8 @@ class Teammate:
     snapshot_done: bool = False
     resets: int = 0
     changed: anyio.Event = field(default_factory=anyio.Event)
+    listing: ConversationList | None = None
+    started: list[str] = field(default_factory=list)
 
     async def send(self, request: Request) -> None:
         if isinstance(request, Subscribe):
@@ -64,6 +68,14 @@ class Teammate:
             self.changed.set()
             self.changed = anyio.Event()
 
+    def conversations_changed(self, message: ConversationList | ConversationStarted) -> None:
+        if isinstance(message, ConversationStarted):
+            self.started.append(message.conversation)
+        else:
+            self.listing = message
+        self.changed.set()
+        self.changed = anyio.Event()
+
     async def wait_for(self, predicate: Any, within: float = 20.0) -> None:
         """Wait until predicate(self) holds; fail after `within` seconds."""
         with anyio.fail_after(within):
@@ -82,14 +94,22 @@ class Teammate:
 
 @contextlib.asynccontextmanager
 async def attached(
-    link: str | ShareLink, name: str, *, after: int | None = None, subscribe: bool = True
+    link: str | ShareLink,
+    name: str,
+    *,
+    after: int | None = None,
+    subscribe: bool = True,
+    conversation: str | None = None,
 ) -> AsyncIterator[Teammate]:
-    """Attach, subscribe, and keep recording until the block ends."""
-    async with connect_teammate(link, name=name) as session:
+    """Attach, subscribe, and keep recording until the block ends; with `conversation`, the
+    open's early subscribe names it (docs/application.md, "Conversations")."""
+    early = None if conversation is None else EarlySubscribe(after=after, conversation=conversation)
+    async with connect_teammate(link, name=name, subscribe=early) as session:
         teammate = Teammate(session=session)
+        session.on_conversations = teammate.conversations_changed
         async with anyio.create_task_group() as tg:
             tg.start_soon(teammate.pump)
-            if subscribe:
+            if subscribe and early is None:
                 await teammate.send(Subscribe(after=after))
             yield teammate
             tg.cancel_scope.cancel()

@@ -74,7 +74,7 @@ class FakeLink:
         self.closing = False
         self.connection = self
 
-    def cast(self, data: bytes) -> None:
+    def cast(self, data: bytes, *, group: int = 0) -> None:
         self.casts.append(data)
 
     def flush(self) -> None:
@@ -135,7 +135,7 @@ class CountingLink(FakeLink):
         self.readers = readers
         self.messages = 0
 
-    def cast(self, data: bytes) -> None:
+    def cast(self, data: bytes, *, group: int = 0) -> None:
         super().cast(data)
         self.messages += self.readers()
 

@@ -18,10 +18,12 @@ ErrorCode = Literal[
     "already_answered",
     "not_supported",
     "agent_unavailable",
+    "conversation_closed",
 ]
 """`forbidden`: a viewer asked to drive; `bad_request`: a malformed message; `unknown_request`:
 no such permission request; `already_answered`; `not_supported` (e.g. `input` to a chat agent);
-`agent_unavailable`: the agent is not running."""
+`agent_unavailable`: the agent is not running; `conversation_closed`: a driving request to a
+conversation a driver closed (docs/application.md, "Conversations")."""
 
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 """Every error code, in the order above."""

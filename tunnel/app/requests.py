@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tunnel.app.errors import BadRequest
 from tunnel.app.file_view import MAX_FILE_FIND_LENGTH, MAX_FILE_PATH_LENGTH
+from tunnel.e2e.opening import MAX_CONVERSATION_LENGTH
 
 # One request fits one `d` (256 KiB); prompts are text, so this is generous and keeps a hostile
 # driver from handing the agent megabytes at once.
@@ -54,6 +55,8 @@ PROMPT_IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 """The image types a prompt may carry."""
 MAX_PATH_PREFIX_LENGTH = 1024
 """Longest path a `paths` request may ask to complete."""
+MAX_AGENT_NAME_LENGTH = 32
+"""Longest agent name a `new_conversation` may name (`tunnel host --agent NAME=SPEC`)."""
 MAX_ELICITATION_FIELDS = 16
 """Fields of one question an agent asks (`elicitation/create`), and so of one answer's content: a
 request's maps hold at most 16 entries (`decode_request`)."""
@@ -231,6 +234,34 @@ class Authenticate:
     method_id: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListConversations:
+    """Send the host's list of conversations again (a `conversations` message); anyone."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewConversation:
+    """Start a conversation with the declared agent `agent`; drivers only."""
+
+    agent: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CloseConversation:
+    """Stop `conversation`'s agent and close it (its log stays); drivers only."""
+
+    conversation: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fork:
+    """Start a conversation from `conversation`'s items up to seq `upto` (its log copied up to
+    there), with the same agent; drivers only."""
+
+    conversation: str
+    upto: int
+
+
 Request = (
     Subscribe
     | History
@@ -249,6 +280,10 @@ Request = (
     | Focus
     | ReadFile
     | Authenticate
+    | ListConversations
+    | NewConversation
+    | CloseConversation
+    | Fork
 )
 
 # Ops that change the session: a viewer sending one is refused with `forbidden`.
@@ -263,6 +298,9 @@ DRIVING_REQUESTS = (
     Input,
     Resize,
     Authenticate,
+    NewConversation,
+    CloseConversation,
+    Fork,
 )
 
 
@@ -492,7 +530,32 @@ def decode_request(plaintext: bytes) -> Request:
     if op == "authenticate":
         _expect_keys(message, {"op", "method_id"})
         return Authenticate(method_id=_bounded_str(message, "method_id", MAX_ID_LENGTH))
+    if op == "conversations":
+        _expect_keys(message, {"op"})
+        return ListConversations()
+    if op == "new_conversation":
+        _expect_keys(message, {"op", "agent"})
+        agent = _bounded_str(message, "agent", MAX_AGENT_NAME_LENGTH)
+        if not agent:
+            raise BadRequest("new_conversation needs an agent name")
+        return NewConversation(agent=agent)
+    if op == "close_conversation":
+        _expect_keys(message, {"op", "conversation"})
+        return CloseConversation(conversation=_conversation(message))
+    if op == "fork":
+        _expect_keys(message, {"op", "conversation", "upto"})
+        upto = _field(message, "upto", int)
+        if not 0 <= upto <= MAX_SEQ:
+            raise BadRequest("fork needs a seq from 0")
+        return Fork(conversation=_conversation(message), upto=upto)
     raise BadRequest("unknown op")
+
+
+def _conversation(message: Mapping[str, Any]) -> str:
+    conversation = _bounded_str(message, "conversation", MAX_CONVERSATION_LENGTH)
+    if not conversation:
+        raise BadRequest("a conversation id is not empty")
+    return conversation
 
 
 def _b64url(data: bytes) -> str:
@@ -557,5 +620,13 @@ def encode_request(request: Request) -> bytes:
                 message["find"] = find
         case Authenticate(method_id=method_id):
             message = {"op": "authenticate", "method_id": method_id}
+        case ListConversations():
+            message = {"op": "conversations"}
+        case NewConversation(agent=agent):
+            message = {"op": "new_conversation", "agent": agent}
+        case CloseConversation(conversation=conversation):
+            message = {"op": "close_conversation", "conversation": conversation}
+        case Fork(conversation=conversation, upto=upto):
+            message = {"op": "fork", "conversation": conversation, "upto": upto}
     packed: bytes = msgpack.packb(message, use_bin_type=True)
     return packed

@@ -73,7 +73,7 @@ can stand for another)."""
 assert len(ANSWER_SIGN_LABEL) == 32
 
 MAX_CONVERSATION_LENGTH: Final = 256
-"""Characters of the conversation id an early subscribe may name."""
+"""Characters of the conversation id an early subscribe or a request may name."""
 
 CONFIRMATION: Final = b""
 """The plaintext of the teammate's first sealed message, sent as soon as the host's answer

@@ -87,8 +87,12 @@ class Broadcaster:
         conversation_id: str,
         presence: Presence,
         link: Callable[[], Link | None],
+        group: int = 0,
     ) -> None:
-        """`link` returns the host's link to the relay now, or None while there is none."""
+        """`link` returns the host's link to the relay now, or None while there is none;
+        `group` is the broadcast group the casts go to on it (one per conversation,
+        docs/protocol.md "Broadcast")."""
+        self.group = group
         self._identity = identity
         self._log = log
         self._conversation = conversation_id
@@ -103,6 +107,8 @@ class Broadcaster:
         self._interval = CAST_INTERVAL
         # The channels that were handed over; while there is none, nothing is sealed.
         self._joined: set[object] = set()
+        # Set (and replaced) each time last_seq moves: `wait_cast` waits on it.
+        self._moved = anyio.Event()
 
     # -- what channels use ------------------------------------------------------------------
 
@@ -131,6 +137,11 @@ class Broadcaster:
     def left(self, channel: object) -> None:
         """`channel` no longer gets the casts (parted, or gone)."""
         self._joined.discard(channel)
+
+    async def wait_cast(self, seq: int) -> None:
+        """Return once the items up to `seq` have been cast (or were, to nobody)."""
+        while self.last_seq < seq:
+            await self._moved.wait()
 
     def new_epoch(self) -> None:
         """Start a new epoch key (on revoke): channels joined from now on get the new one, and
@@ -233,6 +244,8 @@ class Broadcaster:
         """Seal, sign and queue one cast; never awaits (see the module)."""
         if last_seq is not None:
             self.last_seq = last_seq
+            moved, self._moved = self._moved, anyio.Event()
+            moved.set()
         if members is not None:
             self._members = members
         link = self._link()
@@ -240,7 +253,7 @@ class Broadcaster:
             return  # nobody to cast to: a channel joining later starts from the state above
         cast = self._sealer.seal(msgpack.packb(messages, use_bin_type=True))
         try:
-            link.connection.cast(cast)
+            link.connection.cast(cast, group=self.group)
         except LocalProtocolError as exc:
             if link.connection.failure is None:
                 # Larger than this relay's limits allow: the joined channels see a counter gap

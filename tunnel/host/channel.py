@@ -174,7 +174,8 @@ class HostChannel(SealedChannel):
 
     @property
     def early_conversation(self) -> str | None:
-        """The conversation the open's early subscribe counts its cursor in, if it said."""
+        """The conversation the open's early subscribe names (the one the channel follows, and
+        its cursor counts in), if it said."""
         sub = self._request.subscribe
         return None if sub is None else sub.conversation
 
@@ -184,13 +185,19 @@ class HostChannel(SealedChannel):
         return self._request.meta
 
     async def hand_over(
-        self, largest: int, build: Callable[[], bytes], *, joined: Callable[[], None]
+        self,
+        largest: int,
+        build: Callable[[], bytes],
+        *,
+        joined: Callable[[], None],
+        group: int = 0,
     ) -> None:
         """Send the `broadcast` message `build()` returns and join this channel to the host's
-        broadcast in the same instant (docs/application.md, "The broadcast"), then `joined()`."""
+        broadcast `group` in the same instant (docs/application.md, "The broadcast"), then
+        `joined()`."""
 
         def join() -> None:
-            self._channel.join_broadcast()
+            self._channel.join_broadcast(group)
             joined()
 
         await self.send_built(largest, build, then=join)

@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import enum
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tunnel.host.limits import DEFAULT_MAX_CONVERSATIONS
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
 
@@ -45,13 +47,23 @@ def host_command(
         ),
     ],
     agent: Annotated[
-        str,
+        list[str] | None,
         typer.Option(
-            envvar="TUNNEL_HOST_AGENT",
-            metavar="SPEC",
-            help='The agent to share: demo, "acp:COMMAND ARGS..." or "pty:COMMAND ARGS...".',
+            metavar="[NAME=]SPEC",
+            show_default=False,
+            help='The agent to share: demo, "acp:COMMAND ARGS..." or "pty:COMMAND ARGS...";'
+            " default demo, or $TUNNEL_HOST_AGENT. Repeat as NAME=SPEC to offer several: the"
+            " first runs the first conversation, drivers start more with /new NAME.",
         ),
-    ] = "demo",
+    ] = None,
+    max_conversations: Annotated[
+        int,
+        typer.Option(
+            envvar="TUNNEL_HOST_MAX_CONVERSATIONS",
+            metavar="N",
+            help="Conversations open at once at most (each runs an agent process).",
+        ),
+    ] = DEFAULT_MAX_CONVERSATIONS,
     agent_auth: Annotated[
         str | None,
         typer.Option(
@@ -325,9 +337,10 @@ def host_command(
         typer.echo(f"tunnel host: {exc}", err=True)
         raise typer.Exit(EXIT_CONFIG) from None
     try:
+        first_agent, named_agents = _agents(agent, max_conversations)
         sandbox_settings = _sandbox_settings(sandbox, sandbox_allow or [], sandbox_net)
         approval_policy = _approval_policy(policy, approvals)
-        _check_agent_mode(agent_mode, agent, approval_policy)
+        _check_agent_mode(agent_mode, first_agent, approval_policy)
         notify_settings = _notify_settings(
             push=push,
             services=push_service or [],
@@ -346,7 +359,9 @@ def host_command(
         )
     settings = ShareSettings(
         host=host,
-        agent=agent,
+        agent=first_agent,
+        agents=named_agents,
+        max_conversations=max_conversations,
         workspace=workspace,
         log_db=log_db,
         conversation_id=conversation,
@@ -364,8 +379,9 @@ def host_command(
         confined = " in a sandbox" + ("" if sandbox_settings.network else " with no network")
     if approval_policy is not None:
         confined += f" under the approval policy {escape(approval_policy.source)}"
+    shared = ", ".join(f"{n}={s}" for n, s in named_agents) if named_agents else settings.agent
     banner = (
-        f"[dim]sharing {escape(settings.agent)} in {escape(str(settings.workspace))}{confined};"
+        f"[dim]sharing {escape(shared)} in {escape(str(settings.workspace))}{confined};"
         " type a prompt, /allow or /deny a request, /help for more, /quit to stop[/dim]"
     )
     raise typer.Exit(
@@ -425,6 +441,30 @@ def _notify_settings(
         details=details,
         command=command,
     )
+
+
+def _agents(
+    values: list[str] | None, max_conversations: int
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The first agent's spec and the named ones of `--agent` (ValueError in one line): one
+    unnamed SPEC, or NAME=SPEC each with a distinct name."""
+    from tunnel.host.conversations import MAX_CONVERSATIONS, split_agent
+
+    if not 1 <= max_conversations <= MAX_CONVERSATIONS:
+        raise ValueError(f"--max-conversations is 1 to {MAX_CONVERSATIONS}")
+    if not values:
+        return os.environ.get("TUNNEL_HOST_AGENT") or "demo", ()
+    split = [split_agent(value) for value in values]
+    if len(split) == 1 and split[0][0] is None:
+        return split[0][1], ()
+    named: dict[str, str] = {}
+    for name, spec in split:
+        if name is None:
+            raise ValueError(f"--agent {spec!r}: with several agents, each is NAME=SPEC")
+        if name in named:
+            raise ValueError(f"--agent {name}=...: the name {name!r} is given twice")
+        named[name] = spec
+    return next(iter(named.values())), tuple(named.items())
 
 
 def _check_agent_mode(mode: str | None, agent: str, policy: Policy | None) -> None:

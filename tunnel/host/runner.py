@@ -126,6 +126,10 @@ class Host:
         self._registered_again = anyio.Event()
         """Set by each new registration: `revoke` waits for it, so the links it hands out work."""
 
+    def set_join_hook(self, on_join: JoinHook) -> None:
+        """Decide from now on whether to serve each channel with `on_join`."""
+        self._on_join = on_join
+
     # -- public state -------------------------------------------------------------------------
 
     @property

@@ -46,11 +46,15 @@ from tunnel.app.requests import (
     DRIVING_REQUESTS,
     Authenticate,
     Cancel,
+    CloseConversation,
     ElicitationAnswer,
     Focus,
+    Fork,
     History,
     Input,
+    ListConversations,
     ListPaths,
+    NewConversation,
     PermissionAnswer,
     Prompt,
     PushOff,
@@ -74,9 +78,14 @@ from tunnel.process.groups import unwrap_group
 
 if TYPE_CHECKING:
     from tunnel.host.broadcast import Broadcaster
+    from tunnel.host.conversations import Conversation, Conversations
     from tunnel.notify.service import Notifier
 
 logger = logging.getLogger("tunnel.session")
+
+CONVERSATIONS_INTERVAL = 0.25
+"""Seconds between two `conversations` messages to one channel at least: a busy agent changes
+its state often; the list goes at most this often, always as it stands."""
 
 REPLAY_PAGES = 2
 """Snapshot pages the whole host reads and encodes at once, whatever the number of joiners."""
@@ -150,7 +159,12 @@ class SessionChannel(Protocol):
     def max_message_size(self) -> int: ...
 
     async def hand_over(
-        self, largest: int, build: Callable[[], bytes], *, joined: Callable[[], None]
+        self,
+        largest: int,
+        build: Callable[[], bytes],
+        *,
+        joined: Callable[[], None],
+        group: int = 0,
     ) -> None: ...
 
     def leave_broadcast(self) -> None: ...
@@ -203,6 +217,8 @@ class SessionChannelHandler:
         heads: HeadSource | None = None,
         notifier: Notifier | None = None,
         files: FileReader | None = None,
+        conversations: Conversations | None = None,
+        conversation: Conversation | None = None,
     ) -> None:
         """`replay` is the host's budget shared by every channel; None gives this channel one
         of its own. `replay_burst` and `replay_rate` bound this channel's catch-up
@@ -211,8 +227,13 @@ class SessionChannelHandler:
         channel itself. `heads` gives a joiner the latest signed chain head after its snapshot
         (docs/log.md, "The audit chain"). `notifier` takes the teammate's push subscriptions
         and focus (docs/application.md, "Notifications"). `files` reads the workspace files a
-        teammate asks to see (`read_file`); None refuses them."""
+        teammate asks to see (`read_file`); None refuses them. `conversations` is the host's
+        list, which the channel is sent and may start and close conversations in;
+        `conversation` the one of them it follows (docs/application.md, "Conversations")."""
         self._channel = channel
+        self._conversations = conversations
+        self._conversation = conversation
+        self._snapshot_sent = anyio.Event()
         self._files = files
         self._read_limit: ReadLimit | None = None
         self._paths_limit: ReadLimit | None = None
@@ -251,6 +272,8 @@ class SessionChannelHandler:
         key = self._you = self._presence.reserve()
         try:
             async with unwrap_group(), anyio.create_task_group() as tg:
+                if self._conversations is not None:
+                    tg.start_soon(self._pump_conversations, self._conversations)
                 early = getattr(self._channel, "early_subscribe", None)
                 if isinstance(early, Subscribe):
                     # The open carried the subscribe: the snapshot and the `broadcast` message
@@ -331,8 +354,23 @@ class SessionChannelHandler:
         elif isinstance(request, PushOn | PushOff | Focus):
             # Any role: a viewer may want to know that a request waits, too.
             await self._notifications(request)
+        elif isinstance(request, ListConversations):
+            if self._conversations is not None:
+                await self._send_plaintext(out.pack(self._conversations.listing()))
         elif isinstance(request, DRIVING_REQUESTS) and self._channel.role != "drive":
             await self._send(out.Error(code="forbidden", message="this link can only view"))
+        elif isinstance(request, NewConversation | CloseConversation | Fork):
+            try:
+                await self._manage(request)
+            except AppError as exc:
+                await self._send(out.Error(code=exc.code, message=exc.message))
+        elif self._conversation is not None and self._conversation.closed:
+            await self._send(
+                out.Error(
+                    code="conversation_closed",
+                    message="this conversation is closed: start a new one, or switch",
+                )
+            )
         else:
             try:
                 await self._drive(request)
@@ -397,6 +435,42 @@ class SessionChannelHandler:
                 held = notifier.subscriptions.get(endpoint) is not None
                 await self._send(out.PushState(on=held, endpoint=endpoint))
 
+    async def _manage(self, request: NewConversation | CloseConversation | Fork) -> None:
+        """Start, close or fork a conversation (docs/application.md, "Conversations")."""
+        conversations = self._conversations
+        if conversations is None:
+            raise AppError("not_supported", "this host runs one conversation")
+        by = self._channel.name
+        match request:
+            case NewConversation(agent=agent):
+                started = await conversations.start(agent, by=by)
+            case Fork(conversation=conversation, upto=upto):
+                started = await conversations.fork(conversation, upto, by=by)
+            case CloseConversation(conversation=conversation):
+                await conversations.close(conversation, by=by)
+                return
+        await self._send_plaintext(
+            out.pack({"op": "conversation_started", "conversation": started.id})
+        )
+
+    async def _pump_conversations(self, conversations: Conversations) -> None:
+        """Send the list after `ready`, then again as it changes, at most every
+        CONVERSATIONS_INTERVAL and never the same twice in a row."""
+        # After the first snapshot: the first flight stays answer, ready, snapshot, broadcast.
+        await self._snapshot_sent.wait()
+        version = -1
+        sent: dict[str, Any] | None = None
+        while True:
+            if version >= 0:
+                version = await conversations.wait_changed(version)
+            else:
+                version = conversations.version
+            listing = conversations.listing()
+            if listing != sent:
+                await self._send_plaintext(out.pack(listing))
+                sent = listing
+            await anyio.sleep(CONVERSATIONS_INTERVAL)
+
     async def _drive(self, request: Request) -> None:
         by = self._channel.name
         match request:
@@ -422,7 +496,18 @@ class SessionChannelHandler:
                 await self._session.resize(cols, rows, by=by)
             case Authenticate(method_id=method_id):
                 await self._session.authenticate(method_id, by=by)
-            case Subscribe() | History() | PushOn() | PushOff() | Focus() | ReadFile():
+            case (
+                Subscribe()
+                | History()
+                | PushOn()
+                | PushOff()
+                | Focus()
+                | ReadFile()
+                | ListConversations()
+                | NewConversation()
+                | CloseConversation()
+                | Fork()
+            ):
                 pass  # handled by the caller; here for exhaustiveness
 
     async def _restart_stream(
@@ -480,7 +565,9 @@ class SessionChannelHandler:
                             if isinstance(entry, Item):
                                 last = entry.seq
                     await self._join_broadcast(broadcast)
+                    self._snapshot_sent.set()
                     return
+                self._snapshot_sent.set()
                 while True:  # the live tail
                     for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
                         await self._send_entry(entry)
@@ -493,6 +580,7 @@ class SessionChannelHandler:
             channel.max_message_size,
             lambda: broadcast.start_message(self._you),
             joined=lambda: broadcast.joined(channel),
+            group=broadcast.group,
         )
 
     async def _send_state(self, conversation: str, first_seq: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -37,15 +38,17 @@ from tunnel.host.audit import HeadSigner
 from tunnel.host.broadcast import Broadcaster
 from tunnel.host.channel import HostChannel
 from tunnel.host.console import HostConsole
+from tunnel.host.conversations import ConversationParts, Conversations, agent_label
 from tunnel.host.files import FileReader
 from tunnel.host.invitations import InvitationError
+from tunnel.host.limits import DEFAULT_MAX_CONVERSATIONS
 from tunnel.host.presence import Member, Presence
 from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE
 from tunnel.host.runner import Host
 from tunnel.host.session import ReplayBudget, SessionChannelHandler
 from tunnel.host.settings import HostSettings
 from tunnel.log import Log, StoreError, default_db_path
-from tunnel.log.sqlite import open_host_store
+from tunnel.log.sqlite import SQLiteStore, open_host_store
 from tunnel.notify.service import Notifier
 from tunnel.notify.settings import NotifySettings
 from tunnel.policy import Policy
@@ -106,6 +109,21 @@ class ShareSettings:
     notify: NotifySettings = field(default_factory=NotifySettings)
     """Approval notifications: Web Push, webhooks, a local command (docs/notifications.md)."""
 
+    agents: tuple[tuple[str, str], ...] = ()
+    """The named agents drivers may start conversations with (`--agent NAME=SPEC`), in order;
+    the first runs the host's first conversation. Empty: `agent` alone, under its
+    `agent_label`."""
+
+    max_conversations: int = DEFAULT_MAX_CONVERSATIONS
+    """Conversations open at once at most (`--max-conversations`)."""
+
+    @property
+    def declared_agents(self) -> dict[str, str]:
+        """Each agent name drivers may start, with its spec; the first one's runs first."""
+        if self.agents:
+            return dict(self.agents)
+        return {agent_label(self.agent): self.agent}
+
     @property
     def resolved_log_db(self) -> Path:
         return self.log_db if self.log_db is not None else default_db_path()
@@ -121,17 +139,18 @@ class HostPeople:
     """The console's /invite, /revoke NAME and /people, on a running host."""
 
     def __init__(
-        self, host: Host, broadcast: Broadcaster, notifier: Notifier | None = None
+        self, host: Host, new_epoch: Callable[[], None], notifier: Notifier | None = None
     ) -> None:
+        """`new_epoch` starts a new broadcast key in every conversation (see `invite`)."""
         self._host = host
-        self._broadcast = broadcast
+        self._new_epoch = new_epoch
         self._notifier = notifier
 
     async def invite(self, name: str, role: str) -> str:
         """Invite `name` in `role`; return their link."""
         if self._host.invitations.get(name) is not None:
             # Their old link's channels close: the key they hold reads nothing cast after.
-            self._broadcast.new_epoch()
+            self._new_epoch()
             # And its browsers' pushes stop: the old link may be in other hands, and a drive
             # link's subscriptions would still offer answers to a name invited again to view.
             # The new link's page subscribes again when it attaches.
@@ -145,7 +164,7 @@ class HostPeople:
         if self._host.invitations.get(name) is None:
             raise InvitationError(f"nobody is invited as {name!r}")
         # Before their channels close: the key they hold reads nothing cast after.
-        self._broadcast.new_epoch()
+        self._new_epoch()
         await self._host.revoke_person(name)
         if self._notifier is not None:
             self._notifier.forget_person(name)
@@ -186,6 +205,7 @@ class Shared:
     presence: Presence
     console: HostConsole
     notifier: Notifier | None = None
+    conversations: Conversations | None = None
 
 
 async def run_share(
@@ -203,12 +223,15 @@ async def run_share(
     (not a log, a newer schema, unreadable or read-only: docs/log.md, "Faults").
     """
     workspace = settings.workspace.resolve()
-    check_agent(settings.agent, workspace=workspace)
-    if settings.policy is not None:
-        check_policy_agent(settings.agent)
-    sandbox = None
+    agents = settings.declared_agents
+    for spec in agents.values():
+        check_agent(spec, workspace=workspace)
+        if settings.policy is not None:
+            check_policy_agent(spec)
+    sandboxes: dict[str, Sandbox] = {}
     if settings.sandbox is not None:
-        sandbox = await _prepare_sandbox(settings, workspace)
+        for name, spec in agents.items():
+            sandboxes[name] = await _prepare_sandbox(settings, workspace, spec)
     db = settings.resolved_log_db
     if settings.log_db is None:
         db.parent.mkdir(parents=True, exist_ok=True)
@@ -224,113 +247,184 @@ async def run_share(
         # The command says a ValueError in one line (run_host_command): the file is the mistake.
         raise ValueError(f"cannot use the log database: {exc}") from None
     async with Log(store) as log:
-        session = create_session(
-            settings.agent,
-            log,
-            workspace=workspace,
-            conversation_id=settings.conversation_id,
-            demo_delay=settings.demo_delay,
-            sandbox=sandbox,
-            agent_auth=settings.agent_auth,
-            agent_mode=settings.agent_mode,
-            policy=settings.policy,
-        )
-        presence = Presence()
-        host_console = HostConsole(
-            session=session,
-            log=log,
-            presence=presence,
-            host_name=settings.host.name,
-            console=console,
-            stdin=stdin if settings.interactive else None,
-            bell=settings.bell,
-        )
-
         # One for the whole host: late joiners' replays take turns (tunnel/host/session.py).
         replay = ReplayBudget()
         files = FileReader(
             Workspace(workspace),
-            hidden=(*_private_paths(settings), *(sandbox.hide if sandbox is not None else ())),
+            hidden=(*_private_paths(settings), *(h for b in sandboxes.values() for h in b.hide)),
         )
-        # The agent is handed none of them either (`@path`, its file reads).
-        session.set_hidden(files.hidden)
+        # Made before any agent starts, with the key and share secrets if missing, so an
+        # agent's sandbox finds them to hide (tunnel/agents/sandbox.py).
+        host = Host(settings.host, lambda channel: handler(channel), on_join=None)
+
+        def build(conversation_id: str, agent: str, group: int) -> ConversationParts:
+            return _build_parts(
+                settings,
+                log=log,
+                store=store,
+                host=host,
+                spec=agents[agent],
+                conversation_id=conversation_id,
+                group=group,
+                workspace=workspace,
+                sandbox=sandboxes.get(agent),
+                files=files,
+            )
+
+        conversations = Conversations(
+            log=log,
+            agents=agents,
+            build=build,
+            host_name=settings.host.name,
+            max_open=settings.max_conversations,
+        )
+        host_console: HostConsole | None = None
+        notifier: Notifier | None = None
 
         async def handler(channel: HostChannel) -> None:
+            conversation = conversations.for_channel(channel.early_conversation)
+            parts = conversation.parts
+            assert isinstance(parts, _Parts)
             await SessionChannelHandler(
                 channel,
-                session=session,
+                session=parts.session,
                 log=log,
-                presence=presence,
+                presence=parts.presence,
                 replay=replay,
-                broadcast=broadcast,
+                broadcast=parts.broadcast,
                 replay_burst=settings.replay_burst,
                 replay_rate=settings.replay_rate,
-                heads=signer,
-                notifier=notifier,
+                heads=parts.signer,
+                notifier=notifier if conversation is conversations.first else None,
                 files=files,
+                conversations=conversations,
+                conversation=conversation,
             ).run()
 
         async def approve(channel: HostChannel) -> bool:
+            assert host_console is not None
             return await host_console.approve_join(channel.name, channel.role)
 
-        # Makes the key and share secrets if missing: before the agent starts, so its sandbox
-        # finds them to hide (tunnel/agents/sandbox.py).
-        host = Host(settings.host, handler, on_join=approve if settings.approve else None)
-        broadcast = Broadcaster(
-            identity=host.identity,
-            log=log,
-            conversation_id=session.conversation_id,
-            presence=presence,
-            link=lambda: host.link,
-        )
+        if settings.approve:
+            host.set_join_hook(approve)
 
-        # Signs the chain head after each turn and on shutdown (docs/log.md, "The audit chain").
-        signer = HeadSigner(
-            identity=host.identity,
-            log=log,
-            store=store,
-            conversation_id=session.conversation_id,
-        )
+        def new_epoch() -> None:
+            # Before revoked channels close: the keys they hold read nothing cast after.
+            for conversation in conversations.open_conversations():
+                parts = conversation.parts
+                assert isinstance(parts, _Parts)
+                parts.broadcast.new_epoch()
 
         async def revoke() -> None:
-            # Before the revoked channels close: the key they hold reads nothing cast after.
-            broadcast.new_epoch()
+            new_epoch()
             await host.revoke()
             if notifier is not None:
                 notifier.forget_role_links(_role_links(host))
                 await notifier.subscriptions.saved()
             print_links(host)
 
-        notifier = _notifier(settings, host, session)
+        async with anyio.create_task_group() as tg:
+            await tg.start(conversations.run, settings.conversation_id)
+            first = conversations.first.parts
+            assert isinstance(first, _Parts)
+            session = first.session
+            notifier = _notifier(settings, host, session)
+            if notifier is not None:
+                await tg.start(notifier.run, log, session.conversation_id)
+            host_console = HostConsole(
+                session=session,
+                log=log,
+                presence=first.presence,
+                host_name=settings.host.name,
+                console=console,
+                stdin=stdin if settings.interactive else None,
+                bell=settings.bell,
+            )
+            host_console.revoke = revoke
+            host_console.people = HostPeople(host, new_epoch, notifier)
+            await tg.start(host.run)
+            tg.start_soon(host_console.run)
+            task_status.started(
+                Shared(
+                    host=host,
+                    session=session,
+                    log=log,
+                    presence=first.presence,
+                    console=host_console,
+                    notifier=notifier,
+                    conversations=conversations,
+                )
+            )
+            await host_console.quit_requested.wait()
+            tg.cancel_scope.cancel()
 
-        host_console.revoke = revoke
-        host_console.people = HostPeople(host, broadcast, notifier)
-        # The host user co-drives from the console: they are attached too.
-        presence.join(Member(name=settings.host.name, role="host"))
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Parts:
+    """One conversation's agent session, presence, broadcast and head signer."""
+
+    session: AgentSession
+    presence: Presence
+    broadcast: Broadcaster
+    signer: HeadSigner
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         try:
             async with anyio.create_task_group() as tg:
-                await tg.start(signer.run)
-                await tg.start(session.run)
-                await tg.start(broadcast.run)
-                if notifier is not None:
-                    await tg.start(notifier.run, log, session.conversation_id)
-                await tg.start(host.run)
-                tg.start_soon(host_console.run)
-                task_status.started(
-                    Shared(
-                        host=host,
-                        session=session,
-                        log=log,
-                        presence=presence,
-                        console=host_console,
-                        notifier=notifier,
-                    )
-                )
-                await host_console.quit_requested.wait()
-                tg.cancel_scope.cancel()
+                await tg.start(self.signer.run)
+                await tg.start(self.session.run)
+                await tg.start(self.broadcast.run)
+                task_status.started()
         finally:
             # The agent has stopped: what it wrote while stopping is signed too.
-            await signer.close()
+            await self.signer.close()
+
+    async def cast_through(self, seq: int) -> None:
+        await self.broadcast.wait_cast(seq)
+
+
+def _build_parts(
+    settings: ShareSettings,
+    *,
+    log: Log,
+    store: SQLiteStore,
+    host: Host,
+    spec: str,
+    conversation_id: str,
+    group: int,
+    workspace: Path,
+    sandbox: Sandbox | None,
+    files: FileReader,
+) -> _Parts:
+    session = create_session(
+        spec,
+        log,
+        workspace=workspace,
+        conversation_id=conversation_id,
+        demo_delay=settings.demo_delay,
+        sandbox=sandbox,
+        agent_auth=settings.agent_auth,
+        agent_mode=settings.agent_mode if parse_spec(spec)[0] == "acp" else None,
+        policy=settings.policy,
+    )
+    # The agent is handed none of the host's private files either (`@path`, its file reads).
+    session.set_hidden(files.hidden)
+    presence = Presence()
+    # The host user co-drives from the console: they are attached to every conversation.
+    presence.join(Member(name=settings.host.name, role="host"))
+    broadcast = Broadcaster(
+        identity=host.identity,
+        log=log,
+        conversation_id=conversation_id,
+        presence=presence,
+        link=lambda: host.link,
+        group=group,
+    )
+    # Signs the chain head after each turn and on shutdown (docs/log.md, "The audit chain").
+    signer = HeadSigner(
+        identity=host.identity, log=log, store=store, conversation_id=conversation_id
+    )
+    return _Parts(session=session, presence=presence, broadcast=broadcast, signer=signer)
 
 
 def _role_links(host: Host) -> str:
@@ -400,11 +494,12 @@ def _private_paths(settings: ShareSettings) -> tuple[Path, ...]:
     )
 
 
-async def _prepare_sandbox(settings: ShareSettings, workspace: Path) -> Sandbox:
-    """The agent's sandbox, checked (bubblewrap runs once): a SandboxError, a ValueError, says
-    in one line why there is none, before anything is registered or written."""
+async def _prepare_sandbox(settings: ShareSettings, workspace: Path, spec: str) -> Sandbox:
+    """The sandbox of the agent `spec`, checked (bubblewrap runs once): a SandboxError, a
+    ValueError, says in one line why there is none, before anything is registered or
+    written."""
     assert settings.sandbox is not None
-    kind, argv = parse_spec(settings.agent)
+    kind, argv = parse_spec(spec)
     if kind == "demo":
         raise ValueError("--sandbox needs an acp: or pty: agent; the demo agent runs no program")
     hide = _private_paths(settings)

@@ -25,6 +25,12 @@ from typing import Any, ClassVar
 
 import anyio
 
+from tunnel.app.conversation_list import (
+    CONVERSATION_OPS,
+    ConversationList,
+    ConversationStarted,
+    parse_conversation_message,
+)
 from tunnel.app.errors import BadRequest
 from tunnel.app.file_view import FileWindow, parse_file
 from tunnel.app.follower import CatchingUp, Follower, FollowerError, FollowerEvent, Skipped
@@ -199,6 +205,13 @@ class TeammateSession:
         self.on_paths: Callable[[dict[str, Any]], None] | None = None
         """Called with each `paths` message (the answer to a `paths` request: workspace paths
         that complete an `@path`); None drops them."""
+        self.on_conversations: Callable[[ConversationList | ConversationStarted], None] | None = (
+            None
+        )
+        """Gets the host's list of conversations and the one this teammate started
+        (docs/application.md, "Conversations"); None drops them."""
+        self.conversations: ConversationList | None = None
+        """The host's list as last sent (None until it is, and from a host of one)."""
 
     @property
     def role(self) -> str:
@@ -318,6 +331,17 @@ class TeammateSession:
         if message["op"] == "paths":
             if self.on_paths is not None:
                 self.on_paths(message)
+            return []
+        if message["op"] in CONVERSATION_OPS:
+            # The host's conversations: nothing of this channel's own conversation's state.
+            try:
+                parsed = parse_conversation_message(message)
+            except BadRequest as exc:
+                return [Skipped(op=message["op"], reason=str(exc))]
+            if isinstance(parsed, ConversationList):
+                self.conversations = parsed
+            if self.on_conversations is not None:
+                self.on_conversations(parsed)
             return []
         if message["op"] == "file":
             # An answer to this teammate's `read_file`: nothing of the session's state.

@@ -1,0 +1,203 @@
+"""Several conversations on one host, through a real relay and a real `tunnel host` process:
+drivers start, list, switch and close them; each keeps its own items; a viewer watches only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.host.host_process import HostProcess
+from tests.host.teammate import Teammate, attached
+from tests.support import RelayProcess
+from tunnel.app.requests import (
+    CloseConversation,
+    Fork,
+    ListConversations,
+    NewConversation,
+    Prompt,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+
+def _replies(teammate: Teammate) -> list[str]:
+    return [
+        str(item["data"].get("text", ""))
+        for item in teammate.items
+        if item["type"] == "message" and item["created_by"] != "agent"
+    ]
+
+
+def _host(relay: RelayProcess, tmp_path: Path, *extra: str) -> HostProcess:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    return HostProcess(
+        relay.url,
+        tmp_path,
+        agent="demo=demo",
+        workspace=workspace,
+        log_db=tmp_path / "log.db",
+        interactive=False,
+        extra=("--agent", "other=demo", "--max-conversations", "3", *extra),
+    )
+
+
+async def test_drivers_start_switch_and_close_conversations_and_items_stay_apart(
+    tmp_path: Path,
+) -> None:
+    relay = RelayProcess(tmp_path).start()
+    host = _host(relay, tmp_path)
+    try:
+        host.start()
+        async with attached(host.drive_link, "ann", conversation="main") as ann:
+            await ann.wait_for(lambda t: t.listing is not None)
+            assert ann.listing is not None
+            assert ann.listing.agents == ("demo", "other")
+            assert [c.id for c in ann.listing.conversations] == ["main"]
+            assert ann.ready is not None
+            assert ann.ready["conversation_id"] == "main"
+
+            await ann.send(NewConversation(agent="other"))
+            await ann.wait_for(lambda t: t.started)
+            second = ann.started[0]
+            assert second.startswith("c-")
+            await ann.wait_for(
+                lambda t: t.listing is not None and len(t.listing.conversations) == 2
+            )
+
+            # A viewer may follow the new one and list, but not start one.
+            async with attached(host.view_link, "vic", conversation=second) as vic:
+                await vic.wait_for(lambda t: t.ready is not None and t.snapshot_done)
+                assert vic.ready is not None
+                assert vic.ready["conversation_id"] == second
+                await vic.send(NewConversation(agent="demo"))
+                await vic.wait_for(lambda t: t.errors)
+                assert vic.errors[0]["code"] == "forbidden"
+                await vic.send(ListConversations())
+
+                async with attached(host.drive_link, "bo", conversation=second) as bo:
+                    await bo.wait_for(lambda t: t.snapshot_done)
+                    await bo.send(Prompt(text="only in the second"))
+                    await ann.send(Prompt(text="only in main"))
+                    await bo.wait_for(lambda t: "only in the second" in _replies(t))
+                    await vic.wait_for(lambda t: "only in the second" in _replies(t))
+                    await ann.wait_for(lambda t: "only in main" in _replies(t))
+                    # Each conversation's items reach only its own channels.
+                    assert "only in main" not in _replies(bo) + _replies(vic)
+                    assert "only in the second" not in _replies(ann)
+
+                    # Unknown agent; too many conversations (max 3).
+                    await ann.send(NewConversation(agent="nobody"))
+                    await ann.wait_for(lambda t: t.errors)
+                    assert ann.errors[-1]["code"] == "unknown_request"
+                    await ann.send(NewConversation(agent="demo"))
+                    await ann.wait_for(lambda t: len(t.started) == 2)
+                    await ann.send(NewConversation(agent="demo"))
+                    await ann.wait_for(lambda t: len(t.errors) == 2)
+                    assert ann.errors[-1]["code"] == "agent_unavailable"
+
+                    # Closing: its channels stay to read, driving it is refused.
+                    await ann.send(CloseConversation(conversation=second))
+                    await bo.wait_for(
+                        lambda t: (
+                            t.listing is not None
+                            and any(
+                                c.id == second and c.state == "closed"
+                                for c in t.listing.conversations
+                            )
+                        )
+                    )
+                    await bo.send(Prompt(text="after the close"))
+                    await bo.wait_for(lambda t: t.errors)
+                    assert bo.errors[-1]["code"] == "conversation_closed"
+                    assert bo.item_of("session_event", what="conversation_closed") is not None
+    finally:
+        host.stop()
+        relay.stop()
+
+
+async def test_an_unknown_conversation_is_served_as_the_first_and_a_restart_resumes_the_others(
+    tmp_path: Path,
+) -> None:
+    relay = RelayProcess(tmp_path).start()
+    host = _host(relay, tmp_path)
+    try:
+        host.start()
+        async with attached(host.drive_link, "ann", conversation="no-such") as ann:
+            await ann.wait_for(lambda t: t.ready is not None and t.listing is not None)
+            assert ann.ready is not None
+            assert ann.ready["conversation_id"] == "main"
+            await ann.send(NewConversation(agent="other"))
+            await ann.wait_for(lambda t: t.started)
+            second = ann.started[0]
+        async with attached(host.drive_link, "ann", conversation=second) as ann:
+            await ann.wait_for(lambda t: t.snapshot_done)
+            await ann.send(Prompt(text="before the restart"))
+            await ann.wait_for(lambda t: "before the restart" in _replies(t))
+            seqs = ann.seqs()
+        host.stop()
+        host.start()
+        async with attached(host.drive_link, "ann", conversation=second) as ann:
+            await ann.wait_for(
+                lambda t: (
+                    t.listing is not None
+                    and {c.id for c in t.listing.conversations} == {"main", second}
+                )
+            )
+            await ann.wait_for(lambda t: t.snapshot_done)
+            # Exactly once: what the log held, no item twice, and the agent answers again.
+            assert ann.seqs()[: len(seqs)] == seqs
+            assert len(set(ann.seqs())) == len(ann.seqs())
+            await ann.send(Prompt(text="after the restart"))
+            await ann.wait_for(lambda t: "after the restart" in _replies(t))
+            listing = ann.listing
+            assert listing is not None
+            entry = listing.find(second)
+            assert entry is not None
+            assert entry.agent == "other"
+            assert entry.by == "ann"
+    finally:
+        host.stop()
+        relay.stop()
+
+
+async def test_a_fork_copies_the_log_up_to_its_seq_and_records_the_fork_in_both(
+    tmp_path: Path,
+) -> None:
+    relay = RelayProcess(tmp_path).start()
+    host = _host(relay, tmp_path)
+    try:
+        host.start()
+        async with attached(host.drive_link, "ann", conversation="main") as ann:
+            await ann.wait_for(lambda t: t.snapshot_done)
+            await ann.send(Prompt(text="first question"))
+            await ann.wait_for(lambda t: "first question" in _replies(t))
+            await ann.wait_for(lambda t: any(i["created_by"] == "agent" for i in t.items))
+            upto = max(ann.seqs())
+            await ann.send(Prompt(text="second question"))
+            await ann.wait_for(lambda t: "second question" in _replies(t))
+            await ann.send(Fork(conversation="main", upto=upto))
+            await ann.wait_for(lambda t: t.started)
+            fork = ann.started[0]
+            await ann.wait_for(
+                lambda t: t.item_of("session_event", what="session_fork") is not None
+            )
+            source_items = [i for i in ann.items if i["seq"] <= upto]
+        async with attached(host.drive_link, "ann", conversation=fork, after=-1) as forked:
+            await forked.wait_for(lambda t: t.snapshot_done)
+            await anyio.sleep(0)
+            copied = forked.items[: upto + 1]
+            assert [(i["seq"], i["type"], i["data"]) for i in copied] == [
+                (i["seq"], i["type"], i["data"]) for i in source_items
+            ]
+            event = forked.items[upto + 1]
+            assert event["type"] == "session_event"
+            assert event["data"]["what"] == "session_fork"
+            assert event["data"]["from"] == "main"
+            assert event["data"]["upto"] == upto
+            assert "second question" not in _replies(forked)
+    finally:
+        host.stop()
+        relay.stop()
