@@ -6,7 +6,10 @@ Run: .venv/bin/python bench/framing_bench.py [--pairs 5] [--size 4K --size 64K] 
 Each variant is a relay process that forwards every binary message arriving on `/in` to the
 connection on `/out`, with backpressure (a full `/out` stops reading `/in`):
 - websockets: python-websockets, `async for` and `send()`, as the bare relay of relay_bench.py;
-- seam: python-websockets reading, writing through tunnel/link/framing.py as a link does;
+- seam: python-websockets reading, writing through tunnel/link/framing.py as a link does (a
+  write while the socket takes more, a wait for it to drain once it is backed up);
+- seam-picows: the same through tunnel/link/framing_picows.py (`PicowsFraming`: picows reads,
+  the seam writes), as `tunnel relay --framing picows` does;
 - picows: picows (needs `pip install picows`), the payload sent from its read buffer.
 Each on asyncio's loop and on uvloop's (needs uvloop; the `bench` extra). The load comes from
 this process, the same for every variant: a sender and a receiver on picows and uvloop, so the
@@ -32,9 +35,11 @@ from harness import Samples, cpu_seconds, human_size, parse_size, print_table
 VARIANTS = (
     ("websockets", "asyncio"),
     ("seam", "asyncio"),
+    ("seam-picows", "asyncio"),
     ("picows", "asyncio"),
     ("websockets", "uvloop"),
     ("seam", "uvloop"),
+    ("seam-picows", "uvloop"),
     ("picows", "uvloop"),
 )
 
@@ -58,8 +63,11 @@ async def serve_websockets(seam: bool) -> None:
         framing = WebsocketsFraming(sink)
         async for message in websocket:
             if seam:
-                async with sink.send_context():
-                    framing.write_messages([message])  # type: ignore[list-item]
+                # As a link writes: at once, and through the guard only to wait for a drain.
+                if framing.backed_up():
+                    async with framing.write_guard():
+                        pass
+                framing.write_messages([message])  # type: ignore[list-item]
             else:
                 await sink.send(message)
 
@@ -106,8 +114,51 @@ async def serve_picows() -> None:
     await asyncio.Future()
 
 
+async def serve_seam_picows() -> None:
+    from picows import WSUpgradeRequest, ws_create_server
+
+    from tunnel.link.framing_picows import PICOWS_LOGGER, PicowsFraming
+
+    out: list[PicowsFraming] = []
+
+    async def forward(source: PicowsFraming) -> None:
+        sink = out[0]
+        async for message in source.messages():
+            # As a link writes: at once, and through the guard only to wait for a drain.
+            if sink.backed_up():
+                async with sink.write_guard():
+                    pass
+            sink.write_messages([message])  # type: ignore[list-item]
+
+    tasks: set[asyncio.Task[None]] = set()  # one per connection of the bench: a few
+
+    def connected(path: bytes, framing: PicowsFraming) -> None:
+        if path == b"/out":
+            out[:] = [framing]
+            return
+        task = asyncio.get_running_loop().create_task(forward(framing))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def listener(request: WSUpgradeRequest) -> PicowsFraming:
+        return PicowsFraming(
+            max_size=None, on_connected=lambda framing: connected(request.path, framing)
+        )
+
+    server = await ws_create_server(
+        listener, "127.0.0.1", 0, max_frame_size=1 << 24, logger_name=PICOWS_LOGGER
+    )
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.Future()
+
+
 def serve(library: str, loop: str) -> None:
-    main = serve_picows() if library == "picows" else serve_websockets(library == "seam")
+    if library == "picows":
+        main = serve_picows()
+    elif library == "seam-picows":
+        main = serve_seam_picows()
+    else:
+        main = serve_websockets(library == "seam")
     if loop == "uvloop":
         import uvloop
 

@@ -12,8 +12,9 @@ Up to five systems, each a relay process, a host process and a teammate in this 
 - picows: the same bare relay on picows (bench/peers.py `picows-relay`), the same bare host and
   client on websockets;
 - tcp: a plain asyncio TCP relay copying bytes between two sockets, length-prefixed messages.
-With --uvloop every relay process (ours too) runs on uvloop's event loop, the hosts and the
-teammate on asyncio's; --no-picows leaves out the two picows systems.
+With --loop uvloop every relay process but the TCP one (ours too) runs on uvloop's event loop,
+the hosts and the teammate on asyncio's; --loop both runs each relay on both loops, interleaved
+(a system on uvloop is named NAME@uvloop); --no-picows leaves out the two picows systems.
 
 Measures, each run once per system per pair, the systems in turn (order reversed every other
 pair): bulk host->teammate ("down") and teammate->host ("up") for each message size (MiB/s, and
@@ -76,7 +77,7 @@ class System:
 
 @contextlib.asynccontextmanager
 async def ours(wd: Path, framing: str, uvloop: bool) -> AsyncIterator[System]:
-    name = "ours" if framing == "websockets" else f"ours-{framing}"
+    name = ("ours" if framing == "websockets" else f"ours-{framing}") + UVLOOP * uvloop
     async with (
         tunnel_relay(wd, "--framing", framing, name=f"{name}-relay", uvloop=uvloop) as (
             relay,
@@ -93,9 +94,10 @@ async def ours(wd: Path, framing: str, uvloop: bool) -> AsyncIterator[System]:
 async def bare_ws(wd: Path, library: str, uvloop: bool) -> AsyncIterator[System]:
     role = "bare-relay" if library == "ws" else "picows-relay"
     loop = ["--uvloop"] if uvloop else []
-    async with peer(f"{library}-relay", role, wd, *loop) as relay:
+    name = library + UVLOOP * uvloop
+    async with peer(f"{name}-relay", role, wd, *loop) as relay:
         url = (await ready(relay))["url"]
-        async with peer(f"{library}-host", "bare-host", wd, "--url", url) as host:
+        async with peer(f"{name}-host", "bare-host", wd, "--url", url) as host:
             await ready(host)
             async with connect(f"{url}/attach", compression=None, max_size=None) as websocket:
 
@@ -104,12 +106,12 @@ async def bare_ws(wd: Path, library: str, uvloop: bool) -> AsyncIterator[System]
                     assert isinstance(message, bytes)
                     return message
 
-                yield System(library, websocket.send, receive, [relay.pid, host.pid])
+                yield System(name, websocket.send, receive, [relay.pid, host.pid])
 
 
 @contextlib.asynccontextmanager
-async def bare_tcp(wd: Path, uvloop: bool) -> AsyncIterator[System]:
-    async with peer("tcp-relay", "tcp-relay", wd, *(["--uvloop"] if uvloop else [])) as relay:
+async def bare_tcp(wd: Path) -> AsyncIterator[System]:
+    async with peer("tcp-relay", "tcp-relay", wd) as relay:
         port = (await ready(relay))["port"]
         async with peer("tcp-host", "tcp-host", wd, "--port", str(port)) as host:
             await ready(host)
@@ -205,13 +207,18 @@ class Options:
     tcp: bool
     split: bool
     picows: bool
-    uvloop: bool
+    loops: tuple[bool, ...]
+    """For each loop the relays run on: whether it is uvloop."""
 
     @property
     def names(self) -> list[str]:
         """The systems, in the order of the table's columns."""
-        picows = ["ours-picows", "picows"] if self.picows else []
-        return ["ours", *picows[:1], "ws", *picows[1:], *(["tcp"] if self.tcp else [])]
+        names = []
+        for uvloop in self.loops:
+            picows = ["ours-picows", "picows"] if self.picows else []
+            for name in ["ours", *picows[:1], "ws", *picows[1:]]:
+                names.append(name + UVLOOP * uvloop)
+        return names + (["tcp"] if self.tcp else [])
 
 
 @dataclass
@@ -239,9 +246,9 @@ async def one_pass(
                     label = f"{direction} {human_size(size)}"
                     results.add(f"{label} MiB/s", system.name, megabytes / run.seconds)
                     results.add(f"{label} CPU s/MiB", system.name, sum(run.cpu) / megabytes)
-                    results.add(
-                        f"{label} relay CPU ms/MiB", system.name, run.cpu[0] * 1e3 / megabytes
-                    )
+                    if not options.split:  # else its "CPU s/MiB relay" row says it
+                        relay_ms = run.cpu[0] * 1e3 / megabytes
+                        results.add(f"{label} relay CPU ms/MiB", system.name, relay_ms)
                     if options.split:
                         for part, cpu in zip(PARTS, run.cpu, strict=True):
                             results.add(f"{label} CPU s/MiB {part}", system.name, cpu / megabytes)
@@ -281,8 +288,18 @@ RATIOS = (
     ("ours-picows", "ours"),
     ("picows", "ws"),
     ("ours", "tcp"),
+    ("ours@uvloop", "ws@uvloop"),
+    ("ours-picows@uvloop", "ws@uvloop"),
+    ("ours-picows@uvloop", "ours@uvloop"),
+    ("picows@uvloop", "ws@uvloop"),
+    ("ours@uvloop", "ours"),
+    ("ours-picows@uvloop", "ours-picows"),
+    ("ws@uvloop", "ws"),
 )
 """The ratios the table shows, those of systems in the run."""
+
+UVLOOP = "@uvloop"
+"""What a system's name ends with when its relay runs on uvloop."""
 
 
 def report(results: Results, options: Options) -> None:
@@ -297,7 +314,7 @@ def report(results: Results, options: Options) -> None:
         row += [ratios(by_system[a], by_system[b]).spread(".2f") for a, b in shown]
         row.append(goal(measure))
         rows.append(row)
-    loop = "uvloop" if options.uvloop else "asyncio"
+    loop = " and ".join("uvloop" if uvloop else "asyncio" for uvloop in options.loops)
     print_table(
         f"relay path, relays on {loop}, {options.pairs} pairs, {options.mib:g} MiB per bulk run, "
         f"{options.roundtrips} round trips of {RTT_SIZE} B: median [min-max]",
@@ -310,15 +327,17 @@ async def bench(options: Options) -> None:
     with workdir("relay-bench-") as wd:
         async with contextlib.AsyncExitStack() as stack:
             enter = stack.enter_async_context
-            uvloop = options.uvloop
-            systems = {"ours": await enter(ours(wd, "websockets", uvloop))}
-            if options.picows:
-                systems["ours-picows"] = await enter(ours(wd, "picows", uvloop))
-            systems["ws"] = await enter(bare_ws(wd, "ws", uvloop))
-            if options.picows:
-                systems["picows"] = await enter(bare_ws(wd, "picows", uvloop))
+            started = []
+            for uvloop in options.loops:
+                started.append(await enter(ours(wd, "websockets", uvloop)))
+                if options.picows:
+                    started.append(await enter(ours(wd, "picows", uvloop)))
+                started.append(await enter(bare_ws(wd, "ws", uvloop)))
+                if options.picows:
+                    started.append(await enter(bare_ws(wd, "picows", uvloop)))
             if options.tcp:
-                systems["tcp"] = await enter(bare_tcp(wd, uvloop))
+                started.append(await enter(bare_tcp(wd)))
+            systems = {system.name: system for system in started}
             ordered = [systems[name] for name in options.names]
             await one_pass(ordered, options, None, scale=0.1)  # warm-up, not recorded
             results = Results()
@@ -350,7 +369,12 @@ def main() -> None:
         "--quick", action="store_true", help="smaller defaults, about 15 s (for iterating)"
     )
     parser.add_argument("--no-picows", action="store_true", help="skip the picows systems")
-    parser.add_argument("--uvloop", action="store_true", help="every relay on uvloop's loop")
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop", "both"),
+        default="asyncio",
+        help="the event loop of the relays (default asyncio; both: each relay on each)",
+    )
     args = parser.parse_args()
 
     def given(value: float | None, default: float, quick: float) -> float:
@@ -366,7 +390,7 @@ def main() -> None:
         tcp=not args.no_tcp,
         split=args.split,
         picows=not args.no_picows,
-        uvloop=args.uvloop,
+        loops={"asyncio": (False,), "uvloop": (True,), "both": (False, True)}[args.loop],
     )
     if options.pairs < 1:
         parser.error("--pairs must be at least 1")
