@@ -72,7 +72,7 @@ def notifier(subscriptions: Subscriptions | None = None) -> Notifier:
         vapid=VapidKey.generate(),
         contact="mailto:ops@example.org",
         subscriptions=Subscriptions() if subscriptions is None else subscriptions,
-        agent_name=lambda: "demo",
+        agent_name=lambda _conversation: "demo",
     )
 
 
@@ -187,20 +187,18 @@ class _Host:
         return f"link of {name}"
 
 
-class _Broadcast:
-    def new_epoch(self) -> None:
-        pass
-
-
 async def test_inviting_a_name_again_drops_the_old_links_subscriptions() -> None:
     notes = notifier()
-    people = HostPeople(cast(Any, _Host()), cast(Any, _Broadcast()), notes)
+    epochs: list[None] = []
+    people = HostPeople(cast(Any, _Host()), lambda: epochs.append(None), notes)
     await people.invite("alice", "drive")
+    assert epochs == []  # a first invitation: nobody held a key to retire
     notes.subscribe(subscription("https://fcm.googleapis.com/fcm/send/a", person("alice")))
     notes.subscribe(subscription("https://fcm.googleapis.com/fcm/send/b", person("bob")))
     # Invited again, to view: the drive link's browser would otherwise still be offered answers.
     await people.invite("alice", "view")
     assert [s.owner for s in notes.subscriptions.all()] == [person("bob")]
+    assert epochs == [None]  # and every conversation's broadcast key changed
 
 
 # -- a revoked person ----------------------------------------------------------------------------

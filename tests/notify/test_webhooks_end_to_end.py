@@ -37,10 +37,15 @@ with open(os.path.join(sys.argv[1], uuid.uuid4().hex + ".json"), "w") as out:
 
 @contextlib.asynccontextmanager
 async def sharing(
-    relay: RelayProcess, tmp_path: Path, workspace: Path, notify: NotifySettings
+    relay: RelayProcess,
+    tmp_path: Path,
+    workspace: Path,
+    notify: NotifySettings,
+    agents: tuple[tuple[str, str], ...] = (),
 ) -> AsyncIterator[Shared]:
     settings = ShareSettings(
         host=host_settings(relay.url, tmp_path),
+        agents=agents,
         workspace=workspace,
         log_db=tmp_path / "log.db",
         interactive=False,
@@ -61,9 +66,11 @@ async def sharing(
             tg.cancel_scope.cancel()
 
 
-async def one_turn(shared: Shared, answer: str = "allow_once") -> dict[str, Any]:
+async def one_turn(
+    shared: Shared, answer: str = "allow_once", conversation: str | None = None
+) -> dict[str, Any]:
     """A driver prompts and answers the one request; returns the request item."""
-    async with attached(shared.host.drive_link, "dan") as dan:
+    async with attached(shared.host.drive_link, "dan", conversation=conversation) as dan:
         await dan.wait_for(lambda t: t.snapshot_done)
         await dan.send(Prompt(text="count the lines"))
         await dan.wait_for(lambda t: t.item_of("permission_request") is not None)
@@ -175,3 +182,28 @@ async def test_details_go_out_only_when_the_host_asks(relay: RelayProcess, tmp_p
             assert waiting["command"] is None
             assert "README.md" in server.to("/topic")[0].body.decode()
             assert events(server, "/hook")[1]["option_kind"] == "reject_once"
+
+
+async def test_a_conversation_a_driver_started_notifies_under_its_own_id(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    async with hook_server() as server:
+        notify = NotifySettings(push=False, webhooks=(server.url("/hook"),), reminder=0)
+        agents = (("demo", "demo"), ("other", "demo"))
+        async with sharing(relay, tmp_path, workspace, notify, agents) as shared:
+            assert shared.conversations is not None
+            second = await shared.conversations.start("other", by="dan")
+            request = await one_turn(shared, conversation=second.id)
+            await server.wait_for(lambda s: len(s.to("/hook")) == 3)
+            waiting, decided, ended = events(server, "/hook")
+            assert waiting["conversation"] == second.id
+            assert waiting["request_id"] == request["data"]["request_id"]
+            assert decided["conversation"] == second.id
+            assert ended["conversation"] == second.id
+            # Closed: its agent stops and nothing more is told of it.
+            await shared.conversations.close(second.id, by="dan")
+            await one_turn(shared)
+            await server.wait_for(lambda s: len(s.to("/hook")) == 6)
+            assert [e["conversation"] for e in events(server, "/hook")[3:]] == ["main"] * 3

@@ -15,7 +15,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -204,6 +204,11 @@ class Conversations:
         self._first: Conversation | None = None
         self._task_group: TaskGroup | None = None
         self._changed = anyio.Event()
+        self.on_started: Callable[[Conversation], Awaitable[None]] | None = None
+        """Told of each conversation started after the first (the host's notifier follows
+        it)."""
+        self.on_closed: Callable[[Conversation], None] | None = None
+        """Told of each conversation closed."""
         self.version = 0
         """Grows by one on every change of the list (`wait_changed`)."""
 
@@ -286,6 +291,8 @@ class Conversations:
         conversation.running = False
         conversation.last = self._clock()
         conversation.scope.cancel()
+        if self.on_closed is not None:
+            self.on_closed(conversation)
         logger.info("%s closed conversation %s", by, conversation.id)
         self.touch()
 
@@ -370,6 +377,8 @@ class Conversations:
             logger.warning("conversation %s could not start: %s", conversation_id, exc)
             raise AppError("agent_unavailable", f"the agent {agent} could not start") from None
         logger.info("%s started conversation %s with %s", by, conversation_id, agent)
+        if self.on_started is not None:
+            await self.on_started(conversation)
         self.touch()
         return conversation
 

@@ -38,7 +38,12 @@ from tunnel.host.audit import HeadSigner
 from tunnel.host.broadcast import Broadcaster
 from tunnel.host.channel import HostChannel
 from tunnel.host.console import HostConsole
-from tunnel.host.conversations import ConversationParts, Conversations, agent_label
+from tunnel.host.conversations import (
+    Conversation,
+    ConversationParts,
+    Conversations,
+    agent_label,
+)
 from tunnel.host.files import FileReader
 from tunnel.host.invitations import InvitationError
 from tunnel.host.limits import DEFAULT_MAX_CONVERSATIONS
@@ -328,9 +333,22 @@ async def run_share(
             first = conversations.first.parts
             assert isinstance(first, _Parts)
             session = first.session
-            notifier = _notifier(settings, host, session)
+            notifier = _notifier(settings, host, session, conversations)
             if notifier is not None:
                 await tg.start(notifier.run, log, session.conversation_id)
+                for conversation in conversations.open_conversations():
+                    await notifier.follow(conversation.id)
+
+                async def follow(conversation: Conversation) -> None:
+                    assert notifier is not None
+                    await notifier.follow(conversation.id)
+
+                def unfollow(conversation: Conversation) -> None:
+                    assert notifier is not None
+                    notifier.unfollow(conversation.id)
+
+                conversations.on_started = follow
+                conversations.on_closed = unfollow
             host_console = HostConsole(
                 session=session,
                 log=log,
@@ -434,7 +452,9 @@ def _role_links(host: Host) -> str:
     return role_links_mark(str(host.view_link), str(host.drive_link))
 
 
-def _notifier(settings: ShareSettings, host: Host, session: AgentSession) -> Notifier | None:
+def _notifier(
+    settings: ShareSettings, host: Host, session: AgentSession, conversations: Conversations
+) -> Notifier | None:
     """The host's notifications (tunnel/notify), its push key and subscriptions beside the host
     key; None when there is nothing to notify (no pushes, webhooks nor command)."""
     from tunnel.notify.command import CommandRunner
@@ -475,9 +495,15 @@ def _notifier(settings: ShareSettings, host: Host, session: AgentSession) -> Not
         vapid=vapid,
         contact=notify.push_contact or default_contact(settings.host.relay_url),
         subscriptions=subscriptions,
-        agent_name=lambda: session.info.name,
+        agent_name=lambda conversation_id: _agent_name(conversations, conversation_id, session),
         listeners=listeners,
     )
+
+
+def _agent_name(conversations: Conversations, conversation_id: str, first: AgentSession) -> str:
+    """The name of the agent of `conversation_id`, for a notification."""
+    conversation = conversations.get(conversation_id)
+    return (conversation.session if conversation is not None else first).info.name
 
 
 def _private_paths(settings: ShareSettings) -> tuple[Path, ...]:

@@ -73,10 +73,14 @@ class CommandRunner:
         self._failing = False
         self._full_said = False
 
-    def notify_nowait(self, event: NotifyEvent) -> None:
+    def notify_nowait(self, event: NotifyEvent, *, conversation_id: str | None = None) -> None:
+        """Queue `event` of `conversation_id` (None: the one this sender was made for)."""
         # The host's own machine: the title and command go to it whatever --notify-details says.
         fields = event_fields(
-            event, host_id=self._host_id, conversation_id=self._conversation_id, details=True
+            event,
+            host_id=self._host_id,
+            conversation_id=conversation_id or self._conversation_id,
+            details=True,
         )
         try:
             self._send.send_nowait(command_environment(fields))

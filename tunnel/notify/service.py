@@ -33,7 +33,8 @@ MAX_FOCUS_CHANNELS = 4096
 class Listener(Protocol):
     """A sender told of every event (webhooks, commands): never waits."""
 
-    def notify_nowait(self, event: NotifyEvent) -> None: ...
+    def notify_nowait(self, event: NotifyEvent, *, conversation_id: str | None = None) -> None:
+        """Queue `event` of `conversation_id`; never waits."""
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = ...) -> None: ...
 
@@ -49,7 +50,7 @@ class Notifier:
         vapid: VapidKey | None,
         contact: str,
         subscriptions: Subscriptions,
-        agent_name: Callable[[], str],
+        agent_name: Callable[[str], str],
         listeners: Sequence[Listener] = (),
     ) -> None:
         self.settings = settings
@@ -58,7 +59,14 @@ class Notifier:
         self._vapid = vapid if settings.push else None
         self._agent_name = agent_name
         self._listeners = tuple(listeners)
-        self._notable = Notable()
+        # One per conversation followed (a host serves several: docs/agents.md, "Several
+        # agents"); each request is told apart by its id, random across conversations.
+        self._notables: dict[str, Notable] = {}
+        self._following: dict[str, anyio.CancelScope] = {}
+        self._conversation_of: dict[str, str] = {}
+        """The conversation of each request that waits or was pushed."""
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._log: Log | None = None
         self._focus: dict[object, tuple[Owner, bool]] = {}
         self._pushed: dict[str, set[str]] = {}
         """Per waiting request, the endpoints pushed to: each gets the withdrawal."""
@@ -137,9 +145,8 @@ class Notifier:
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Follow `log` from its end and notify until cancelled."""
-        info = await log.get_conversation(conversation_id)
-        after = -1 if info is None else info.last_seq
+        """Follow `conversation_id` (and those `follow` adds) from its end and notify until
+        cancelled."""
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(self.subscriptions.run)
@@ -148,14 +155,43 @@ class Notifier:
                 for listener in self._listeners:
                     await tg.start(listener.run)
                 tg.start_soon(self._save_subscriptions)
-                async with log.subscribe(conversation_id, after=after) as sub:
-                    task_status.started()
-                    while True:
-                        for entry in await sub.receive_batch():
-                            for event in self._notable.receive(entry):
-                                self._on_event(event, tg)
+                self._task_group, self._log = tg, log
+                await tg.start(self._follow, log, conversation_id)
+                task_status.started()
         finally:
+            self._task_group = None
             self.subscriptions.flush()
+
+    async def follow(self, conversation_id: str) -> None:
+        """Notify of `conversation_id` too, from its end on (a conversation a driver started);
+        nothing when it is followed already or the notifier does not run."""
+        if self._task_group is None or self._log is None or conversation_id in self._following:
+            return
+        await self._task_group.start(self._follow, self._log, conversation_id)
+
+    def unfollow(self, conversation_id: str) -> None:
+        """Stop notifying of `conversation_id` (closed): its waiting requests are forgotten."""
+        scope = self._following.pop(conversation_id, None)
+        if scope is not None:
+            scope.cancel()
+        self._notables.pop(conversation_id, None)
+
+    async def _follow(
+        self, log: Log, conversation_id: str, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        tg = self._task_group
+        assert tg is not None
+        info = await log.get_conversation(conversation_id)
+        after = -1 if info is None else info.last_seq
+        notable = self._notables.setdefault(conversation_id, Notable())
+        with anyio.CancelScope() as scope:
+            self._following[conversation_id] = scope
+            async with log.subscribe(conversation_id, after=after) as sub:
+                task_status.started()
+                while True:
+                    for entry in await sub.receive_batch():
+                        for event in notable.receive(entry):
+                            self._on_event(event, tg, conversation_id)
 
     async def _save_subscriptions(self) -> None:
         """Save the teammates' changes the subscriptions held back (`SAVE_INTERVAL`)."""
@@ -163,18 +199,20 @@ class Notifier:
             await anyio.sleep(SAVE_INTERVAL)
             self.subscriptions.flush()
 
-    def _on_event(self, event: NotifyEvent, tg: anyio.abc.TaskGroup) -> None:
+    def _on_event(self, event: NotifyEvent, tg: anyio.abc.TaskGroup, conversation_id: str) -> None:
         for listener in self._listeners:
-            listener.notify_nowait(event)
+            listener.notify_nowait(event, conversation_id=conversation_id)
         if self._pusher is None:
             return
         if isinstance(event, Waiting):
+            self._conversation_of[event.request_id] = conversation_id
             self._push_request(event, reminder=False)
             if self.settings.reminder > 0:
                 scope = anyio.CancelScope()
                 self._reminders[event.request_id] = scope
                 tg.start_soon(self._remind, event, scope)
         elif isinstance(event, Decided):
+            self._conversation_of.pop(event.request_id, None)
             if event.request_id in self._reminders:
                 self._reminders.pop(event.request_id).cancel()
             payload = withdraw_payload(host_id=self._host_id, request_id=event.request_id)
@@ -191,7 +229,9 @@ class Notifier:
             await anyio.sleep(self.settings.reminder)
             if self._reminders.get(waiting.request_id) is scope:
                 del self._reminders[waiting.request_id]
-            if self._notable.waiting(waiting.request_id) is not None:
+            conversation_id = self._conversation_of.get(waiting.request_id, "")
+            notable = self._notables.get(conversation_id)
+            if notable is not None and notable.waiting(waiting.request_id) is not None:
                 self._push_request(waiting, reminder=True)
 
     def _push_request(self, waiting: Waiting, *, reminder: bool) -> None:
@@ -209,7 +249,7 @@ class Notifier:
                 payload = request_payload(
                     host_id=self._host_id,
                     request_id=waiting.request_id,
-                    agent=self._agent_name(),
+                    agent=self._agent_name(self._conversation_of.get(waiting.request_id, "")),
                     title=waiting.title,
                     kind=waiting.kind,
                     command=waiting.command,

@@ -124,11 +124,12 @@ class WebhookSender:
         self._failing = False
         self._full_said = False
 
-    def notify_nowait(self, event: NotifyEvent) -> None:
+    def notify_nowait(self, event: NotifyEvent, *, conversation_id: str | None = None) -> None:
+        """Queue `event` of `conversation_id` (None: the one this sender was made for)."""
         fields = event_fields(
             event,
             host_id=self._host_id,
-            conversation_id=self._conversation_id,
+            conversation_id=conversation_id or self._conversation_id,
             details=self._settings.details,
         )
         try:
