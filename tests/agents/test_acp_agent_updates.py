@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tunnel.log import Log
-from tunnel.terminal.render import render_event, render_item
+from tunnel.terminal.render import render_item
 
 from .conftest import running
 from .test_acp import acp_session
@@ -46,7 +46,7 @@ async def test_a_model_the_agent_switches_itself_is_recorded_once_as_its_own_and
     assert "model: smart (Smart model)" in shown
 
 
-async def test_a_session_title_reaches_the_teammates_present_as_data_and_is_not_stored(
+async def test_a_session_title_is_recorded_once_per_change_and_printed(
     log: Log, workspace: Path
 ) -> None:
     session = acp_session(log, workspace)
@@ -54,24 +54,13 @@ async def test_a_session_title_reaches_the_teammates_present_as_data_and_is_not_
         await session.prompt("title Fix the login test", by="alice")
         await rec.wait_item("message", text="titled")
         await rec.wait_idle()
-    infos = [
-        e.data
-        for e in rec.events
-        if e.kind == "usage" and e.data.get("update") == "session_info_update"
-    ]
-    assert infos == [
-        {
-            "update": "session_info_update",
-            "title": "Fix the login test",
-            "updated_at": "2026-01-02T03:04:05Z",
-        }
-    ]
-    # Nothing stored holds it but the prompt, and it is not taken for an update kind the host
-    # does not know.
+        # The same title again records nothing more.
+        await session.prompt("title Fix the login test", by="alice")
+        await rec.wait_idle()
     stored = await log.query("c1", limit=1000)
-    assert [i.type for i in stored if "Fix the login test" in str(i.data)] == ["message"]
-    said = {i.data["what"] for i in stored if i.type == "session_event"}
-    assert said <= {"agent_started", "settings", "commands"}, said
-    # attach and the host console print nothing for it.
-    event = next(e for e in rec.events if e.kind == "usage")
-    assert render_event(event.to_wire()) is None
+    titles = [i for i in stored if i.type == "session_event" and i.data["what"] == "title"]
+    assert [(i.data["title"], i.created_by) for i in titles] == [("Fix the login test", "agent")]
+    # It is not taken for an update kind the host does not know, nor sent as a usage event.
+    assert not [i for i in stored if i.data.get("what") == "unsupported_update"]
+    assert not [e for e in rec.events if e.data.get("update") == "session_info_update"]
+    assert "the session is titled Fix the login test" in render_item(titles[0].to_wire()).plain

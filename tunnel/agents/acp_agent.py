@@ -74,6 +74,8 @@ from .workspace import OutsideWorkspace, Workspace
 
 logger = logging.getLogger("tunnel.agents.acp")
 
+MAX_TITLE_LENGTH = 200
+"""Characters of a session title (`session_info_update`) kept; the rest is cut."""
 MAX_KNOWN_CALLS = 256
 """Tool calls whose fields a session keeps for the approval policy (a turn rarely has more)."""
 
@@ -336,6 +338,7 @@ class AcpSession(ChatSession):
         self._late_deadline: float | None = None
         self._elicitations = ElicitationBroker(self._recorder)
         self._recorded_usage: dict[str, Any] | None = None
+        self._recorded_title: str | None = None
         self._embeds = False  # whether the agent takes embedded context in a prompt
         self._images_ok = False  # and images
         # What to do when the agent withdraws one of its requests ($/cancel_request), by the
@@ -695,6 +698,19 @@ class AcpSession(ChatSession):
         await self._recorder.session_event("usage", by="agent", **usage)
         self._recorded_usage = usage
 
+    async def _record_title(self, update: schema.SessionInfoUpdate) -> None:
+        """The session's title (`session_info_update`) as a `title` session event when it
+        changed: the latest is state a joiner is given (tunnel.host.session); the page shows it
+        in its header, attach in a line."""
+        title = update.title
+        if not isinstance(title, str) or not title.strip():
+            return
+        title = title.strip()[:MAX_TITLE_LENGTH]
+        if title == self._recorded_title:
+            return
+        await self._recorder.session_event("title", by="agent", title=title)
+        self._recorded_title = title
+
     async def _record_commands(self) -> None:
         commands = self._settings.commands
         if commands == self._recorded_commands:
@@ -999,6 +1015,8 @@ class AcpSession(ChatSession):
             try:
                 if isinstance(update, schema.UsageUpdate):
                     await self._record_usage(update)
+                elif isinstance(update, schema.SessionInfoUpdate):
+                    await self._record_title(update)
                 elif isinstance(update, _STATE_UPDATES):
                     await self._on_state_update(update)
                 else:

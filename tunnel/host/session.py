@@ -90,10 +90,10 @@ its state often; the list goes at most this often, always as it stands."""
 REPLAY_PAGES = 2
 """Snapshot pages the whole host reads and encodes at once, whatever the number of joiners."""
 
-CONTEXT_EVENTS = ("settings", "commands", "usage")
+CONTEXT_EVENTS = ("settings", "commands", "usage", "title")
 """The `session_event`s (by `what`) whose latest one is state every surface shows: the agent's
-modes, models and config options, its slash commands, and its context use and cost
-(docs/application.md)."""
+modes, models and config options, its slash commands, its context use and cost, and the
+session's title (docs/application.md)."""
 CONTEXT_TYPES = ("plan",)
 """Item types whose latest one is state: the plan a page shows beside the conversation."""
 CONTEXT_SCAN_ITEMS = 2000

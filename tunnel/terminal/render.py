@@ -424,6 +424,9 @@ def _session_event(head: Text, who: str, data: Mapping[str, Any]) -> None:
     if what == "usage":
         head.append(usage_text(data), style="dim")
         return
+    if what == "title":
+        head.append(f"the session is titled {_clip(_str(data, 'title'), 200)}", style="dim")
+        return
     sentence = _sentence(what, who, data)
     if sentence is not None:
         head.append(sentence, style="dim")

@@ -215,8 +215,8 @@ async def test_claudes_own_model_switch_and_session_title_reach_everyone(
 ) -> None:
     """Claude Code's own `/model` and `/rename`, typed in attach (`//` sends a slash command
     to the agent): the switch comes back as `config_option_update`, recorded as the agent's own
-    settings and printed by attach; the title as `session_info_update`, passed to the
-    teammates present as data and stored nowhere (docs/agents.md)."""
+    settings and printed by attach; the title as `session_info_update`, recorded as a `title`
+    session event and printed by attach (docs/agents.md)."""
     async with driven(share(CLAUDE)) as (_, vera, alice):
         await vera.wait_for(lambda t: bool(settings_events(t)))
         assert settings_events(vera)[-1]["models"]["current"] == "default"
@@ -229,15 +229,13 @@ async def test_claudes_own_model_switch_and_session_title_reach_everyone(
         options = {o["id"]: o["current_value"] for o in switched["data"]["config_options"]}
         assert options["model"] == "sonnet"
 
+        mark = alice.output.mark()
         alice.type("//rename Login test fix")
         await vera.wait_for(
-            lambda t: any(e["data"].get("title") == "Login test fix" for e in t.events),
+            lambda t: t.item_of("session_event", what="title", title="Login test fix") is not None,
             within=30,
         )
-        info = next(e for e in vera.events if e["data"].get("title") == "Login test fix")
-        assert (info["kind"], info["data"]["update"]) == ("usage", "session_info_update")
-        stored = [i for i in vera.items if "Login test fix" in json.dumps(i["data"])]
-        assert {i["type"] for i in stored} <= {"message"}, stored
+        await alice.output.wait_for(r"the session is titled Login test fix", start=mark)
 
 
 async def test_a_killed_agent_is_restarted_and_resumes_the_same_session(

@@ -989,6 +989,7 @@ export class View {
     }
     const { call } = card;
     if (typeof data.title === "string") call.title = data.title;
+      title: `The session is titled ${str(data.title, "?")}.`,
     if (typeof data.kind === "string") call.kind = data.kind;
     if (typeof data.status === "string") call.status = data.status;
     if ("input" in data) call.input = data.input;
