@@ -117,7 +117,7 @@ async def serve_picows() -> None:
 async def serve_seam_picows() -> None:
     from picows import WSUpgradeRequest, ws_create_server
 
-    from tunnel.link.framing_picows import PICOWS_LOGGER, PicowsFraming
+    from tunnel.link.framing_picows import PICOWS_LOGGER, READ_BUFFER_SIZE, PicowsFraming
 
     out: list[PicowsFraming] = []
 
@@ -146,7 +146,12 @@ async def serve_seam_picows() -> None:
         )
 
     server = await ws_create_server(
-        listener, "127.0.0.1", 0, max_frame_size=1 << 24, logger_name=PICOWS_LOGGER
+        listener,
+        "127.0.0.1",
+        0,
+        max_frame_size=1 << 24,
+        logger_name=PICOWS_LOGGER,
+        read_buffer_init_size=READ_BUFFER_SIZE,
     )
     print(server.sockets[0].getsockname()[1], flush=True)
     await asyncio.Future()

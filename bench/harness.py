@@ -431,10 +431,12 @@ class Setup:
 
 
 @contextlib.asynccontextmanager
-async def our_session(wd: Path, host_role: str = "session-host") -> AsyncIterator[Setup]:
-    """`tunnel relay` and our host (bench/peers.py `session-host`, or `host`)."""
+async def our_session(
+    wd: Path, host_role: str = "session-host", framing: str = "websockets"
+) -> AsyncIterator[Setup]:
+    """`tunnel relay` (on `framing`) and our host (bench/peers.py `session-host`, or `host`)."""
     async with (
-        tunnel_relay(wd) as (relay, url),
+        tunnel_relay(wd, "--framing", framing) as (relay, url),
         peer("host", host_role, wd, "--relay", url, "--workdir", str(wd)) as host,
     ):
         link = (await ready(host))["link"]

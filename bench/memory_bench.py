@@ -7,6 +7,7 @@ Each run starts fresh processes (RSS only grows, so a relay is measured once):
 - ours: `tunnel relay` (per-IP, per-host and per-link limits off: harness.RELAY_LOAD_OPTIONS)
   and our host (bench/peers.py `host`); N `connect_teammate` sessions (bench/swarm.py), each
   attached with its channel open and one message echoed end to end, then idle;
+- ours-picows: the same with `tunnel relay --framing picows`, when picows is installed;
 - bare: the bare websockets relay of bench/peers.py; N bare clients, each greeted, then idle.
 
 Per run: the relay's RSS once its host is registered (ours) or once it listens (bare), and again
@@ -73,25 +74,41 @@ async def measure(
 
 
 async def bench(options: CrowdOptions) -> None:
-    relay = {"ours": Samples(), "bare": Samples()}
+    sides = ("ours", "ours-picows", "bare") if have_picows() else ("ours", "bare")
+    relay = {side: Samples() for side in sides}
     host = Samples()
     with workdir("memory-bench-") as wd:
-        for kinds in in_pairs(options.pairs, ("ours", "bare")):
-            for kind in kinds:
-                setup = our_session(wd, "host") if kind == "ours" else bare_broadcast(wd)
+        for order in in_pairs(options.pairs, sides):
+            for side in order:
+                if side == "bare":
+                    setup = bare_broadcast(wd)
+                else:
+                    framing = "picows" if side == "ours-picows" else "websockets"
+                    setup = our_session(wd, "host", framing)
                 run = await measure(setup, options, wd)
-                relay[kind].add(run.relay_per_teammate / 1024)
-                if run.host_per_teammate is not None:
+                relay[side].add(run.relay_per_teammate / 1024)
+                if run.host_per_teammate is not None and side == "ours":
                     host.add(run.host_per_teammate / 1024)
+    rows = [compared("relay KiB per teammate", relay["ours"], relay["bare"], ".1f", "<= 1.3")]
+    if "ours-picows" in relay:
+        row = compared("relay KiB per teammate", relay["ours-picows"], relay["bare"], ".1f", "")
+        rows.append(["(ours-picows)", *row[1:]])
+    rows.append(["host KiB per teammate", host.spread(".1f"), "-", "", ""])
     print_table(
         f"RSS per idle attached teammate, {options.n} teammates, {options.pairs} pairs: "
         "median [min-max]",
         ["measure", "ours", "bare", "ours/bare", "goal"],
-        [
-            compared("relay KiB per teammate", relay["ours"], relay["bare"], ".1f", "<= 1.3"),
-            ["host KiB per teammate", host.spread(".1f"), "-", "", ""],
-        ],
+        rows,
     )
+
+
+def have_picows() -> bool:
+    """Whether picows is installed (the `fast` extra): our relay is then measured on it too."""
+    try:
+        import picows  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import anyio
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from tests.link.socket_pair import FRAMINGS
 from tests.support import echo_roundtrip, host_settings, running_host
 from tunnel.relay.server import run as run_relay
 from tunnel.relay.settings import RelaySettings
@@ -56,10 +57,18 @@ async def settled_count(portal: BlockingPortal) -> Counter[str]:
         previous = current
 
 
+@pytest.mark.parametrize(
+    ("framing", "tasks"),
+    [
+        ("websockets", TASKS_PER_CONNECTION),
+        # Our one task per connection (its reader); picows runs none, keepalive is a timer.
+        pytest.param("picows", 1, marks=FRAMINGS[1].marks, id="picows"),
+    ],
+)
 async def test_an_idle_attached_teammate_runs_no_relay_task_beyond_websockets_own(
-    tmp_path: Path,
+    tmp_path: Path, framing: str, tasks: int
 ) -> None:
-    settings = RelaySettings(host="127.0.0.1", port=0)
+    settings = RelaySettings(host="127.0.0.1", port=0, framing=framing)
     with start_blocking_portal() as portal:
         relay, port = portal.start_task(run_relay, settings)
         try:
@@ -79,4 +88,4 @@ async def test_an_idle_attached_teammate_runs_no_relay_task_beyond_websockets_ow
             relay.cancel()
     added = after - before
     per_teammate = sum(added.values()) / TEAMMATES
-    assert per_teammate <= TASKS_PER_CONNECTION, dict(added)
+    assert per_teammate <= tasks, dict(added)

@@ -27,10 +27,18 @@ from tunnel.proto.codes import CloseCode
 
 logger = logging.getLogger("tunnel.link.picows")
 
+_PICOWS = logging.getLogger("tunnel.link.picows.connections")
 # picows logs every connection made and lost at INFO: a relay holds thousands.
-PICOWS_LOGGER = logging.getLogger("tunnel.link.picows.connections")
-"""The logger picows is given (per-connection lines, at INFO); warnings and errors pass."""
-PICOWS_LOGGER.setLevel(logging.WARNING)
+_PICOWS.setLevel(logging.WARNING)
+PICOWS_LOGGER = logging.LoggerAdapter(_PICOWS)
+"""The logger picows is given: warnings and errors pass. An adapter, not a `Logger`: picows
+makes a `Logger` of its own for every connection it is given a `Logger` for, a cost per idle
+teammate."""
+
+READ_BUFFER_SIZE = 2048
+"""picows' first read buffer per connection, the smallest it takes; it doubles while a read
+fills it (a 64 KiB frame grows it within a few reads), and an idle connection keeps 2 KiB
+instead of picows' default 16 KiB."""
 
 MAX_QUEUE = 16
 """Received messages the link's reader has not taken yet before the socket stops being read
@@ -57,6 +65,31 @@ class PicowsFraming(WSListener):
     Make it with `ping_interval`, `ping_timeout` and `max_size` (None turns each off, as in
     websockets) and hand it to picows as the connection's listener (`tunnel.link.picows_io`).
     """
+
+    # A relay keeps one per connection: no per-instance dict.
+    __slots__ = (
+        "_awaiting_pong",
+        "_close_received",
+        "_closed_waiter",
+        "_disconnected",
+        "_drain_waiter",
+        "_fragments",
+        "_fragments_text",
+        "_inbox",
+        "_inbox_waiter",
+        "_keepalive",
+        "_loop",
+        "_mask",
+        "_max_size",
+        "_on_connected",
+        "_own_close",
+        "_ping_interval",
+        "_ping_timeout",
+        "_reading_paused",
+        "_write_paused",
+        "_writelines",
+        "transport",
+    )
 
     closed_errors: tuple[type[BaseException], ...] = (FramingClosedError,)
 
@@ -385,6 +418,7 @@ async def connect(
         max_frame_size=max_size if max_size is not None else 2**62,
         extra_headers=list(extra_headers),
         max_redirects=0,
+        read_buffer_init_size=READ_BUFFER_SIZE,
         use_aiofastnet=False,
     )
     assert framing is not None

@@ -29,7 +29,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from tunnel.link import Link
-from tunnel.link.framing_picows import PICOWS_LOGGER, PicowsFraming
+from tunnel.link.framing_picows import PICOWS_LOGGER, READ_BUFFER_SIZE, PicowsFraming
 from tunnel.relay.http import HOST_PATH
 from tunnel.relay.settings import RelaySettings
 from tunnel.relay.switch import Kind
@@ -115,6 +115,7 @@ async def create_server(
         logger_name=PICOWS_LOGGER,
         enable_auto_pong=True,
         max_frame_size=_max_frame_size(settings),
+        read_buffer_init_size=READ_BUFFER_SIZE,
         use_aiofastnet=False,
         ssl=ssl_context,
         start_serving=False,
