@@ -113,6 +113,23 @@ async def test_drivers_start_switch_and_close_conversations_and_items_stay_apart
                     await bo.wait_for(lambda t: t.errors)
                     assert bo.errors[-1]["code"] == "conversation_closed"
                     assert bo.item_of("session_event", what="conversation_closed") is not None
+
+                    # The closed one's broadcast group serves the next conversation: its
+                    # channels left it, and see nothing of the new one.
+                    breaks = bo.session.follower.statistics().breaks
+                    await ann.send(NewConversation(agent="other"))
+                    await ann.wait_for(lambda t: len(t.started) == 3)
+                    async with attached(host.drive_link, "cy", conversation=ann.started[2]) as cy:
+                        await cy.wait_for(lambda t: t.snapshot_done)
+                        await cy.send(Prompt(text="in the newest"))
+                        await cy.wait_for(lambda t: "in the newest" in _replies(t))
+                        await ann.send(ListConversations())
+                        await ann.wait_for(lambda t: "in the newest" not in _replies(t))
+                    assert "in the newest" not in _replies(bo) + _replies(vic)
+                    assert bo.errors[-1]["code"] == "conversation_closed"
+                    # Not even sealed casts of another key reached them (each would break their
+                    # broadcast and make them catch up).
+                    assert bo.session.follower.statistics().breaks == breaks
     finally:
         host.stop()
         relay.stop()

@@ -138,6 +138,15 @@ class Broadcaster:
         """`channel` no longer gets the casts (parted, or gone)."""
         self._joined.discard(channel)
 
+    def part_all(self) -> None:
+        """Take every joined channel out of the broadcast (its conversation closed): another
+        conversation may use this group next, and its casts must not reach them."""
+        for channel in list(self._joined):
+            leave = getattr(channel, "leave_broadcast", None)
+            if callable(leave):
+                leave()
+        self._joined.clear()
+
     async def wait_cast(self, seq: int) -> None:
         """Return once the items up to `seq` have been cast (or were, to nobody)."""
         while self.last_seq < seq:

@@ -293,6 +293,7 @@ class Conversations:
         conversation.scope.cancel()
         if self.on_closed is not None:
             self.on_closed(conversation)
+        self._forget_closed()
         logger.info("%s closed conversation %s", by, conversation.id)
         self.touch()
 
@@ -409,6 +410,14 @@ class Conversations:
                 await sub.receive_batch()
                 conversation.last = self._clock()
                 self.touch()
+
+    def _forget_closed(self) -> None:
+        """Keep the newest MAX_LISTED_CLOSED closed conversations, so starting and closing
+        does not grow the host; their logs stay, and their channels hold what they follow."""
+        closed = sorted((c for c in self._all.values() if c.closed), key=lambda c: -c.last)
+        for old in closed[MAX_LISTED_CLOSED:]:
+            if old is not self._first:
+                del self._all[old.id]
 
     def _free_group(self) -> int:
         used = {c.group for c in self.open_conversations()}

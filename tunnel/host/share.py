@@ -451,6 +451,8 @@ def _role_links(host: Host) -> str:
 
     return role_links_mark(str(host.view_link), str(host.drive_link))
 
+            # Its group may serve another conversation next: its channels leave it now.
+            self.broadcast.part_all()
 
 def _notifier(
     settings: ShareSettings, host: Host, session: AgentSession, conversations: Conversations
