@@ -14,6 +14,13 @@ Roles:
   (`Broadcaster`: the live tail and presence sealed once and cast to every joined channel);
   command `append` appends items as the agent's output is (a `Recorder` on the log), command
   `casts` says how many casts the broadcast has sent.
+- `share-host`: `tunnel host` itself (`run_share`: the log in SQLite, one demo agent declared
+  per conversation, the console to /dev/null) running `--conversations` conversations, the
+  first as it starts and the others as a driver's `new_conversation` starts them; it prints its
+  view link and the conversations' ids. Command `append` appends items to every conversation
+  at once, as each one's agent output is (a `Recorder` each), each item's text starting with
+  its conversation's id and `|`; `members` counts the teammates attached to all of them,
+  `casts` the casts each conversation's broadcast has sent.
 - `bare-relay` (`--uvloop`: on uvloop's event loop): a websockets server, no mux, no crypto:
   `/host` takes one host, `/attach` any number of teammates; a host message goes to every
   teammate (one teammate: awaited send, so the relay has backpressure; more:
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import signal
@@ -229,6 +237,87 @@ def run_session_host(args: argparse.Namespace) -> None:
         return {"casts": start.counter}
 
     run_peer(main, {"append": append, "members": members, "casts": casts})
+
+
+def run_share_host(args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    from tunnel.agents.recorder import Recorder
+    from tunnel.app.host_messages import BroadcastStart, parse
+    from tunnel.host.conversations import Conversations
+    from tunnel.host.settings import HostSettings
+    from tunnel.host.share import Shared, ShareSettings, _Parts, run_share
+
+    workdir = Path(args.workdir)
+    count = args.conversations
+    # `tunnel host --agent a0=demo ... --agent aK=demo --max-conversations K`, no prompt line;
+    # its console, which shows the first conversation as `tunnel host` does, to /dev/null.
+    settings = ShareSettings(
+        host=HostSettings(relay_url=args.relay, key_file=workdir / "host_key"),
+        workspace=workdir,
+        log_db=workdir / "host-log.db",
+        conversation_id=CONVERSATION,
+        interactive=False,
+        agents=tuple((f"a{index}", "demo") for index in range(count)),
+        max_conversations=max(count, 1),
+    )
+    devnull = Path("/dev/null").open("w")  # noqa: SIM115 (open as long as the process)
+    console = Console(file=devnull, highlight=False)
+    # Filled in `main` once the share runs: each open conversation's recorder, by id.
+    recorders: dict[str, Recorder] = {}
+    running: list[Conversations] = []
+
+    async def main(tg: anyio.abc.TaskGroup) -> None:
+        shared: Shared = await tg.start(functools.partial(run_share, settings, console=console))
+        conversations = shared.conversations
+        assert conversations is not None
+        running.append(conversations)
+        # The rest as a driver's `new_conversation` starts them (SessionChannelHandler._manage).
+        for index in range(1, count):
+            await conversations.start(f"a{index}", by="bench")
+        for conversation in conversations.open_conversations():
+            # What the agent's output goes through (tunnel/agents/recorder.py), beside the
+            # session's own.
+            recorders[conversation.id] = Recorder(shared.log, conversation.id)
+        say(link=str(shared.host.view_link), conversations=list(recorders))
+
+    async def append(count: int, size: int) -> dict[str, Any]:
+        async def burst(conversation_id: str, recorder: Recorder) -> None:
+            # Tagged with its conversation: a teammate tells an item of another one.
+            tag = f"{conversation_id}|"
+            text = tag + "x" * max(0, size - len(tag))
+            for _ in range(count):
+                await recorder.append("message", {"role": "agent", "text": text})
+
+        start = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            for conversation_id, recorder in recorders.items():
+                tg.start_soon(burst, conversation_id, recorder)
+        return {"t0": start, "t1": time.monotonic()}
+
+    async def members() -> dict[str, Any]:
+        attached = sum(
+            member.role != "host"
+            for conversation in running[0].open_conversations()
+            for member in conversation.presence.members()
+        )
+        return {"members": attached}
+
+    async def casts() -> dict[str, Any]:
+        # The counter the next cast of each conversation will carry: casts sent so far.
+        counters: dict[str, int] = {}
+        for conversation in running[0].open_conversations():
+            parts = conversation.parts
+            assert isinstance(parts, _Parts)
+            start = parse(parts.broadcast.start_message(you=0))
+            assert isinstance(start, BroadcastStart)
+            counters[conversation.id] = start.counter
+        return {"casts": counters}
+
+    try:
+        run_peer(main, {"append": append, "members": members, "casts": casts})
+    finally:
+        devnull.close()
 
 
 # -- the bare websockets baseline -----------------------------------------------------------------
@@ -445,6 +534,7 @@ def run_tcp_host(args: argparse.Namespace) -> None:
 ROLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "host": run_host,
     "session-host": run_session_host,
+    "share-host": run_share_host,
     "bare-relay": run_bare_relay,
     "picows-relay": run_picows_relay,
     "bare-host": run_bare_host,
@@ -458,6 +548,9 @@ def main() -> None:
     parser.add_argument("role", choices=sorted(ROLES))
     parser.add_argument("--relay", help="our relay's http:// URL (host, session-host)")
     parser.add_argument("--workdir", help="where our host keeps its key")
+    parser.add_argument(
+        "--conversations", type=int, default=1, help="share-host: conversations it runs"
+    )
     parser.add_argument("--url", help="the bare relay's ws:// URL")
     parser.add_argument("--port", type=int, help="the TCP relay's port")
     parser.add_argument("--greet", action="store_true", help="bare relay: greet each teammate")

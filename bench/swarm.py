@@ -5,17 +5,25 @@ the bare baseline that runs on it); it prints `{"ready": true}`, then answers on
 JSON line for each JSON command line on stdin, and exits when stdin closes.
 
 Commands:
-- `attach(kind, target, n, concurrency, mode)`: start `n` teammates, at most `concurrency`
-  connecting at once, and answer once every one is ready (or failed). `kind` "ours":
-  `connect_teammate(target)`, then in `mode` "session" (the `open` carrying the `subscribe`)
-  the `ready` message and ready once the snapshot ended; in `mode` "echo" (bench/peers.py
-  `host`) one echoed message.
+- `attach(kind, target, n, concurrency, mode, conversations)`: start `n` teammates, at most
+  `concurrency` connecting at once, and answer once every one is ready (or failed). `kind`
+  "ours": `connect_teammate(target)`, then in `mode` "session" (the `open` carrying the
+  `subscribe`, naming the conversation when `conversations` lists them: teammate i follows
+  the (i mod len)th) the `ready` message and ready once the snapshot ended; in `mode` "echo"
+  (bench/peers.py `host`) one echoed message.
   `kind` "bare": a websockets connection to `target`/attach, ready once the bare relay's greeting
   arrived. Every message after that counts as an item.
 - `settle(quiet, limit)`: wait until no presence message arrived for `quiet` seconds; answer the
   presence messages and bytes received so far.
-- `expect(items)`: wait until every teammate has received `items` items in all; answer when the
-  last and the first of them got its last one (time.monotonic, the same clock in every process).
+- `mark()`: count items from now on: `expect` counts those received since.
+- `expect(items)`: wait until every teammate has received `items` items in all (since `mark`);
+  answer when the last, the median and the first of them got its last one (time.monotonic, the
+  same clock in every process).
+- `tally()`: what went wrong for a teammate that follows a conversation: items of another
+  conversation (an item's text starts with its conversation's id and `|`: bench/peers.py
+  `share-host`) and casts of another epoch (another conversation's broadcast), the other
+  breaks of the broadcast (a cast that did not open, an item missing) and the relay's cuts;
+  and the `conversations` messages received.
 - `detach()`: close every teammate.
 """
 
@@ -23,8 +31,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import statistics
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,10 +45,16 @@ from harness import raise_fd_limit
 from peers import control, say, until_stdin_closes
 from websockets.asyncio.client import connect
 
-from tunnel.app.follower import FollowerEvent, Item, Presence, SnapshotPage
+from tunnel.app.conversation_list import ConversationList, ConversationStarted
+from tunnel.app.follower import CatchingUp, FollowerEvent, Item, Presence, SnapshotPage
 from tunnel.app.host_messages import Member, pack
 from tunnel.e2e.opening import EarlySubscribe
 from tunnel.teammate.client import connect_teammate
+
+RELAY_CUT = "the relay cut"
+ANOTHER_EPOCH = "a cast of another epoch"
+"""How a `CatchingUp` says the relay cut the channel, and that a cast was of another broadcast
+(tunnel/app/follower.py, tunnel/e2e/broadcast.py)."""
 
 POLL = 0.01
 """Seconds between looks at the teammates' counters while waiting. Polled, not signalled, so
@@ -58,6 +74,14 @@ class Teammate:
     presence_bytes: int = 0
     received_bytes: int = 0
     messages: int = 0
+    conversation: str | None = None
+    """The conversation it follows, when the bench names one."""
+    base: int = 0
+    """Its `items` at the last `mark`."""
+    foreign: int = 0
+    breaks: int = 0
+    cuts: int = 0
+    lists: int = 0
 
 
 class Swarm:
@@ -76,8 +100,9 @@ class Swarm:
         released = False
         try:
             # A session's open carries its subscribe: attached one round trip after the hellos.
-            early = None if mode == "echo" else EarlySubscribe()
+            early = None if mode == "echo" else EarlySubscribe(conversation=state.conversation)
             async with connect_teammate(link, name=name, subscribe=early) as session:
+                session.on_conversations = functools.partial(_count_list, state)
                 if mode == "echo":
                     await session.send(control("echo", n=1))
                     await session.send(b"x")
@@ -104,14 +129,24 @@ class Swarm:
         if isinstance(event, Item):
             state.items += 1
             state.last_item = time.monotonic()
+            _check_item(state, event.item)
         elif isinstance(event, Presence):
             state.presence += 1
             state.presence_bytes += size
             self.last_presence = time.monotonic()
         elif isinstance(event, SnapshotPage):
             state.items += len(event.items)
+            for item in event.items:
+                _check_item(state, item)
             if not event.more:
                 state.ready = True
+        elif isinstance(event, CatchingUp):
+            if event.reason.startswith(RELAY_CUT):
+                state.cuts += 1
+            elif event.reason == ANOTHER_EPOCH:
+                state.foreign += 1
+            else:
+                state.breaks += 1
 
     async def _bare(self, state: Teammate, url: str, gate: anyio.Semaphore) -> None:
         async with gate:
@@ -138,11 +173,20 @@ class Swarm:
     # -- commands -------------------------------------------------------------------------------
 
     async def attach(
-        self, kind: str, target: str, n: int, concurrency: int = 50, mode: str = "session"
+        self,
+        kind: str,
+        target: str,
+        n: int,
+        concurrency: int = 50,
+        mode: str = "session",
+        conversations: list[str] | None = None,
     ) -> dict[str, Any]:
         if self._scope is not None:
             raise RuntimeError("detach first")
-        self.teammates = [Teammate() for _ in range(n)]
+        self.teammates = [
+            Teammate(conversation=conversations[i % len(conversations)] if conversations else None)
+            for i in range(n)
+        ]
         gate = anyio.Semaphore(concurrency)
         started = anyio.Event()
         self._done = anyio.Event()
@@ -191,17 +235,32 @@ class Swarm:
             "messages": sum(t.messages for t in self.teammates),
         }
 
+    async def mark(self) -> dict[str, Any]:
+        for teammate in self.teammates:
+            teammate.base = teammate.items
+        return {"marked": len(self.teammates)}
+
     async def expect(self, items: int, limit: float = 300.0) -> dict[str, Any]:
         live = [t for t in self.teammates if t.ready and not t.failed]
         with anyio.move_on_after(limit):
-            while not all(t.items >= items or t.failed for t in live):  # noqa: ASYNC110
+            while not all(t.items - t.base >= items or t.failed for t in live):  # noqa: ASYNC110
                 await anyio.sleep(POLL)
-        complete = [t for t in live if t.items >= items]
+        complete = [t for t in live if t.items - t.base >= items]
+        times = [t.last_item for t in complete]
         return {
             "complete": len(complete),
             "of": len(live),
-            "t_last": max((t.last_item for t in complete), default=0.0),
-            "t_first": min((t.last_item for t in complete), default=0.0),
+            "t_last": max(times, default=0.0),
+            "t_median": statistics.median(times) if times else 0.0,
+            "t_first": min(times, default=0.0),
+        }
+
+    async def tally(self) -> dict[str, Any]:
+        return {
+            "foreign": sum(t.foreign for t in self.teammates),
+            "breaks": sum(t.breaks for t in self.teammates),
+            "cuts": sum(t.cuts for t in self.teammates),
+            "lists": sum(t.lists for t in self.teammates),
         }
 
     async def detach(self) -> dict[str, Any]:
@@ -219,7 +278,9 @@ class Swarm:
         commands = {
             "attach": self.attach,
             "settle": self.settle,
+            "mark": self.mark,
             "expect": self.expect,
+            "tally": self.tally,
             "detach": self.detach,
         }
         await until_stdin_closes(main, commands)
@@ -230,6 +291,21 @@ def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     raise_fd_limit(20_000)
     anyio.run(Swarm().run, backend_options={"use_uvloop": "--uvloop" in sys.argv[1:]})
+
+
+def _check_item(state: Teammate, item: Mapping[str, Any]) -> None:
+    """Count `item` as foreign if its text names another conversation than `state`'s."""
+    if state.conversation is None:
+        return
+    data = item.get("data")
+    text = data.get("text") if isinstance(data, Mapping) else None
+    if isinstance(text, str) and "|" in text and text.partition("|")[0] != state.conversation:
+        state.foreign += 1
+
+
+def _count_list(state: Teammate, message: ConversationList | ConversationStarted) -> None:
+    if isinstance(message, ConversationList):
+        state.lists += 1
 
 
 def _wire(event: FollowerEvent) -> dict[str, Any]:
