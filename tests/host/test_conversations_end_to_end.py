@@ -3,14 +3,17 @@ drivers start, list, switch and close them; each keeps its own items; a viewer w
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import anyio
 import pytest
 
+from tests.host.conftest import _share, wait_online
 from tests.host.host_process import HostProcess
 from tests.host.teammate import Teammate, attached
-from tests.support import RelayProcess
+from tests.support import RelayProcess, host_settings
+from tunnel import handshake
 from tunnel.app.requests import (
     CloseConversation,
     Fork,
@@ -18,6 +21,9 @@ from tunnel.app.requests import (
     NewConversation,
     Prompt,
 )
+from tunnel.host.share import Shared, ShareSettings
+from tunnel.relay.server import run as run_relay
+from tunnel.relay.settings import RelaySettings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -218,3 +224,44 @@ async def test_a_fork_copies_the_log_up_to_its_seq_and_records_the_fork_in_both(
     finally:
         host.stop()
         relay.stop()
+
+
+async def test_on_a_relay_without_broadcast_groups_a_second_conversation_streams_on_its_channel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A relay from before groups: its hello advertises no `cast-groups`.
+    monkeypatch.setattr(handshake, "RELAY_CAPABILITIES", ())
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    settings = ShareSettings(
+        host=host_settings("http://127.0.0.1:1", tmp_path),
+        agents=(("demo", "demo"), ("other", "demo")),
+        workspace=workspace,
+        log_db=tmp_path / "log.db",
+        interactive=False,
+        demo_delay=0,
+    )
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            port = await tg.start(run_relay, RelaySettings(host="127.0.0.1", port=0))
+            url = f"http://127.0.0.1:{port}"
+            settings = dataclasses.replace(settings, host=host_settings(url, tmp_path))
+            shared: Shared = await tg.start(_share, settings)
+            await wait_online(shared.host.view_link)
+            assert shared.conversations is not None
+            second = await shared.conversations.start("other", by="ann")
+            async with (
+                attached(shared.host.drive_link, "ann", conversation=second.id) as ann,
+                attached(shared.host.view_link, "vic", conversation="main") as vic,
+            ):
+                await ann.wait_for(lambda t: t.snapshot_done)
+                await vic.wait_for(lambda t: t.snapshot_done)
+                await ann.send(Prompt(text="live without a group"))
+                await ann.wait_for(lambda t: "live without a group" in _replies(t))
+                await ann.wait_for(lambda t: any(i["created_by"] == "agent" for i in t.items))
+                # Presence came on the channel too.
+                await ann.wait_for(
+                    lambda t: bool(t.presence) and "ann" in {m["name"] for m in t.presence[-1]}
+                )
+                assert "live without a group" not in _replies(vic)
+            tg.cancel_scope.cancel()

@@ -157,6 +157,12 @@ class HostChannel(SealedChannel):
         return self._person
 
     @property
+    def invitation(self) -> bytes | None:
+        """The verifier of the personal link that opened this channel (the proof was checked
+        with that link's root, so it is that link's), or None for a role link."""
+        return self._request.invitation if self._person is not None else None
+
+    @property
     def verified(self) -> bool:
         """Whether `name` is bound by the host (a personal link), not typed by the teammate."""
         return self._person is not None
@@ -201,6 +207,12 @@ class HostChannel(SealedChannel):
             joined()
 
         await self.send_built(largest, build, then=join)
+
+    @property
+    def cast_groups(self) -> bool:
+        """Whether the relay takes broadcast groups other than 0: one that does not gets a
+        conversation's live tail on the channel instead (tunnel/host/session.py)."""
+        return self._channel.cast_groups
 
     def leave_broadcast(self) -> None:
         """Take this channel out of the host's broadcast (harmless when it is not in it)."""

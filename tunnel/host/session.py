@@ -293,7 +293,7 @@ class SessionChannelHandler:
                     tg.cancel_scope.cancel()
                     return
                 self._presence.join(member, key=key)
-                if self._broadcast is None:
+                if self._broadcast is None or (self._broadcast.group and not self._takes_groups()):
                     tg.start_soon(self._pump_presence, key)
                 await self._serve_requests(tg, first)
                 tg.cancel_scope.cancel()
@@ -556,6 +556,8 @@ class SessionChannelHandler:
             async with self._log.subscribe(conversation, after=last) as sub:
                 await self._send_state(conversation, start + 1)
                 broadcast = self._broadcast
+                if broadcast is not None and broadcast.group and not self._takes_groups():
+                    broadcast = None  # a relay from before groups: the tail comes here
                 if broadcast is not None:
                     # Until the channel holds every item the broadcast has cast, the items come
                     # on the channel; then it joins, and every later one comes as a cast.
@@ -571,6 +573,10 @@ class SessionChannelHandler:
                 while True:  # the live tail
                     for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
                         await self._send_entry(entry)
+
+    def _takes_groups(self) -> bool:
+        """Whether the relay copies casts by group (`cast-groups`); a stand-in channel does."""
+        return getattr(self._channel, "cast_groups", True) is not False
 
     async def _join_broadcast(self, broadcast: Broadcaster) -> None:
         """Send the `broadcast` message and join the channel in one instant: it says the

@@ -208,6 +208,11 @@ class LinkChannel:
             raise LocalProtocolError("the relay does not take broadcast groups")
         self._broadcast_signal(partial(self._mux.link.connection.join, group=group))
 
+    @property
+    def cast_groups(self) -> bool:
+        """Whether this channel's relay takes broadcast groups other than 0 (`ChannelMux`)."""
+        return self._mux.cast_groups
+
     def part_broadcast(self) -> None:
         """Ask the relay to stop copying the host's casts to this channel (the host's side);
         nothing to do once the channel is closed."""
