@@ -28,6 +28,7 @@ __all__ = [
     "PresenceMessage",
     "PushState",
     "Ready",
+    "ReplayInfo",
     "SandboxInfo",
     "Snapshot",
     "TerminalSize",
@@ -50,6 +51,17 @@ class SandboxInfo:
     """Sandboxed: the host paths where the agent's writes are kept (the workspace first)."""
     network: bool = True
     """Sandboxed: whether the agent has a network (False: `--sandbox-net none`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayInfo:
+    """What a replay link's channel shows (docs/application.md, `ready.replay`): one
+    conversation's items 0..`upto`, then nothing more; the teammate shows a replay, not a live
+    session, and sends no request but subscribe, history and read_file."""
+
+    conversation: str
+    upto: int
+    """The last seq the channel sends (-1: none)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +95,8 @@ class Ready:
     push_key: str | None = None
     """The host's VAPID public key (base64url, 65 bytes decoded): a browser subscribes to Web
     Push with it (docs/application.md, "Notifications"); None when the host sends no pushes."""
+    replay: ReplayInfo | None = None
+    """For a replay link's channel, what it shows; None for every live channel."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -242,6 +256,11 @@ def encode(message: HostMessage | PushState) -> bytes:
                 wire["verified"] = True
             if message.push_key is not None:
                 wire["push_key"] = message.push_key
+            if message.replay is not None:
+                wire["replay"] = {
+                    "conversation": message.replay.conversation,
+                    "upto": message.replay.upto,
+                }
         case Snapshot():
             wire = {
                 "op": "snapshot",
@@ -336,6 +355,7 @@ def parse_map(message: Mapping[str, Any]) -> HostMessage:
             terminal=_terminal(message.get("terminal")),
             verified=message.get("verified") is True,
             push_key=_optional(message, "push_key", str),
+            replay=_replay(message.get("replay")),
         )
     if op == "snapshot":
         return Snapshot(
@@ -374,6 +394,18 @@ def parse_map(message: Mapping[str, Any]) -> HostMessage:
             raise BadRequest("unknown error code")
         return Error(code=code, message=_get(message, "message", str))
     raise BadRequest("unknown op")
+
+
+def _replay(value: Any) -> ReplayInfo | None:
+    """`ready.replay`: absent, or the conversation and the last seq a replay shows."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadRequest("field 'replay' must be map")
+    upto = _get(value, "upto", int)
+    if upto < -1:
+        raise BadRequest("field 'upto' must be a seq or -1")
+    return ReplayInfo(conversation=_get(value, "conversation", str), upto=upto)
 
 
 def _context(value: Any) -> Sequence[dict[str, Any]]:

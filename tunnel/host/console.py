@@ -36,7 +36,16 @@ from tunnel.app.roster import Roster
 from tunnel.host.invitations import InvitationError
 from tunnel.host.presence import Presence
 from tunnel.log import Event, Log
-from tunnel.terminal.commands import HELP, Invite, People, Quit, Revoke, Say, parse_line
+from tunnel.terminal.commands import (
+    HELP,
+    Invite,
+    People,
+    Quit,
+    Revoke,
+    Say,
+    ShareReplay,
+    parse_line,
+)
 from tunnel.terminal.completion import CommandCompleter
 from tunnel.terminal.notify import TerminalSignals, WaitingRequests
 from tunnel.terminal.presence import change_lines
@@ -76,6 +85,11 @@ class PeopleControl(Protocol):
 
     def listing(self) -> list[str]:
         """One line per invitation: name, role, attached or when last seen."""
+        ...
+
+    async def share_replay(self, conversation: str, upto: int | None) -> str:
+        """Make a replay link of `conversation` up to `upto` (None: its head); return the line
+        that names it and gives the link. InvitationError if it cannot be."""
         ...
 
 
@@ -251,7 +265,10 @@ class HostConsole:
                 case People() if self.people is not None:
                     for line in self.people.listing():
                         self._screen.note(line)
-                case Revoke() | Invite() | People():
+                case ShareReplay(conversation=conversation, upto=upto) if self.people is not None:
+                    shown = conversation or self._session.conversation_id
+                    self._screen.note(await self.people.share_replay(shown, upto), "bold")
+                case Revoke() | Invite() | People() | ShareReplay():
                     self._screen.note("not connected to a relay yet")
                 case Say(text=text):
                     # It may echo what the agent named: option names and ids, its commands.

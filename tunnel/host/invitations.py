@@ -2,7 +2,9 @@
 
 Each invitation has its own 32-byte secret, so its own relay verifier and its own e2e root
 (docs/security.md, "Personal links"); its link has the format of a role link. The invitations
-are kept in a file beside the key (mode 0600, written atomically), never in the log.
+are kept in a file beside the key (mode 0600, written atomically), never in the log. A replay
+link is one too, of role `view`, that also carries what it may show (`ReplayLink`,
+tunnel/host/replay_link.py), kept in the same file only.
 """
 
 from __future__ import annotations
@@ -28,10 +30,14 @@ from tunnel.e2e.crypto import (
 )
 from tunnel.e2e.identity import KeyFileError, read_private_file, write_private_file
 from tunnel.handshake import MAX_INVITATIONS, Invited
+from tunnel.host.replay_link import REPLAY_PREFIX, ReplayLink, replay_name
 
 __all__ = ["Invitation", "InvitationError", "Invitations", "parse_invite"]
 
 _FORMAT: Final = "agent-tunnel invitations v1"
+_FORMAT_REPLAYS: Final = "agent-tunnel invitations v2"
+"""The format of a file that holds a replay link: a host that predates them refuses the file
+rather than take a replay link for a view link of the whole session."""
 
 _NAME = re.compile(r"[\w.-]{1,64}")
 """A person's name: letters, digits, `_`, `.` and `-`, so it is one word at the console and in
@@ -60,6 +66,13 @@ class Invitation:
 
     last_seen: float | None = None
     """When a channel of theirs last closed (seconds since the epoch), None if never."""
+
+    replay: ReplayLink | None = None
+    """For a replay link, the conversation and the seqs it shows; None for a person's link."""
+
+    def __post_init__(self) -> None:
+        if self.replay is not None and self.role != "view":
+            raise ValueError("a replay link only views")
 
     def verifier(self, host_id: str) -> bytes:
         """What the relay matches their token against."""
@@ -112,7 +125,7 @@ class Invitations:
         data = read_private_file(path)
         try:
             doc = json.loads(data)
-            if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
+            if not isinstance(doc, dict) or doc.get("format") not in (_FORMAT, _FORMAT_REPLAYS):
                 raise ValueError("unknown format")
             invitations = [
                 Invitation(
@@ -121,6 +134,7 @@ class Invitations:
                     secret=_secret(entry["secret"]),
                     created=float(entry["created"]),
                     last_seen=_time(entry.get("last_seen")),
+                    replay=_replay(entry.get("replay")),
                 )
                 for entry in doc["invitations"]
             ]
@@ -148,13 +162,29 @@ class Invitations:
         name is replaced (its old link stops working). InvitationError if the name is not one,
         the role unknown, or the host has MAX_INVITATIONS already."""
         check_person(name)
+        if name.casefold().startswith(REPLAY_PREFIX):
+            raise InvitationError(f"names starting with {REPLAY_PREFIX!r} are replay links'")
         if role not in ROLES:
             raise InvitationError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        invitation = Invitation(name=name, role=role, secret=new_secret(), created=time.time())
+        return self._put(invitation)
+
+    def add_replay(self, replay: ReplayLink) -> Invitation:
+        """A replay link of `replay` (role `view`, a fresh secret, named
+        `replay-<conversation>-<n>`), saved; InvitationError if the host has MAX_INVITATIONS
+        links already."""
+        name = replay_name(replay.conversation, {n.casefold() for n in self._by_name})
+        invitation = Invitation(
+            name=name, role="view", secret=new_secret(), created=time.time(), replay=replay
+        )
+        return self._put(invitation)
+
+    def _put(self, invitation: Invitation) -> Invitation:
+        name = invitation.name
         if name not in self._by_name and len(self._by_name) >= MAX_INVITATIONS:
             raise InvitationError(
                 f"a host has at most {MAX_INVITATIONS} personal links; revoke one first"
             )
-        invitation = Invitation(name=name, role=role, secret=new_secret(), created=time.time())
         self._by_name.pop(name, None)
         self._by_name[name] = invitation
         self.save()
@@ -208,8 +238,9 @@ class Invitations:
 
     def save(self) -> None:
         """Write every invitation to `path` (mode 0600, atomically replacing what was there)."""
+        replays = any(i.replay is not None for i in self.all())
         doc = {
-            "format": _FORMAT,
+            "format": _FORMAT_REPLAYS if replays else _FORMAT,
             "invitations": [
                 {
                     "name": i.name,
@@ -217,6 +248,7 @@ class Invitations:
                     "secret": b64url_encode(i.secret),
                     "created": i.created,
                     **({} if i.last_seen is None else {"last_seen": i.last_seen}),
+                    **({} if i.replay is None else {"replay": i.replay.wire()}),
                 }
                 for i in self.all()
             ],
@@ -237,6 +269,14 @@ def _time(value: object) -> float | None:
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise ValueError("not a time")
     return float(value)
+
+
+def _replay(value: object) -> ReplayLink | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("not a replay")
+    return ReplayLink(conversation=value["conversation"], upto=value["upto"])
 
 
 def _secret(value: object) -> bytes:

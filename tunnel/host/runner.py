@@ -42,6 +42,7 @@ from tunnel.host.channel import (
     open_host_channel,
 )
 from tunnel.host.invitations import Invitation, Invitations
+from tunnel.host.replay_link import ReplayLink
 from tunnel.host.settings import HostSettings
 from tunnel.link import (
     ChannelClosedError,
@@ -197,6 +198,17 @@ class Host:
         logger.info("invited %s to %s", name, role)
         await self._register()
         return self.link_of(invitation)
+
+    async def share_replay(self, replay: ReplayLink) -> Invitation:
+        """A replay link of `replay` (tunnel/host/replay_link.py): a personal link of role
+        `view` whose channels see only that conversation up to its seq, registered as `invite`
+        registers one. Revoked like one (`revoke_person` with its name). Raises InvitationError
+        over the relay's MAX_INVITATIONS."""
+        invitation = self.invitations.add_replay(replay)
+        self._verifiers_version += 1
+        logger.info("made replay link %s", invitation.name)
+        await self._register()
+        return invitation
 
     def link_of(self, invitation: Invitation) -> ShareLink:
         """`invitation`'s personal link."""

@@ -79,6 +79,7 @@ from tunnel.process.groups import unwrap_group
 if TYPE_CHECKING:
     from tunnel.host.broadcast import Broadcaster
     from tunnel.host.conversations import Conversation, Conversations
+    from tunnel.host.replay_link import ReplayLink
     from tunnel.notify.service import Notifier
 
 logger = logging.getLogger("tunnel.session")
@@ -219,6 +220,7 @@ class SessionChannelHandler:
         files: FileReader | None = None,
         conversations: Conversations | None = None,
         conversation: Conversation | None = None,
+        replay_link: ReplayLink | None = None,
     ) -> None:
         """`replay` is the host's budget shared by every channel; None gives this channel one
         of its own. `replay_burst` and `replay_rate` bound this channel's catch-up
@@ -229,7 +231,12 @@ class SessionChannelHandler:
         and focus (docs/application.md, "Notifications"). `files` reads the workspace files a
         teammate asks to see (`read_file`); None refuses them. `conversations` is the host's
         list, which the channel is sent and may start and close conversations in;
-        `conversation` the one of them it follows (docs/application.md, "Conversations")."""
+        `conversation` the one of them it follows (docs/application.md, "Conversations").
+        `replay_link` makes the channel a replay link's: `session`'s conversation up to its
+        seq, read-only, nothing live, shown to nobody (tunnel/host/replay_link.py)."""
+        if replay_link is not None and replay_link.conversation != session.conversation_id:
+            raise ValueError("a replay link is served its own conversation's session")
+        self._replay_link = replay_link
         self._channel = channel
         self._conversations = conversations
         self._conversation = conversation
@@ -267,12 +274,13 @@ class SessionChannelHandler:
                 sandbox=_sandbox_info(self._session),
                 terminal=_terminal_size(self._session),
                 push_key=None if self._notifier is None else self._notifier.push_key,
+                replay=self._replay_info(),
             )
         )
         key = self._you = self._presence.reserve()
         try:
             async with unwrap_group(), anyio.create_task_group() as tg:
-                if self._conversations is not None:
+                if self._conversations is not None and self._replay_link is None:
                     tg.start_soon(self._pump_conversations, self._conversations)
                 early = getattr(self._channel, "early_subscribe", None)
                 if isinstance(early, Subscribe):
@@ -292,9 +300,12 @@ class SessionChannelHandler:
                     logger.info("%s sent nothing after its open; channel ended", self._channel.name)
                     tg.cancel_scope.cancel()
                     return
-                self._presence.join(member, key=key)
-                if self._broadcast is None or (self._broadcast.group and not self._takes_groups()):
-                    tg.start_soon(self._pump_presence, key)
+                if self._replay_link is None:  # a replay is shown nobody, and shown to nobody
+                    self._presence.join(member, key=key)
+                    if self._broadcast is None or (
+                        self._broadcast.group and not self._takes_groups()
+                    ):
+                        tg.start_soon(self._pump_presence, key)
                 await self._serve_requests(tg, first)
                 tg.cancel_scope.cancel()
         finally:
@@ -328,6 +339,9 @@ class SessionChannelHandler:
         except BadRequest as exc:
             logger.info("bad request from %s: %s", self._channel.name, exc)
             await self._send(out.Error(code=exc.code, message=exc.message))
+            return
+        if self._replay_link is not None and not self._replay_link.allows(request):
+            await self._send(out.Error(code="forbidden", message="a replay link only reads"))
             return
         if isinstance(request, Subscribe):
             await self._restart_stream(tg, request)
@@ -521,6 +535,9 @@ class SessionChannelHandler:
             self._broadcast.left(self._channel)
             self._channel.leave_broadcast()
         self._stream_scope = anyio.CancelScope()
+        if self._replay_link is not None:
+            tg.start_soon(self._stream_replay, self._stream_scope, request.after, conversation)
+            return
         tg.start_soon(self._stream, self._stream_scope, request.after, request.tail, conversation)
 
     async def _stream(
@@ -573,6 +590,32 @@ class SessionChannelHandler:
                 while True:  # the live tail
                     for entry in await sub.receive_batch(SNAPSHOT_PAGE_ITEMS):
                         await self._send_entry(entry)
+
+    async def _stream_replay(
+        self, scope: anyio.CancelScope, after: int | None, counted_in: str | None
+    ) -> None:
+        """A replay link's stream: its conversation's items after `after` (all of them from
+        seq 0 for a fresh join) up to its `upto`, in snapshot pages, and then nothing: no
+        state, no head, no live tail, no broadcast. A cursor past `upto`, or counted in another
+        conversation, starts over from seq 0."""
+        link = self._replay_link
+        assert link is not None
+        with scope:
+            conversation = self._session.conversation_id
+            info = await self._log.get_conversation(conversation)
+            head = link.head(-1 if info is None else info.last_seq)
+            reset = after is not None and (
+                after > head or (counted_in is not None and counted_in != conversation)
+            )
+            start = -1 if after is None or reset else after
+            await self._send_snapshot(conversation, start, head, reset, FIRST_ITEM_ESTIMATE, [])
+            self._snapshot_sent.set()
+
+    def _replay_info(self) -> out.ReplayInfo | None:
+        link = self._replay_link
+        return (
+            None if link is None else out.ReplayInfo(conversation=link.conversation, upto=link.upto)
+        )
 
     def _takes_groups(self) -> bool:
         """Whether the relay copies casts by group (`cast-groups`); a stand-in channel does."""
@@ -713,10 +756,11 @@ class SessionChannelHandler:
     async def _send_history(self, request: History) -> None:
         """Answer `history`: the newest page before `request.before`, read and encoded with a
         page of the host's replay budget, sent after it is given back."""
+        before = request.before
+        if self._replay_link is not None:
+            before = self._replay_link.before(before)  # nothing after the replay's last seq
         async with self._replay.page():
-            page, _ = await self._read_before(
-                self._session.conversation_id, request.before, request.limit
-            )
+            page, _ = await self._read_before(self._session.conversation_id, before, request.limit)
             # Seqs start at 0 without a gap, so an item before the page exists unless it
             # starts at 0.
             more = bool(page) and page[0]["seq"] > 0
@@ -800,7 +844,7 @@ class SessionChannelHandler:
                         last = item.seq
                     if page:
                         estimate = max(1, page_bytes // len(page))
-                if last >= head:
+                if last >= head and self._replay_link is None:  # a replay's head is fixed
                     info = await self._log.get_conversation(conversation)
                     head = max(head, -1 if info is None else info.last_seq)
                 more = last < head

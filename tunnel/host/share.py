@@ -36,7 +36,7 @@ from tunnel.agents.sandbox import (
 from tunnel.agents.workspace import Workspace
 from tunnel.host.audit import HeadSigner
 from tunnel.host.broadcast import Broadcaster
-from tunnel.host.channel import HostChannel
+from tunnel.host.channel import HostChannel, close_quietly
 from tunnel.host.console import HostConsole
 from tunnel.host.conversations import (
     Conversation,
@@ -49,6 +49,7 @@ from tunnel.host.invitations import InvitationError
 from tunnel.host.limits import DEFAULT_MAX_CONVERSATIONS
 from tunnel.host.presence import Member, Presence
 from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE
+from tunnel.host.replay_link import ReplayLink
 from tunnel.host.runner import Host
 from tunnel.host.session import ReplayBudget, SessionChannelHandler
 from tunnel.host.settings import HostSettings
@@ -57,6 +58,7 @@ from tunnel.log.sqlite import SQLiteStore, open_host_store
 from tunnel.notify.service import Notifier
 from tunnel.notify.settings import NotifySettings
 from tunnel.policy import Policy
+from tunnel.proto.codes import CloseCode
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,15 +143,38 @@ def print_links(host: Host) -> None:
 
 
 class HostPeople:
-    """The console's /invite, /revoke NAME and /people, on a running host."""
+    """The console's /invite, /revoke NAME, /people and /share-replay, on a running host."""
 
     def __init__(
-        self, host: Host, new_epoch: Callable[[], None], notifier: Notifier | None = None
+        self,
+        host: Host,
+        new_epoch: Callable[[], None],
+        notifier: Notifier | None = None,
+        log: Log | None = None,
     ) -> None:
-        """`new_epoch` starts a new broadcast key in every conversation (see `invite`)."""
+        """`new_epoch` starts a new broadcast key in every conversation (see `invite`); `log`
+        says how far a replay link's conversation goes (`share_replay`)."""
         self._host = host
         self._new_epoch = new_epoch
         self._notifier = notifier
+        self._log = log
+
+    async def share_replay(self, conversation: str, upto: int | None) -> str:
+        """Make a replay link of `conversation` up to `upto` (None: its last item now); return
+        the line that names it and gives the link. InvitationError if the log has no such
+        conversation or seq."""
+        info = None if self._log is None else await self._log.get_conversation(conversation)
+        if info is None:
+            raise InvitationError(f"no conversation {conversation!r} in the log")
+        if upto is None:
+            upto = info.last_seq
+        elif upto > info.last_seq:
+            raise InvitationError(
+                f"{conversation} has no item {upto} (its last is {info.last_seq})"
+            )
+        invitation = await self._host.share_replay(ReplayLink(conversation=conversation, upto=upto))
+        link = self._host.link_of(invitation)
+        return f"replay link {invitation.name} ({conversation} up to item {upto}): {link}"
 
     async def invite(self, name: str, role: str) -> str:
         """Invite `name` in `role`; return their link."""
@@ -188,7 +213,13 @@ class HostPeople:
                 seen = "never seen"
             else:
                 seen = "last seen " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last_seen))
-            lines.append(f"{invitation.name} ({invitation.role}): {seen}")
+            replay = invitation.replay
+            kind = (
+                invitation.role
+                if replay is None
+                else f"replay of {replay.conversation} up to item {replay.upto}"
+            )
+            lines.append(f"{invitation.name} ({kind}): {seen}")
         return lines
 
 
@@ -287,6 +318,32 @@ async def run_share(
         notifier: Notifier | None = None
 
         async def handler(channel: HostChannel) -> None:
+            replay_link: ReplayLink | None = None
+            if channel.invitation is not None:
+                invitation = host.invitations.by_verifier(channel.invitation, host.host_id)
+                if invitation is None:  # revoked since its open
+                    close_quietly(channel, CloseCode.REVOKED, "personal link revoked")
+                    return
+                replay_link = invitation.replay
+            if replay_link is not None:
+                # Its own conversation, whatever the open names (tunnel/host/replay_link.py).
+                replayed = conversations.get(replay_link.conversation)
+                if replayed is None:
+                    close_quietly(channel, CloseCode.REFUSED, "that conversation is not served")
+                    return
+                await SessionChannelHandler(
+                    channel,
+                    session=replayed.session,
+                    log=log,
+                    presence=replayed.presence,
+                    replay=replay,
+                    replay_burst=settings.replay_burst,
+                    replay_rate=settings.replay_rate,
+                    files=files,
+                    conversation=replayed,
+                    replay_link=replay_link,
+                ).run()
+                return
             conversation = conversations.for_channel(channel.early_conversation)
             parts = conversation.parts
             assert isinstance(parts, _Parts)
@@ -359,7 +416,7 @@ async def run_share(
                 bell=settings.bell,
             )
             host_console.revoke = revoke
-            host_console.people = HostPeople(host, new_epoch, notifier)
+            host_console.people = HostPeople(host, new_epoch, notifier, log)
             await tg.start(host.run)
             tg.start_soon(host_console.run)
             task_status.started(
@@ -394,6 +451,8 @@ class _Parts:
                 await tg.start(self.broadcast.run)
                 task_status.started()
         finally:
+            # Its group may serve another conversation next: its channels leave it now.
+            self.broadcast.part_all()
             # The agent has stopped: what it wrote while stopping is signed too.
             await self.signer.close()
 
@@ -451,8 +510,6 @@ def _role_links(host: Host) -> str:
 
     return role_links_mark(str(host.view_link), str(host.drive_link))
 
-            # Its group may serve another conversation next: its channels leave it now.
-            self.broadcast.part_all()
 
 def _notifier(
     settings: ShareSettings, host: Host, session: AgentSession, conversations: Conversations

@@ -65,6 +65,7 @@ from tunnel.terminal.commands import (
     Quit,
     Revoke,
     Say,
+    ShareReplay,
     parse_line,
 )
 from tunnel.terminal.completion import CommandCompleter, PathCache
@@ -414,7 +415,7 @@ class Attachment:
         if isinstance(command, Revoke):
             self._screen.note("only the host can revoke the links")
             return None
-        if isinstance(command, Invite | People):
+        if isinstance(command, Invite | People | ShareReplay):
             self._screen.note("only the host can invite people")
             return None
         if isinstance(command, DRIVING_REQUESTS) and not self._driver:

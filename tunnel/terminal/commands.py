@@ -2,7 +2,8 @@
 
 Both surfaces share this so the same words do the same thing everywhere. The rule
 (docs/agents.md, "Typed commands"): the local commands are /allow /deny /cancel /quit /revoke
-/invite /people /help /mode /model (/revoke, /invite and /people are the host's); any other line
+/invite /people /share-replay /help /mode /model (/revoke, /invite, /people and /share-replay are
+the host's); any other line
 starting with `/` (`/compact`, `/init`) is sent to the agent as a prompt, as it was typed; a line
 starting with `//` is sent with one `/` removed (`//help` sends `/help` to the agent); everything
 else is a prompt.
@@ -41,6 +42,7 @@ LOCAL_COMMANDS = (
     "/revoke",
     "/invite",
     "/people",
+    "/share-replay",
     "/help",
     "/mode",
     "/model",
@@ -49,7 +51,7 @@ LOCAL_COMMANDS = (
 )
 """Words handled here; any other `/word` goes to the agent."""
 
-HOST_COMMANDS = ("/revoke", "/invite", "/people")
+HOST_COMMANDS = ("/revoke", "/invite", "/people", "/share-replay")
 """The host console's alone: only the host mints and revokes links."""
 
 HELP = (
@@ -61,7 +63,10 @@ HELP = (
     " /open PATH[:LINE] shows a workspace file around a line; /login METHOD_ID logs the agent in"
     " when it asks;"
     " /revoke (host) replaces both links, /revoke NAME ends one person's link, /invite NAME"
-    " view|drive makes a personal link, /people lists them; /quit leaves. Any other /command"
+    " view|drive makes a personal link, /people lists them;"
+    " /share-replay [ID] [SEQ] (host) makes a read-only replay link of a conversation as it"
+    " stands (or up to SEQ);"
+    " /quit leaves. Any other /command"
     " goes to the agent (//x sends /x)."
 )
 
@@ -93,6 +98,16 @@ class People:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ShareReplay:
+    """Make a replay link: one conversation, read-only, up to a seq (host console only)."""
+
+    conversation: str | None = None
+    """The conversation replayed; None: the console's."""
+    upto: int | None = None
+    """The last seq the link shows; None: the conversation's head when it is made."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Say:
     """Nothing to send; show this text to the user instead."""
 
@@ -101,9 +116,9 @@ class Say:
     print it through `printable()` (tunnel/terminal/sanitize.py), as every surface does."""
 
 
-Command = Request | Quit | Revoke | Invite | People | Say
+Command = Request | Quit | Revoke | Invite | People | ShareReplay | Say
 
-HostCommand = Revoke | Invite | People
+HostCommand = Revoke | Invite | People | ShareReplay
 """What only the host console does (`HOST_COMMANDS`)."""
 
 
@@ -133,6 +148,8 @@ def parse_line(line: str, view: ConversationView) -> Command | None:
         return Invite(name=args[0], role=args[1])
     if word == "/people":
         return People()
+    if word == "/share-replay":
+        return _share_replay(args)
     if word == "/cancel":
         return Cancel()
     if word == "/help":
@@ -211,6 +228,20 @@ def _single(request: PendingPermission, kind: str, options: str) -> Option | Say
     return Say(
         text=f"request {request.request_id} has {how_many} {kind} options: use /allow N; {options}"
     )
+
+
+def _share_replay(args: list[str]) -> Command:
+    """`/share-replay [ID] [SEQ]`; a lone number is a SEQ of the console's conversation."""
+    usage = Say(text="usage: /share-replay [CONVERSATION_ID] [SEQ]")
+    if len(args) > 2:
+        return usage
+    if len(args) == 1 and args[0].isdigit():
+        return ShareReplay(upto=int(args[0]))
+    if len(args) == 2:
+        if not args[1].isdigit():
+            return usage
+        return ShareReplay(conversation=args[0], upto=int(args[1]))
+    return ShareReplay(conversation=args[0] if args else None)
 
 
 def _open(target: str) -> Command:
