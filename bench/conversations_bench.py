@@ -21,8 +21,8 @@ Each round, on each side (the order reversed every other round; a first round un
    presence settles (no presence message for 0.5 s);
 2. fan-out: the host appends --items items of about --size bytes to every conversation at once
    (ten bursts at once on the ten side), as each one's agent output is; seconds from the first
-   append until the last teammate (and the median one) has its --items items; the casts each
-   conversation's broadcast sent for its burst;
+   append until the last teammate (and the median one) has its --items items, and until the
+   host has appended them all; the casts each conversation's broadcast sent for its burst;
 3. the teammates detach, and the host sees every one gone.
 For both steps: CPU seconds of the host, the relay and the teammates' process, and the bytes the
 relay sent to the teammates (TCP bytes from `ss`, WebSocket framing included) per teammate; the
@@ -231,6 +231,7 @@ async def one_round(side: Side, n: int, items: int, size: int, concurrency: int)
     delivered = items * n
     values["fan_s"] = got["t_last"] - appended["t0"]
     values["fan_median_s"] = got["t_median"] - appended["t0"]
+    values["fan_appended_s"] = appended["t1"] - appended["t0"]
     values["casts"] = sum(casts_after[c] - casts_before[c] for c in casts_after) / len(casts_after)
     values["fan_host_ms_item"] = (cpu_after[0] - cpu_before[0]) / host_items * 1e3
     values["fan_relay_us_delivered"] = (cpu_after[1] - cpu_before[1]) / delivered * 1e6
@@ -260,6 +261,7 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("attach: relay CPU, s", "attach_relay", ".2f"),
     ("fan-out: all delivered, s", "fan_s", ".3f"),
     ("fan-out: median teammate done, s", "fan_median_s", ".3f"),
+    ("fan-out: host appended all, s", "fan_appended_s", ".3f"),
     ("fan-out: teammate CPU, us per item", "fan_teammate_us_item", ".1f"),
     ("fan-out: KiB to each teammate", "fan_kib", ".1f"),
     ("fan-out: conversations msgs each", "lists", ".1f"),
