@@ -2,7 +2,7 @@
 measured in the same run.
 
 Run: .venv/bin/python bench/cluster_bench.py [--pairs 5] [--size 4K --size 64K] [--mib 32]
-     [--roundtrips 1000] [--quick]
+     [--roundtrips 1000] [--fanout 300] [--items 100] [--fanout-only] [--quick]
 
 One Redis (Debian's `redis-server`, in memory, on a free loopback port), two `tunnel relay
 --cluster` nodes A and B (harness.RELAY_LOAD_OPTIONS), one host process on node A (bench/peers.py
@@ -19,7 +19,10 @@ With --fanout N (default 300, 0 skips it), a third node C and two session hosts 
 (bench/peers.py `session-host`, as `tunnel host` serves sessions): N teammates of one host all
 attached at node A ("one node"), N teammates of the other spread over nodes A, B and C ("three
 nodes"; two thirds forwarded), in bench/swarm.py processes. The hosts append --items items in
-turn; measured: seconds from the first append until the last teammate has every item.
+turn; measured: seconds from the first append until the last teammate has every item, and the
+messages nodes B and C received over their hops from node A per cast of the host (their
+`relay_cluster_hop_messages_total{direction="down"}`, which counts one per forwarded teammate
+channel a cast reaches, against node A's `relay_casts_total`).
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
@@ -57,7 +62,7 @@ from relay_bench import Results, System, down, roundtrip_pass, up
 
 from tunnel.teammate.client import connect_teammate
 
-GOALS = {"MiB/s": ">= 0.7", "round trip p50 ms": "<= 1.5"}
+GOALS = {"MiB/s": ">= 0.7", "round trip p50 ms": "<= 1.5", "fan-out": "<= 1.2"}
 
 
 def _free_port() -> int:
@@ -140,6 +145,23 @@ async def fan_out(host: Child, crowds: list[Child], items: int, delivered: int, 
     return last - float(appended["t0"])
 
 
+HOP_MESSAGES = r'relay_cluster_hop_messages_total\{direction="down"\}'
+CASTS = "relay_casts_total"
+
+
+def sample(node_url: str, metric: str) -> float:
+    """One sample of a node's metrics (`metric`: a regex of its name and labels), read over
+    HTTP; 0 while it has none."""
+    with urllib.request.urlopen(f"{node_url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found = re.search(rf"^{metric} (\S+)$", text, re.MULTILINE)
+    return 0.0 if found is None else float(found.group(1))
+
+
+async def counted(metric: str, *node_urls: str) -> float:
+    return sum([await anyio.to_thread.run_sync(sample, url, metric) for url in node_urls])
+
+
 async def fanout_bench(
     args: argparse.Namespace, wd: Path, url_a: str, url_b: str, url_c: str
 ) -> list[list[str]]:
@@ -168,13 +190,29 @@ async def fanout_bench(
         for name, (host, crowds) in sides.items():  # warm-up, not recorded
             delivered[name] += warm
             await fan_out(host, crowds, warm, delivered[name], 1024)
+        hops = Samples()
         for names in in_pairs(args.pairs, list(sides), label="fan-out "):
             for name in names:
                 host, crowds = sides[name]
                 delivered[name] += args.items
+                hops_before = await counted(HOP_MESSAGES, url_b, url_c)
+                casts_before = await counted(CASTS, url_a)
                 seconds[name].add(await fan_out(host, crowds, args.items, delivered[name], 1024))
+                if name == "three nodes":
+                    # Only this side's host casts meanwhile: node A counts both hosts' casts.
+                    casts = await counted(CASTS, url_a) - casts_before
+                    hop_messages = await counted(HOP_MESSAGES, url_b, url_c) - hops_before
+                    hops.add(hop_messages / max(1.0, casts))
     label = f"fan-out {args.items} items to {n} s"
-    return [row(label, seconds["one node"], seconds["three nodes"], ".3f")]
+    forwarded = 2 * (n // 3)
+    hop_row = [
+        f"hop messages down per cast ({forwarded} teammates forwarded, 2 nodes)",
+        "-",
+        hops.spread(".1f"),
+        "-",
+        "",
+    ]
+    return [row(label, seconds["one node"], seconds["three nodes"], ".3f"), hop_row]
 
 
 async def bench(args: argparse.Namespace) -> None:
@@ -202,19 +240,25 @@ async def bench(args: argparse.Namespace) -> None:
                     System("same", same.send, same.receive, [a.pid, host.pid]),
                     System("cross", cross.send, cross.receive, [a.pid, b.pid, host.pid]),
                 ]
-                await one_pass(systems, args, None, scale=0.1)  # warm-up, not recorded
                 results = Results()
-                for order in in_pairs(args.pairs, systems, timed=True):
-                    await one_pass(order, args, results)
+                if not args.fanout_only:
+                    await one_pass(systems, args, None, scale=0.1)  # warm-up, not recorded
+                    for order in in_pairs(args.pairs, systems, timed=True):
+                        await one_pass(order, args, results)
             fanout_rows = await fanout_bench(args, wd, url_a, url_b, url_c) if args.fanout else []
     rows = [
         row(measure, by_system["same"], by_system["cross"], ".3f" if "ms" in measure else ".1f")
         for measure, by_system in results.samples.items()
     ]
     rows += fanout_rows
+    title = (
+        f"fan-out to {args.fanout} teammates, three nodes against one, {args.pairs} pairs"
+        if args.fanout_only
+        else f"cross-node against same-node attach, {args.pairs} pairs, {args.mib:g} MiB per"
+        f" bulk run, {args.roundtrips} round trips"
+    )
     print_table(
-        f"cross-node against same-node attach, {args.pairs} pairs, {args.mib:g} MiB per bulk"
-        f" run, {args.roundtrips} round trips: median [min-max]",
+        f"{title}: median [min-max]",
         ["measure", "same / one node", "cross / three nodes", "ratio", "goal"],
         rows,
     )
@@ -230,6 +274,9 @@ def main() -> None:
         "--fanout", type=int, help="teammates of the fan-out (default 300, 0: skip)"
     )
     parser.add_argument("--items", type=int, default=100, help="items per fan-out run (100)")
+    parser.add_argument(
+        "--fanout-only", action="store_true", help="only the fan-out (no bulk, no round trips)"
+    )
     parser.add_argument("--quick", action="store_true", help="smaller defaults (for iterating)")
     args = parser.parse_args()
     args.pairs = args.pairs or (3 if args.quick else 5)
