@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -69,19 +70,19 @@ async def _share_replay(host: HostProcess, line: str) -> tuple[str, str, int, st
 async def _turn(driver: Teammate, text: str) -> int:
     """Prompt, allow the demo agent's tool call, and return the seq of that decision."""
     await driver.send(Prompt(text=text))
-    asked = lambda t: next(  # noqa: E731
-        (
+
+    def asked(t: Teammate) -> dict[str, Any] | None:
+        """The permission request no decision answers yet."""
+        decided = {
+            i["data"].get("request_id") for i in t.items if i["type"] == "permission_decision"
+        }
+        waiting = [
             i
             for i in t.items
-            if i["type"] == "permission_request"
-            and not any(
-                r["type"] == "permission_decision"
-                and r["data"].get("request_id") == i["data"]["request_id"]
-                for r in t.items
-            )
-        ),
-        None,
-    )
+            if i["type"] == "permission_request" and i["data"]["request_id"] not in decided
+        ]
+        return waiting[0] if waiting else None
+
     await driver.wait_for(lambda t: asked(t) is not None)
     request = asked(driver)
     assert request is not None
