@@ -8,7 +8,6 @@ transport of memory_websocket.py: the tests that compare the two framings use re
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,7 +22,12 @@ from tunnel.link import Link
 from tunnel.link.framing import Framing, WebsocketsFraming
 from tunnel.proto import DEFAULT_LIMITS, Connection, Limits, Side
 
-HAS_PICOWS = importlib.util.find_spec("picows") is not None
+try:
+    import picows  # noqa: F401
+except ImportError:
+    HAS_PICOWS = False
+else:
+    HAS_PICOWS = True
 
 FRAMINGS = [
     pytest.param("websockets", id="websockets"),

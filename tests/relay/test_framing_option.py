@@ -7,11 +7,13 @@ import os
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from tests.link.socket_pair import HAS_PICOWS
 from tests.support import LISTENING, ROOT, stop_process
+from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.relay.settings import ClusterSettings, RelaySettings
 
 
@@ -50,3 +52,23 @@ def test_the_variable_picks_picows_and_the_relay_serves_http_on_it() -> None:
         stop_process(proc)
     assert proc.stderr is not None
     assert "serving WebSockets with picows" in proc.stderr.read().decode()
+
+
+def test_picows_asked_for_but_not_installed_is_a_config_error(tmp_path: Path) -> None:
+    # A package named picows that cannot be imported stands for an install without the extra.
+    (tmp_path / "picows").mkdir()
+    (tmp_path / "picows" / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-m", "tunnel.cli", "relay", "--port", "0", "--framing", "picows"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == EXIT_CONFIG
+    assert result.stderr.strip() == (
+        "tunnel relay: --framing picows needs the picows package: pip install 'agent-tunnel[fast]'"
+    )
