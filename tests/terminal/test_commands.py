@@ -7,7 +7,19 @@ from typing import Any
 import pytest
 
 from tunnel.app.requests import Cancel, PermissionAnswer, Prompt, SetMode, SetModel
-from tunnel.terminal.commands import LOCAL_COMMANDS, Quit, Revoke, Say, parse_line
+from tunnel.terminal.commands import (
+    HELP,
+    LOCAL_COMMANDS,
+    Close,
+    ForkAt,
+    Listing,
+    New,
+    Quit,
+    Revoke,
+    Say,
+    Switch,
+    parse_line,
+)
 from tunnel.terminal.view import ConversationView
 
 SIMPLE = [
@@ -195,3 +207,52 @@ def test_help_lists_the_agents_own_commands() -> None:
     assert isinstance(shown, Say)
     assert "/compact (shrink the context)" in shown.text
     assert "//x sends /x" in shown.text
+
+
+@pytest.mark.parametrize(
+    ("line", "command"),
+    [
+        ("/new other", New(agent="other")),
+        ("/list", Listing()),
+        ("/switch 2", Switch(target="2")),
+        ("/switch c-1a", Switch(target="c-1a")),
+        ("/close", Close()),
+        ("/close c-1a2b3c4d", Close(target="c-1a2b3c4d")),
+        ("/fork", ForkAt()),
+        ("/fork 12", ForkAt(upto=12)),
+        ("  /fork   0 ", ForkAt(upto=0)),
+    ],
+)
+def test_the_conversation_commands_are_parsed(line: str, command: object) -> None:
+    assert parse_line(line, ConversationView()) == command
+
+
+@pytest.mark.parametrize(
+    ("line", "usage"),
+    [
+        ("/new", "usage: /new NAME"),
+        ("/new a b", "usage: /new NAME"),
+        ("/list all", "usage: /list"),
+        ("/switch", "usage: /switch ID|N"),
+        ("/switch a b", "usage: /switch ID|N"),
+        ("/close a b", "usage: /close [ID|N]"),
+        ("/fork last", "usage: /fork [SEQ]"),
+        ("/fork -1", "usage: /fork [SEQ]"),
+        ("/fork 1 2", "usage: /fork [SEQ]"),
+        ("/fork ١٢", "usage: /fork [SEQ]"),  # digits, but not ASCII ones
+        ("/fork 99999999999999999999999", "usage: /fork [SEQ]"),  # beyond any seq
+    ],
+)
+def test_a_conversation_command_used_wrongly_says_its_usage_and_sends_nothing(
+    line: str, usage: str
+) -> None:
+    said = parse_line(line, ConversationView())
+    assert isinstance(said, Say)
+    assert said.text.startswith(usage)
+
+
+def test_the_conversation_commands_are_local_and_a_double_slash_sends_them_to_the_agent() -> None:
+    for word in ("/new", "/list", "/switch", "/close", "/fork"):
+        assert word in LOCAL_COMMANDS
+        assert word in HELP
+        assert parse_line("/" + word, ConversationView()) == Prompt(text=word)

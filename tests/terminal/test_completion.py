@@ -7,6 +7,7 @@ from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
 from tests.terminal.hostile import WIRE
+from tunnel.app.conversation_list import ConversationList, parse_conversation_message
 from tunnel.terminal.completion import CommandCompleter, PathCache
 from tunnel.terminal.view import ConversationView
 
@@ -75,3 +76,33 @@ def test_at_paths_come_from_the_host_once_and_only_printable_ones() -> None:
     cache.received({"op": "paths", "prefix": "no", "paths": ["notes.txt", "no\x1b]2;x\x07"]})
     assert offered("look at @no") == ["notes.txt"]
     assert offered("mail me@no") == []  # not an @ word
+
+
+def _listing() -> ConversationList:
+    entry = {"agent": "demo", "by": "ann", "state": "idle", "pending": 0, "last": 0, "started": 0}
+    parsed = parse_conversation_message(
+        {
+            "op": "conversations",
+            "agents": ["demo", "other", "ba\x1b[2Jd"],
+            "max": 8,
+            "list": [
+                {**entry, "id": "main"},
+                {**entry, "id": "c-1a2b3c4d", "agent": "other", "state": "waiting"},
+                {**entry, "id": "c-\x1b]2;pwned\x07"},
+            ],
+        }
+    )
+    assert isinstance(parsed, ConversationList)
+    return parsed
+
+
+def test_new_completes_the_agents_and_switch_and_close_the_conversations() -> None:
+    options = {"conversations": _listing}
+    assert [text for text, _ in _complete("/new ", **options)] == ["demo", "other"]
+    assert _complete("/new o", **options) == [("other", "")]
+    assert [text for text, _ in _complete("/switch ", **options)] == ["main", "c-1a2b3c4d"]
+    assert _complete("/close c-", **options) == [("c-1a2b3c4d", "other, waiting")]
+    # Nothing without a list, and nothing after the one word the command takes.
+    assert _complete("/switch ") == []
+    assert _complete("/switch main ", **options) == []
+    assert [text for text, _ in _complete("/l")] == ["/list"]

@@ -273,3 +273,20 @@ def test_a_tool_result_with_no_output_says_so_rather_than_an_empty_result() -> N
     assert render_item(failed).plain == "result: failed, no output"
     empty = {"seq": 2, "type": "tool_result", "data": {"ok": True, "output": "\n"}}
     assert render_item(empty).plain == "result: none"
+
+
+def test_a_conversations_start_close_and_forks_read_as_sentences() -> None:
+    def said(created_by: str, **data: object) -> str:
+        item = {"type": "session_event", "created_by": created_by, "data": data}
+        return render_item(item).plain
+
+    assert said("ann", what="conversation_started", agent="other") == (
+        "ann started this conversation with other"
+    )
+    assert said("bo", what="conversation_closed") == (
+        "bo closed this conversation: its agent stopped, its log stays"
+    )
+    fork = said("ann", what="session_fork", upto=12, agent="demo", **{"from": "main"})
+    assert fork == "ann forked this conversation from main at item 12"
+    source = said("ann", what="session_fork", to="c-\x1b]2;x\x07", upto=12)
+    assert source == "ann forked this conversation at item 12 into c-\\x1b]2;x\\x07"

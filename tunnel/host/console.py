@@ -7,11 +7,17 @@ completion, while the conversation scrolls above it and replies stream in place 
 as `tunnel attach`, tunnel/terminal/screen.py); otherwise lines are read and printed. Names, items
 and messages come from others: all are printed through `printable()`
 (tunnel/terminal/sanitize.py), a terminal agent's screen output included.
+
+On a host of several conversations the console shows one at a time: /new, /list, /switch,
+/close and /fork act on the host's registry (tunnel/host/conversations.py) directly, and the
+prompt counts the requests that wait in the others.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import logging
+import time
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TextIO
@@ -20,9 +26,12 @@ import anyio
 from rich.console import Console
 from rich.text import Text
 
-from tunnel.agents import AgentSession, SessionError
+from tunnel.agents import AgentSession
+from tunnel.app.conversation_list import ConversationList, parse_conversation_message
+from tunnel.app.errors import AppError, BadRequest
 from tunnel.app.host_messages import Member, PresenceMessage
 from tunnel.app.requests import (
+    DRIVING_REQUESTS,
     Authenticate,
     Cancel,
     ElicitationAnswer,
@@ -33,20 +42,28 @@ from tunnel.app.requests import (
     SetModel,
 )
 from tunnel.app.roster import Roster
+from tunnel.host.conversations import Conversation, Conversations
 from tunnel.host.invitations import InvitationError
 from tunnel.host.presence import Presence
 from tunnel.log import Event, Log
 from tunnel.terminal.commands import (
     HELP,
+    Close,
+    ConversationCommand,
+    ForkAt,
     Invite,
+    Listing,
+    New,
     People,
     Quit,
     Revoke,
     Say,
     ShareReplay,
+    Switch,
     parse_line,
 )
 from tunnel.terminal.completion import CommandCompleter
+from tunnel.terminal.conversations import OtherWaiting, listing_lines, short
 from tunnel.terminal.notify import TerminalSignals, WaitingRequests
 from tunnel.terminal.presence import change_lines
 from tunnel.terminal.questions import PendingQuestion
@@ -55,14 +72,26 @@ from tunnel.terminal.screen import PlainScreen, PromptScreen, Screen, interactiv
 from tunnel.terminal.transcript import Transcript
 from tunnel.terminal.view import ConversationView, PendingPermission
 
-# How much earlier conversation the console shows when it starts.
+logger = logging.getLogger("tunnel.console")
+
+# How much earlier conversation the console shows when it starts (and, at most, of what a
+# conversation switched back to holds since it was shown).
 HISTORY_SHOWN = 20
+# Conversations whose last item shown is remembered, so switching back resumes after it.
+CURSORS_KEPT = 64
+# Seconds between two looks at the host's list of conversations, at least: it changes with every
+# item of every conversation; the prompt follows at this pace.
+LIST_INTERVAL = 0.25
 # Lines typed ahead of the console; the screen says so when a line finds no room.
 LINE_BUFFER = 16
 # A joiner waits this long for the host user's answer, then is refused.
 APPROVAL_TIMEOUT = 120.0
 # Joiners waiting for an answer at once; more are refused at once rather than queued forever.
 MAX_WAITING_JOINERS = 8
+
+
+CLOSED = "this conversation is closed: start a new one, or switch"
+"""What driving a closed conversation gets, as a teammate's request gets it."""
 
 
 @dataclass(slots=True)
@@ -106,10 +135,22 @@ class HostConsole:
         console: Console,
         stdin: TextIO | None,
         bell: bool = True,
+        conversations: Conversations | None = None,
     ) -> None:
+        """`session` and `presence` are those of the conversation shown first; `conversations`
+        the host's registry, when it runs several (/new, /list, /switch, /close, /fork)."""
         self._session = session
         self._log = log
         self._presence = presence
+        self._conversations = conversations
+        self._conversation: Conversation | None = (
+            None if conversations is None else conversations.get(session.conversation_id)
+        )
+        self._switched = anyio.Event()
+        self._cursors: OrderedDict[str, int] = OrderedDict()
+        """The last seq shown of each conversation shown (bounded: CURSORS_KEPT)."""
+        self._others = OtherWaiting()
+        self._shown_prompt = ""
         self._host_name = host_name
         self._console = console
         self._stdin = stdin
@@ -123,7 +164,8 @@ class HostConsole:
         self._screen: Screen
         if stdin is not None and interactive_terminal(stdin, console.file):
             self._screen = PromptScreen(
-                completer=CommandCompleter(self._view), on_eof=self._keep_sharing
+                completer=CommandCompleter(self._view, conversations=self._listing),
+                on_eof=self._keep_sharing,
             )
         else:
             self._screen = PlainScreen(console, stdin)
@@ -140,8 +182,9 @@ class HostConsole:
     async def run(self) -> None:
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._show_log)
-                tg.start_soon(self._show_presence)
+                tg.start_soon(self._follow)
+                if self._conversations is not None:
+                    tg.start_soon(self._watch_conversations, self._conversations)
                 if self._stdin is not None:
                     tg.start_soon(self._read_lines)
         finally:
@@ -169,19 +212,41 @@ class HostConsole:
             if question in self._questions:
                 self._questions.remove(question)
             if not self._questions:
-                self._screen.set_prompt(self._waiting.prompt("> "))
+                self._refresh_prompt()
         return question.admit
 
-    async def _show_log(self) -> None:
-        info = await self._log.get_conversation(self._session.conversation_id)
+    async def _follow(self) -> None:
+        """Show the conversation shown, its items and who is attached to it; after a switch,
+        the next one."""
+        while True:
+            switched = self._switched = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._show_log, self._session, self._transcript)
+                tg.start_soon(self._show_presence, self._presence)
+                await switched.wait()
+                tg.cancel_scope.cancel()
+
+    async def _show_log(self, session: AgentSession, transcript: Transcript) -> None:
+        conversation_id = session.conversation_id
+        info = await self._log.get_conversation(conversation_id)
         after = None if info is None else max(info.last_seq - HISTORY_SHOWN, -1)
-        async with self._log.subscribe(self._session.conversation_id, after=after) as sub:
+        cursor = self._cursors.get(conversation_id)
+        if cursor is not None and after is not None:
+            # Shown before: what came since, no item twice (the end of it when it is long).
+            if cursor < after:
+                self._screen.note(f"… {after - cursor} earlier items not shown")
+            after = max(after, cursor)
+        async with self._log.subscribe(conversation_id, after=after) as sub:
             async for entry in sub:
                 # A terminal agent's output is typed by whoever drives it: escaped here too.
                 if isinstance(entry, Event):
-                    self._transcript.event(entry.to_wire())
+                    transcript.event(entry.to_wire())
                 else:
-                    self._transcript.item(entry.to_wire())
+                    transcript.item(entry.to_wire())
+                    self._cursors[conversation_id] = entry.seq
+                    self._cursors.move_to_end(conversation_id)
+                    while len(self._cursors) > CURSORS_KEPT:
+                        self._cursors.popitem(last=False)
                     # A request is open before its item is stored: its item announces it.
                     self._signal_waiting()
 
@@ -189,24 +254,36 @@ class HostConsole:
         """Show how many permission requests and questions of the agent's wait, and ring for
         each new one."""
         before = self._waiting.count
-        ids = [str(data.get("request_id")) for data in self._session.open_permissions()]
-        ids += [str(item.data.get("request_id")) for item in self._session.pending_elicitations()]
-        new = self._waiting.update(ids)
-        if self._waiting.count != before and not self._questions:
-            self._screen.set_prompt(self._waiting.prompt("> "))
+        new = self._waiting.update(self._open_requests())
+        if self._waiting.count != before:
+            self._refresh_prompt()
         self._signals.show(self._waiting, new)
 
-    async def _show_presence(self) -> None:
-        seen = self._presence.version
+    def _refresh_prompt(self) -> None:
+        """The prompt: requests waiting here, then elsewhere, then the conversation shown when
+        the host runs several; unless a joiner's question holds it."""
+        if self._questions:
+            return
+        base = "> "
+        listing = self._listing()
+        if listing is not None and len(listing.conversations) > 1:
+            base = f"{short(self._session.conversation_id)} {base}"
+        prompt = self._waiting.prompt(self._others.prompt(base))
+        if prompt != self._shown_prompt:
+            self._shown_prompt = prompt
+            self._screen.set_prompt(prompt)
+
+    async def _show_presence(self, presence: Presence) -> None:
+        seen = presence.version
         roster = Roster()
-        roster.apply(self._whole_list())  # who is here already is no news
+        roster.apply(self._whole_list(presence))  # who is here already is no news
         while True:
-            seen = await self._presence.wait_changed(seen)
-            for line in change_lines(roster.apply(self._whole_list())):
+            seen = await presence.wait_changed(seen)
+            for line in change_lines(roster.apply(self._whole_list(presence))):
                 self._screen.note(line)
 
-    def _whole_list(self) -> PresenceMessage:
-        members = self._presence.keyed().items()
+    def _whole_list(self, presence: Presence) -> PresenceMessage:
+        members = presence.keyed().items()
         return PresenceMessage(
             members=[
                 Member(name=m.name, role=m.role, id=k, verified=m.verified) for k, m in members
@@ -240,9 +317,16 @@ class HostConsole:
             verdict = "admitted" if question.admit else "refused"
             self._screen.print(Text(f"{printable(question.who)} {verdict}", style="dim"))
             if not self._questions:
-                self._screen.set_prompt(self._waiting.prompt("> "))
+                self._refresh_prompt()
             return
         command = parse_line(line, self._view())
+        closed = self._conversation is not None and self._conversation.closed
+        if closed and (
+            isinstance(command, DRIVING_REQUESTS)
+            or (command is None and self._session.info.kind == "terminal")
+        ):
+            self._screen.note(CLOSED, "red")
+            return
         try:
             match command:
                 case None:
@@ -252,6 +336,8 @@ class HostConsole:
                         await self._session.input(b"\r", by=self._host_name)
                 case Quit():
                     self.quit_requested.set()
+                case New() | Listing() | Switch() | Close() | ForkAt():
+                    await self._conversation_command(command)
                 case Revoke(name=None):
                     await self._revoke()
                 case Revoke(name=str(name)) if self.people is not None:
@@ -295,8 +381,116 @@ class HostConsole:
                     await self._session.authenticate(method_id, by=self._host_name)
                 case _:
                     self._screen.note(HELP)
-        except (SessionError, InvitationError) as exc:
+        except (AppError, InvitationError) as exc:
+            # SessionError is an AppError: the session's refusals and the registry's alike.
             self._screen.note(str(exc), "red")
+
+    # -- conversations --------------------------------------------------------------------------
+
+    def _listing(self) -> ConversationList | None:
+        """The host's conversations as a teammate is sent them; None on a host of one."""
+        if self._conversations is None:
+            return None
+        try:
+            parsed = parse_conversation_message(self._conversations.listing())
+        except BadRequest as exc:  # our own list: a bug, said once per look
+            logger.warning("cannot list the conversations: %s", exc)
+            return None
+        return parsed if isinstance(parsed, ConversationList) else None
+
+    async def _watch_conversations(self, conversations: Conversations) -> None:
+        """Count the requests that wait in the conversations not shown; ring as that grows."""
+        version = conversations.version
+        while True:
+            listing = self._listing()
+            if listing is not None:
+                new = self._others.update(listing, self._session.conversation_id)
+                self._waiting.elsewhere = self._others.count
+                self._refresh_prompt()
+                self._signals.show(self._waiting, new)
+            version = await conversations.wait_changed(version)
+            await anyio.sleep(LIST_INTERVAL)
+
+    async def _conversation_command(self, command: ConversationCommand) -> None:
+        """/new, /list, /switch, /close, /fork on the host's registry, by the host user."""
+        conversations = self._conversations
+        listing = self._listing()
+        if conversations is None or listing is None:
+            self._screen.note("this host runs one conversation")
+            return
+        current = self._session.conversation_id
+        by = self._host_name
+        match command:
+            case Listing():
+                for line in listing_lines(listing, current=current, now=time.time()):
+                    self._screen.note(line, "default")
+            case Switch(target=target):
+                entry = listing.find(target)
+                if entry is None:
+                    self._screen.note(f"no conversation {short(target)} here (/list shows them)")
+                    return
+                self._switch(entry.id)
+            case New(agent=agent):
+                started = await conversations.start(agent, by=by)
+                self._screen.note(f"started conversation {short(started.id)} with {agent}", "bold")
+                self._switch(started.id)
+            case Close(target=named):
+                entry = None if named is None else listing.find(named)
+                if named is not None and entry is None:
+                    self._screen.note(f"no conversation {short(named)} here (/list shows them)")
+                    return
+                closing = current if entry is None else entry.id
+                await conversations.close(closing, by=by)
+                self._screen.note(f"closed conversation {short(closing)}: its log stays", "bold")
+            case ForkAt(upto=upto):
+                if upto is None:
+                    info = await self._log.get_conversation(current)
+                    if info is None or info.last_seq < 0:
+                        self._screen.note("nothing to fork yet: the conversation holds no item")
+                        return
+                    upto = info.last_seq
+                started = await conversations.fork(current, upto, by=by)
+                self._screen.note(
+                    f"forked {short(current)} at item {upto} into {short(started.id)}", "bold"
+                )
+                self._switch(started.id)
+
+    def _switch(self, conversation_id: str) -> None:
+        """Show another conversation of the host's: its items, its people, its requests; typed
+        lines drive it from now on."""
+        assert self._conversations is not None
+        conversation = self._conversations.get(conversation_id)
+        if conversation is None:
+            self._screen.note(f"no conversation {short(conversation_id)} here")
+            return
+        if conversation is self._conversation:
+            self._screen.note(f"conversation {short(conversation_id)} is the one shown")
+            return
+        self._others.leave(self._session.conversation_id, self._waiting.count)
+        self._conversation = conversation
+        self._session = conversation.session
+        self._presence = conversation.presence
+        # What streamed and ran in the one left is not this one's.
+        self._transcript = Transcript(self._screen, markdown=self._screen.live)
+        if isinstance(self._screen, PromptScreen):
+            self._screen.set_live_source(self._transcript.live_view)
+        self._screen.changed()
+        # Those told of as waiting elsewhere are not new here.
+        self._waiting.update(self._open_requests())
+        listing = self._listing()
+        if listing is not None:
+            self._others.recount(listing, conversation_id)
+            self._waiting.elsewhere = self._others.count
+        self._refresh_prompt()
+        self._screen.note(
+            f"showing conversation {short(conversation_id)} ({conversation.agent})", "bold"
+        )
+        self._switched.set()
+
+    def _open_requests(self) -> list[str]:
+        ids = [str(data.get("request_id")) for data in self._session.open_permissions()]
+        ids += [str(item.data.get("request_id")) for item in self._session.pending_elicitations()]
+        return ids
 
     async def _revoke(self) -> None:
         if self.revoke is None:

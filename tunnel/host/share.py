@@ -414,6 +414,7 @@ async def run_share(
                 console=console,
                 stdin=stdin if settings.interactive else None,
                 bell=settings.bell,
+                conversations=conversations,
             )
             host_console.revoke = revoke
             host_console.people = HostPeople(host, new_epoch, notifier, log)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import shutil
 import sys
-from collections import deque
+import time
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -28,6 +29,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from tunnel.app import host_messages as incoming
+from tunnel.app.conversation_list import ConversationList, ConversationStarted
 from tunnel.app.file_view import FileWindow
 from tunnel.app.follower import (
     CatchingUp,
@@ -41,15 +43,18 @@ from tunnel.app.follower import (
 )
 from tunnel.app.requests import (
     DRIVING_REQUESTS,
+    CloseConversation,
+    Fork,
     Input,
     ListPaths,
+    NewConversation,
     Request,
     Resize,
     encode_request,
 )
 from tunnel.app.roster import Change, Roster
 from tunnel.e2e.crypto import ShareLink
-from tunnel.e2e.opening import EarlySubscribe
+from tunnel.e2e.opening import MAX_CONVERSATION_LENGTH, EarlySubscribe
 from tunnel.handshake import check_name
 from tunnel.process.backoff import TEAMMATE_MAX_BACKOFF, Backoff
 from tunnel.process.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
@@ -60,15 +65,22 @@ from tunnel.teammate.client import TeammateError, TeammateSession, connect_teamm
 from tunnel.terminal.commands import (
     HOST_COMMANDS,
     LOCAL_COMMANDS,
+    Close,
+    ConversationCommand,
+    ForkAt,
     Invite,
+    Listing,
+    New,
     People,
     Quit,
     Revoke,
     Say,
     ShareReplay,
+    Switch,
     parse_line,
 )
 from tunnel.terminal.completion import CommandCompleter, PathCache
+from tunnel.terminal.conversations import OtherWaiting, listing_lines, short
 from tunnel.terminal.notify import TerminalSignals, WaitingRequests
 from tunnel.terminal.presence import change_lines, whole_line
 from tunnel.terminal.raw import ESCAPE_NAME, RawTerminal
@@ -99,6 +111,10 @@ ATTACH_FILE_LINES = 40
 
 VIEW_ONLY = "this is a view link: you can watch but not drive (a drive link can)"
 """What a viewer is told when a line would drive the session."""
+
+MAX_VIEWS_KEPT = 16
+"""Conversations not shown whose view (cursor, open requests, the agent's commands) is kept, so
+switching back resumes after the last item seen; an older one is joined afresh."""
 
 
 def file_lines(window: FileWindow, around: int = ATTACH_FILE_LINES) -> list[str]:
@@ -157,8 +173,16 @@ class AttachSettings:
     """Ring the terminal's bell once for each new permission request that waits (a drive link
     only: a viewer cannot answer)."""
 
+    conversation: str | None = None
+    """The host's conversation to show first (`/switch` shows another); None: the host's first
+    one."""
+
     def __post_init__(self) -> None:
         check_name(self.name)
+        if self.conversation is not None and not (
+            1 <= len(self.conversation) <= MAX_CONVERSATION_LENGTH
+        ):
+            raise ValueError(f"a conversation id is 1 to {MAX_CONVERSATION_LENGTH} characters")
         if self.give_up_after is not None and not self.give_up_after >= 0:
             raise ValueError("give_up_after is a number of seconds, 0 or more")
         if self.history is not None and self.history < 0:
@@ -228,11 +252,31 @@ class Attachment:
         self._signals = signals
         self._waiting = WaitingRequests()
         self._prompt = "> " if self._driver else "(view) > "
+        self._shown_prompt = ""
+        self._conversation = settings.conversation
+        """The conversation shown, which the next channel opens to (None: the host's first,
+        until its `ready` names it)."""
+        self._switch_to: str | None = None
+        """The conversation to show next: the channel to the one shown is closing."""
+        self._switched = settings.conversation is not None
+        self._views: OrderedDict[str, ConversationView] = OrderedDict()
+        """The views of the conversations shown before (bounded: MAX_VIEWS_KEPT)."""
+        self._listing: ConversationList | None = None
+        """The host's conversations as it last listed them."""
+        self._others = OtherWaiting()
+        self._credit = 0
+        """Requests of the conversation just switched to that rang when it was not shown: they
+        do not ring again."""
 
     @property
     def view(self) -> ConversationView:
         """What typed commands refer to (and the completion offers)."""
         return self._view
+
+    @property
+    def listing(self) -> ConversationList | None:
+        """The host's conversations as it last listed them (the completion offers them)."""
+        return self._listing
 
     @property
     def _driver(self) -> bool:
@@ -243,7 +287,7 @@ class Attachment:
         code = EXIT_OK
         if not self._driver:
             self._screen.note("view-only link: you can watch but not drive")
-        self._screen.set_prompt(self._prompt)
+        self._refresh_prompt()
 
         async def attach() -> None:
             nonlocal code
@@ -290,6 +334,8 @@ class Attachment:
             except OSError as exc:
                 problem = f"cannot reach the relay at {settings.link.relay_url}: {exc}"
             else:
+                if self._switch_to is not None:
+                    continue  # the channel to the conversation shown closed: open the next
                 return EXIT_OK
             finally:
                 self._channel = None
@@ -334,16 +380,19 @@ class Attachment:
         print(f"tunnel attach: {printable(reason)}", file=sys.stderr, flush=True)
 
     async def _attach_once(self) -> None:
+        if self._switch_to is not None:
+            self._enter(self._switch_to)
         # The open carries the subscribe, so the snapshot comes with `ready` (docs/protocol.md,
-        # "Attaching in one round trip").
+        # "Attaching in one round trip"), and names the conversation shown: a reconnect resumes
+        # that one, whichever the host would show first.
         if self._view.last_seq is None:
             # A fresh join: the end of the conversation only (docs/application.md); with
             # --raw, enough of a terminal's output to draw its screen.
             tail = max(self._history, RAW_REPLAY_ITEMS) if self._settings.raw else self._history
-            early = EarlySubscribe(tail=tail)
+            early = EarlySubscribe(tail=tail, conversation=self._conversation)
         else:
             # A resume: everything missed, exactly once; what is printed of it is cut here.
-            early = EarlySubscribe(after=self._view.last_seq)
+            early = EarlySubscribe(after=self._view.last_seq, conversation=self._conversation)
         async with connect_teammate(
             self._settings.link, name=self._settings.name, subscribe=early
         ) as channel:
@@ -355,6 +404,7 @@ class Attachment:
             self._channel = channel
             channel.on_file = self._show_file
             channel.on_paths = self.paths.received
+            channel.on_conversations = self._on_conversations
             async with anyio.create_task_group() as tg:
                 self._connection = tg
 
@@ -408,6 +458,8 @@ class Attachment:
             command = Input(data=b"\r")
         if isinstance(command, Quit):
             raise _Quit
+        if isinstance(command, New | Listing | Switch | Close | ForkAt):
+            return self._conversation_request(command)
         if isinstance(command, Say):
             # It may echo what the agent named: option names and ids, its commands.
             self._screen.note(command.text)
@@ -483,10 +535,140 @@ class Attachment:
         before = self._waiting.count
         # The agent's questions wait for a person too.
         new = self._waiting.update([*self._view.pending, *self._view.questions])
+        # Those that rang while their conversation was not shown ring no more.
+        credit = min(new, self._credit)
+        self._credit -= credit
+        new -= credit
         if self._waiting.count != before:
-            self._screen.set_prompt(self._waiting.prompt(self._prompt))
+            self._refresh_prompt()
         if self._signals is not None:
             self._signals.show(self._waiting, new if self._driver else 0)
+
+    def _refresh_prompt(self) -> None:
+        """The prompt: requests waiting here, then elsewhere, then the conversation shown when
+        the host has several (`[1 waiting] [2 waiting in c-1a2b] main > `)."""
+        base = self._prompt
+        several = self._listing is not None and len(self._listing.conversations) > 1
+        if self._conversation is not None and several:
+            base = f"{short(self._conversation)} {base}"
+        prompt = self._waiting.prompt(self._others.prompt(base))
+        if prompt != self._shown_prompt:
+            self._shown_prompt = prompt
+            self._screen.set_prompt(prompt)
+
+    # -- conversations --------------------------------------------------------------------------
+
+    def _on_conversations(self, message: ConversationList | ConversationStarted) -> None:
+        """The host's list (after the snapshot, and on every change), or the conversation this
+        teammate's `/new` or `/fork` started, which is then shown."""
+        if isinstance(message, ConversationStarted):
+            self._note(f"started conversation {short(message.conversation)}", "bold")
+            self._switch(message.conversation)
+            return
+        self._listing = message
+        new = self._others.update(message, self._conversation)
+        self._waiting.elsewhere = self._others.count
+        self._refresh_prompt()
+        if self._signals is not None and self._raw is None:
+            self._signals.show(self._waiting, new if self._driver else 0)
+
+    def _find(self, target: str) -> str | None:
+        """The id of the conversation `target` names (id, unique start, number); says why not."""
+        if self._listing is None:
+            self._screen.note("the host has listed no conversations (yet)")
+            return None
+        entry = self._listing.find(target)
+        if entry is None:
+            self._screen.note(f"no conversation {short(target)} here (/list shows them)")
+            return None
+        return entry.id
+
+    def _conversation_request(self, command: ConversationCommand) -> Request | None:
+        """/new, /list, /switch, /close, /fork: what to send, if anything."""
+        listing = self._listing
+        match command:
+            case Listing():
+                if listing is None:
+                    self._screen.note("the host has listed no conversations (yet)")
+                    return None
+                for line in listing_lines(listing, current=self._conversation, now=time.time()):
+                    self._screen.note(line, "default")
+                return None
+            case Switch(target=target):
+                found = self._find(target)
+                if found is not None:
+                    self._switch(found)
+                return None
+        if not self._driver:
+            self._screen.note(VIEW_ONLY, "yellow")
+            return None
+        match command:
+            case New(agent=agent):
+                if listing is not None and agent not in listing.agents:
+                    offered = ", ".join(short(a) for a in listing.agents) or "none"
+                    self._screen.note(f"no agent {short(agent)} here; this host offers {offered}")
+                    return None
+                return NewConversation(agent=agent)
+            case Close(target=named):
+                closing = self._conversation if named is None else self._find(named)
+                if closing is None:
+                    if named is None:
+                        self._screen.note("not attached to a conversation yet")
+                    return None
+                return CloseConversation(conversation=closing)
+            case ForkAt(upto=given):
+                if self._conversation is None:
+                    self._screen.note("not attached to a conversation yet")
+                    return None
+                upto = self._view.last_seq if given is None else given
+                if upto is None:
+                    self._screen.note("nothing to fork yet: the conversation holds no item")
+                    return None
+                return Fork(conversation=self._conversation, upto=upto)
+
+    def _switch(self, conversation: str) -> None:
+        """Show `conversation`: the channel to the one shown closes, one to it opens."""
+        if len(conversation) > MAX_CONVERSATION_LENGTH:
+            self._screen.note("that conversation's id is too long to open")
+            return
+        if conversation == self._conversation and self._switch_to is None:
+            self._screen.note(f"conversation {short(conversation)} is the one shown")
+            return
+        if self._raw is not None:
+            self._note("--raw shows one conversation: leave and attach again to show another")
+            return
+        self._switch_to = conversation
+        connection = self._connection
+        if connection is not None:
+            connection.cancel_scope.cancel()
+
+    def _enter(self, conversation: str) -> None:
+        """Make `conversation` the one shown, its view resumed where it was left."""
+        self._switch_to = None
+        self._switched = True
+        old = self._conversation
+        if old is not None:
+            self._views[old] = self._view
+            self._views.move_to_end(old)
+            while len(self._views) > MAX_VIEWS_KEPT:
+                self._views.popitem(last=False)
+            # What waits there was told of here: leaving it rings nothing.
+            self._others.leave(old, self._waiting.count)
+        kept = self._views.pop(conversation, None)
+        self._view = kept if kept is not None else ConversationView()
+        self._conversation = conversation
+        self._credit = self._others.seen(conversation)
+        # What streamed and ran in the one left is not this one's.
+        self._transcript = Transcript(self._screen, markdown=self._screen.live)
+        if isinstance(self._screen, PromptScreen):
+            self._screen.set_live_source(self._transcript.live_view)
+        self._screen.changed()
+        self._waiting.update([*self._view.pending, *self._view.questions])
+        if self._listing is not None:
+            self._others.recount(self._listing, conversation)
+            self._waiting.elsewhere = self._others.count
+        self._refresh_prompt()
+        self._screen.note(f"showing conversation {short(conversation)}", "bold")
 
     def _note(self, text: str, style: str = "dim") -> None:
         if self._raw is not None:
@@ -499,6 +681,16 @@ class Attachment:
         self._backoff.reset()
         self._attached = True
         self._host_gone = 0
+        served = message.conversation_id
+        if self._conversation is not None and served != self._conversation:
+            # The host has no such conversation and serves its first (docs/application.md).
+            self._note(
+                f"the host has no conversation {short(self._conversation)}: showing"
+                f" {short(served)}",
+                "yellow",
+            )
+            self._views.pop(served, None)
+        self._conversation = served
         self._terminal = message.agent_kind == "terminal"
         if message.terminal is not None:
             self._draw_at(message.terminal.cols, message.terminal.rows)
@@ -511,8 +703,9 @@ class Attachment:
             self._send_size_soon()
             return
         name, role = printable(message.name), printable(message.role)
+        where = f" to conversation {short(served)}" if self._switched else ""
         self._screen.print(
-            Text(f"attached as {name} ({role})", style="bold")
+            Text(f"attached as {name} ({role}){where}", style="bold")
             + (Text(" /help lists the commands", style="dim") if self._driver else Text(""))
         )
         if message.sandbox is not None:
@@ -682,7 +875,10 @@ async def run_attach(settings: AttachSettings) -> int:
     if interactive_terminal(sys.stdin, sys.stdout):
         local = [name for name in LOCAL_COMMANDS if name not in HOST_COMMANDS]
         view = CommandCompleter(
-            lambda: attachment.view, local=local, paths=lambda: attachment.paths
+            lambda: attachment.view,
+            local=local,
+            paths=lambda: attachment.paths,
+            conversations=lambda: attachment.listing,
         )
         screen = PromptScreen(completer=view)
     else:

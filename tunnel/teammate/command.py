@@ -82,6 +82,16 @@ def attach_command(
             " (the prompt and the window title still show how many wait).",
         ),
     ] = False,
+    conversation: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TUNNEL_ATTACH_CONVERSATION",
+            metavar="ID",
+            help="Show this conversation of the host's first (/list shows them, /switch goes to"
+            " another). Default: the host's first conversation.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Attach to a shared session from this terminal: watch, and drive with a drive link."""
     # The client loads only now, so that `tunnel --help` and the other commands never do.
@@ -99,8 +109,21 @@ def attach_command(
         raw=raw,
         history=history,
         bell=not no_bell,
+        conversation=_conversation(conversation),
     )
     raise typer.Exit(anyio.run(run_attach, settings))
+
+
+def _conversation(value: str | None) -> str | None:
+    """`--conversation`, checked: a mistake is one line on stderr and exit code 2."""
+    from tunnel.e2e.opening import MAX_CONVERSATION_LENGTH
+
+    if value is not None and not 1 <= len(value) <= MAX_CONVERSATION_LENGTH:
+        typer.echo(
+            f"tunnel attach: --conversation is 1 to {MAX_CONVERSATION_LENGTH} characters", err=True
+        )
+        raise typer.Exit(EXIT_CONFIG)
+    return value
 
 
 def _share_link(command: str, link: str | None, link_file: Path | None, name: str) -> ShareLink:

@@ -12,6 +12,9 @@ Permission answers never pick an "always" or bypass option unless the person nam
 `/allow` picks the agent's allow-once option, `/allow always` its one allow-always option,
 `/allow N` the Nth option as listed, `/allow OPTION_ID` that option; `/deny` rejects once and
 `/deny always` always. A request id among the words picks that request instead of the latest.
+
+/new /list /switch /close /fork act on the host's conversations (`ConversationCommand`): each
+surface carries them out, attach through requests, the host console on its registry.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunnel.app.requests import (
+    MAX_SEQ,
     Authenticate,
     Cancel,
     PermissionAnswer,
@@ -48,6 +52,11 @@ LOCAL_COMMANDS = (
     "/model",
     "/open",
     "/login",
+    "/new",
+    "/list",
+    "/switch",
+    "/close",
+    "/fork",
 )
 """Words handled here; any other `/word` goes to the agent."""
 
@@ -59,7 +68,11 @@ HELP = (
     " allow-once option (/allow always, /allow N for the Nth option, /allow OPTION_ID; add a"
     " request id to answer another one); /deny rejects it (/deny always); /answer N=VALUE ..."
     " answers the agent's latest question (/answer decline, /answer cancel); /cancel stops the"
-    " running turn; /mode and /model show or switch the agent's mode and model (/mode ID);"
+    " running turn; /new NAME starts a conversation with that agent and shows it; /list lists the"
+    " host's conversations; /switch ID|N shows another; /close [ID] stops one's agent (its log"
+    " stays; default: the one shown); /fork [SEQ] starts a conversation from this one up to an"
+    " item (default: the last);"
+    " /mode and /model show or switch the agent's mode and model (/mode ID);"
     " /open PATH[:LINE] shows a workspace file around a line; /login METHOD_ID logs the agent in"
     " when it asks;"
     " /revoke (host) replaces both links, /revoke NAME ends one person's link, /invite NAME"
@@ -74,6 +87,47 @@ HELP = (
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Quit:
     """Leave the session."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class New:
+    """Start a conversation with the declared agent `agent`, and show it."""
+
+    agent: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Listing:
+    """Show the host's conversations: agent, who started it, state, last activity, requests
+    waiting."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Switch:
+    """Show another conversation: `target` is its id, a unique start of it, or its number in
+    the list (`ConversationList.find`)."""
+
+    target: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Close:
+    """Stop a conversation's agent; its log stays."""
+
+    target: str | None = None
+    """As `Switch.target`; None: the conversation shown."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForkAt:
+    """Start a conversation from the one shown, its items up to `upto` copied."""
+
+    upto: int | None = None
+    """The last seq copied; None: the last item the surface holds."""
+
+
+ConversationCommand = New | Listing | Switch | Close | ForkAt
+"""What acts on the host's conversations (docs/application.md, "Conversations")."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,7 +170,7 @@ class Say:
     print it through `printable()` (tunnel/terminal/sanitize.py), as every surface does."""
 
 
-Command = Request | Quit | Revoke | Invite | People | ShareReplay | Say
+Command = Request | Quit | Revoke | Invite | People | ShareReplay | ConversationCommand | Say
 
 HostCommand = Revoke | Invite | People | ShareReplay
 """What only the host console does (`HOST_COMMANDS`)."""
@@ -138,6 +192,8 @@ def parse_line(line: str, view: ConversationView) -> Command | None:
     args = rest.split()
     if word == "/quit":
         return Quit()
+    if word in ("/new", "/list", "/switch", "/close", "/fork"):
+        return _conversation_command(word, args)
     if word == "/revoke":
         if len(args) > 1:
             return Say(text="usage: /revoke [NAME]")
@@ -168,6 +224,29 @@ def parse_line(line: str, view: ConversationView) -> Command | None:
         answer = parse_answer(args, view.questions)
         return Say(text=answer) if isinstance(answer, str) else answer
     return _answer(word, args, view.pending)
+
+
+def _conversation_command(word: str, args: list[str]) -> ConversationCommand | Say:
+    """`/new NAME`, `/list`, `/switch ID|N`, `/close [ID]`, `/fork [SEQ]`."""
+    if word == "/list":
+        return Listing() if not args else Say(text="usage: /list")
+    if word == "/new":
+        if len(args) != 1:
+            return Say(text="usage: /new NAME (/list says which agents this host offers)")
+        return New(agent=args[0])
+    if word == "/switch":
+        if len(args) != 1:
+            return Say(text="usage: /switch ID|N (/list numbers the conversations)")
+        return Switch(target=args[0])
+    if word == "/close":
+        if len(args) > 1:
+            return Say(text="usage: /close [ID|N] (default: the conversation shown)")
+        return Close(target=args[0] if args else None)
+    if len(args) > 1 or (
+        args and not (args[0].isascii() and args[0].isdigit() and int(args[0]) <= MAX_SEQ)
+    ):
+        return Say(text="usage: /fork [SEQ] (default: the last item)")
+    return ForkAt(upto=int(args[0]) if args else None)
 
 
 def help_text(view: ConversationView) -> str:

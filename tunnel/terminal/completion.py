@@ -1,6 +1,7 @@
 """Completion of typed commands: the local ones (tunnel/terminal/commands.py) and the agent's own
 slash commands (its latest `commands` session event), as the page's composer completes them;
-after `/mode ` and `/model `, the ids the agent offers.
+after `/mode ` and `/model `, the ids the agent offers; after `/new ` the agents the host offers,
+after `/switch ` and `/close ` its conversations' ids (its `conversations` list).
 
 The agent chose its command names and descriptions: a name that is not printable as it is
 (tunnel/terminal/sanitize.py) is left out, since typing it could not be shown faithfully, and a
@@ -18,6 +19,7 @@ from typing import Any
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
+from tunnel.app.conversation_list import ConversationList
 from tunnel.terminal.sanitize import printable
 from tunnel.terminal.view import ConversationView
 
@@ -40,6 +42,11 @@ LOCAL_DESCRIPTIONS = {
     "/help": "list the commands",
     "/quit": "leave",
     "/revoke": "replace both links and disconnect everyone (host)",
+    "/new": "start a conversation with an agent of the host's, and show it",
+    "/list": "list the host's conversations",
+    "/switch": "show another conversation",
+    "/close": "stop a conversation's agent (its log stays)",
+    "/fork": "start a conversation from this one up to an item",
 }
 """Each local command with what it does, as the completion menu shows it."""
 
@@ -99,10 +106,12 @@ class CommandCompleter(Completer):
         *,
         local: Iterable[str] | None = None,
         paths: Callable[[], PathCache] | None = None,
+        conversations: Callable[[], ConversationList | None] | None = None,
     ) -> None:
         self._view = view
         self._local = tuple(local if local is not None else LOCAL_DESCRIPTIONS)
         self._paths = paths
+        self._conversations = conversations
 
     def get_completions(
         self, document: Document, complete_event: CompleteEvent
@@ -119,6 +128,9 @@ class CommandCompleter(Completer):
         view = self._view()
         word, space, rest = text.partition(" ")
         if space:
+            if word in ("/new", "/switch", "/close") and " " not in rest:
+                yield from self._conversation_words(word, rest)
+                return
             if word in ("/mode", "/model") and " " not in rest:
                 for choice, name in _choices(view.settings, word[1:]):
                     if choice.startswith(rest) and printable(choice) == choice:
@@ -153,3 +165,19 @@ class CommandCompleter(Completer):
                 display=full,
                 display_meta=printable(description),
             )
+
+    def _conversation_words(self, word: str, typed: str) -> Iterator[Completion]:
+        """The agents after `/new `, the conversations' ids after `/switch ` and `/close `; a
+        name that is not printable as it is, or holds a space, is left out."""
+        listing = self._conversations() if self._conversations is not None else None
+        if listing is None:
+            return
+        if word == "/new":
+            choices = [(agent, "") for agent in listing.agents]
+        else:
+            choices = [
+                (c.id, printable(f"{c.agent}, {c.state}")[:64]) for c in listing.conversations
+            ]
+        for choice, meta in choices:
+            if choice.startswith(typed) and printable(choice) == choice and " " not in choice:
+                yield Completion(choice, start_position=-len(typed), display_meta=meta)

@@ -45,6 +45,9 @@ class WaitingRequests:
         self._announced: OrderedDict[str, None] = OrderedDict()
         self.count = 0
         """How many requests wait now."""
+        self.elsewhere = 0
+        """How many wait in the host's other conversations (the window title counts them too,
+        without naming them: docs/notifications.md, "Terminals")."""
 
     def update(self, waiting: Iterable[str]) -> int:
         """Take the ids of the requests that wait now; return how many of them were never seen
@@ -66,7 +69,9 @@ class WaitingRequests:
 
     def title(self, program: str) -> str:
         """The window title: the program's name, with the count before it while requests
-        wait."""
+        wait (and the count of those waiting in other conversations)."""
+        if self.elsewhere:
+            program = f"[{self.elsewhere} waiting elsewhere] {program}"
         return self.prompt(program)
 
 
@@ -102,7 +107,7 @@ class TerminalSignals:
     def show(self, waiting: WaitingRequests, new: int) -> None:
         """Ring once for each of `new` requests, and show `waiting`'s count in the title."""
         out = BELL * new if self._bell else ""
-        if self._titles and (self._shown is not None or waiting.count):
+        if self._titles and (self._shown is not None or waiting.count or waiting.elsewhere):
             title = waiting.title(self._program)
             if title != self._shown:
                 if self._shown is None:

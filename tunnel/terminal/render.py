@@ -456,6 +456,10 @@ def _sentence(what: str, who: str, data: Mapping[str, Any]) -> str | None:
             said += "; it resumed its earlier session"
         if data.get("load_failed"):
             said += f"; it could not resume its earlier session: {_str(data, 'load_failed')}"
+        if data.get("forked") == "session_fork":
+            said += "; it continues from the fork in its own fork of the agent's session"
+        elif data.get("forked") == "transcript":
+            said += "; a new session, given the conversation up to the fork with its first prompt"
         return said
     if what == "auth_required":
         methods = [m for m in data.get("methods") or () if isinstance(m, Mapping)]
@@ -468,6 +472,17 @@ def _sentence(what: str, who: str, data: Mapping[str, Any]) -> str | None:
         return (
             f"{who}'s login ({_str(data, 'method_id')}) failed: {_clip(_str(data, 'reason'), 500)}"
         )
+    if what == "conversation_started":
+        agent = _str(data, "agent")
+        return f"{who} started this conversation" + (f" with {_clip(agent, 64)}" if agent else "")
+    if what == "conversation_closed":
+        return f"{who} closed this conversation: its agent stopped, its log stays"
+    if what == "session_fork":
+        upto = data.get("upto")
+        at = f" at item {upto}" if type(upto) is int else ""
+        if "from" in data:
+            return f"{who} forked this conversation from {_clip(_str(data, 'from'), 64)}{at}"
+        return f"{who} forked this conversation{at} into {_clip(_str(data, 'to'), 64)}"
     if what == "agent_exited":
         code = data.get("code")
         return f"the agent exited with code {code}" if code is not None else "the agent exited"

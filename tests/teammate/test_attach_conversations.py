@@ -1,0 +1,224 @@
+"""`tunnel attach` on a host of several conversations: `/new` starts one and shows it, `/switch`
+goes back without an item twice, `/list` says each one's state and requests, a request waiting
+in a conversation not shown is counted before the prompt and rings once, `/close` ends driving.
+
+The real command on an emulated terminal, with a real relay and a real `tunnel host` of two
+agents; a scripted teammate drives the other conversation meanwhile. A hostile host's list is fed
+to an attachment directly.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from rich.console import Console
+
+from tests.host.host_process import HostProcess
+from tests.host.teammate import Teammate, attached
+from tests.support import RelayProcess
+from tests.terminal.hostile import WIRE, dangerous
+from tests.terminal.pty_process import ScreenProcess, bells, screen_process
+from tunnel.app.conversation_list import parse_conversation_message
+from tunnel.app.requests import NewConversation, PermissionAnswer, Prompt
+from tunnel.e2e.crypto import ShareLink, new_secret
+from tunnel.teammate.attach import Attachment, AttachSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+TUNNEL = (sys.executable, "-m", "tunnel.cli")
+TERMINAL = {"TERM": "xterm-256color", "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+
+
+def _host(relay: RelayProcess, tmp_path: Path) -> HostProcess:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    (workspace / "notes.txt").write_text("milk\n")
+    return HostProcess(
+        relay.url,
+        tmp_path,
+        agent="demo=demo",
+        workspace=workspace,
+        log_db=tmp_path / "log.db",
+        interactive=False,
+        extra=("--agent", "other=demo"),
+    )
+
+
+def _attach(link: str, *args: str) -> Any:
+    argv = [*TUNNEL, "attach", "--name", "alice", *args]
+    environ = dict(os.environ, TUNNEL_LINK=link, **TERMINAL)
+    return screen_process(argv, env=environ, cwd=ROOT, rows=40, columns=160)
+
+
+def _after(screen: ScreenProcess, marker: str) -> str:
+    """What the screen shows after the last line that holds `marker`."""
+    lines = screen.lines()
+    last = max(i for i, line in enumerate(lines) if marker in line)
+    return "\n".join(lines[last + 1 :])
+
+
+def _count(screen: ScreenProcess, text: str) -> int:
+    return sum(line.count(text) for line in screen.lines())
+
+
+def _open_request(teammate: Teammate) -> str:
+    closed = {i["data"]["request_id"] for i in teammate.items if i["type"] == "permission_decision"}
+    waiting = [
+        i["data"]["request_id"]
+        for i in teammate.items
+        if i["type"] == "permission_request" and i["data"]["request_id"] not in closed
+    ]
+    assert len(waiting) == 1, waiting
+    return str(waiting[0])
+
+
+async def test_attach_starts_switches_lists_and_closes_conversations(
+    relay: RelayProcess, tmp_path: Path
+) -> None:
+    host = _host(relay, tmp_path).start()
+    try:
+        with _attach(host.drive_link) as alice:
+            await alice.wait_screen(r"attached as alice \(drive\)")
+            alice.keys(b"only in main\r")
+            await alice.wait_screen(r"^\[1 waiting\] main >$|^\[1 waiting\] >$", where="cursor")
+            alice.keys(b"/deny\r")
+            await alice.wait_screen(r"alice chose Reject")
+            assert bells(alice.received) == 1
+
+            # /new: the new conversation is shown, and nothing of main's comes with it.
+            alice.keys(b"/new other\r")
+            found = await alice.wait_screen(r"started conversation (c-[0-9a-f]{8})")
+            other = found.group(1)
+            await alice.wait_screen(rf"attached as alice \(drive\) to conversation {other}")
+            await alice.wait_screen(r"alice started this conversation with other")
+            await alice.wait_screen(rf"^{other} >$", where="cursor")
+            assert "only in main" not in _after(alice, f"showing conversation {other}")
+
+            alice.keys(b"only in other\r")
+            await alice.wait_screen(rf"^\[1 waiting\] {other} >$", where="cursor")
+            assert bells(alice.received) == 2
+
+            # Back to main: resumed after what was shown, its request counted as elsewhere
+            # (it rang already).
+            alice.keys(b"/switch main\r")
+            await alice.wait_screen(r"attached as alice \(drive\) to conversation main")
+            await alice.wait_screen(rf"^\[1 waiting in {other}\] main >$", where="cursor")
+            assert _count(alice, "alice: only in main") == 1
+            assert bells(alice.received) == 2
+
+            async with attached(host.drive_link, "bo", conversation=other) as bo:
+                await bo.wait_for(lambda t: t.snapshot_done)
+                await bo.wait_for(lambda t: any(i["type"] == "permission_request" for i in t.items))
+                await bo.send(
+                    PermissionAnswer(request_id=_open_request(bo), option_id="reject_once")
+                )
+                await alice.wait_screen(r"^main >$", where="cursor")
+                # A request that starts waiting in the other conversation: counted, one bell.
+                await bo.send(Prompt(text="again in other"))
+                await alice.wait_screen(rf"^\[1 waiting in {other}\] main >$", where="cursor")
+                await anyio.sleep(0.5)
+                assert bells(alice.received) == 3
+
+                alice.keys(b"/list\r")
+                await alice.wait_screen(
+                    rf"1\. {other}: other, started by alice, waiting, 1 waiting, last active"
+                )
+                await alice.wait_screen(
+                    r"2\. main: demo, started by hannah, idle, last active .*\(shown here\)"
+                )
+
+                # Back to the other: what bo did meanwhile, nothing twice, no second bell.
+                alice.keys(b"/switch c-\r")
+                await alice.wait_screen(rf"^\[1 waiting\] {other} >$", where="cursor")
+                await alice.wait_screen(r"bo: again in other")
+                assert _count(alice, "alice: only in other") == 1
+                assert _count(alice, "bo: again in other") == 1
+                await anyio.sleep(0.5)
+                assert bells(alice.received) == 3
+
+                # /close: the agent stops, the channel stays to read; driving is refused.
+                alice.keys(b"/close\r")
+                await alice.wait_screen(r"alice closed this conversation")
+                await bo.wait_for(lambda t: t.item_of("session_event", what="conversation_closed"))
+                alice.keys(b"after the close\r")
+                await alice.wait_screen(
+                    r"refused: this conversation is closed: start a new one, or switch"
+                )
+            alice.keys(b"\x04")  # Ctrl-D: leave
+            assert await alice.wait_exit() == 0
+    finally:
+        host.stop()
+
+
+async def test_attach_conversation_starts_in_that_one_and_a_reconnect_resumes_it(
+    tmp_path: Path,
+) -> None:
+    relay = RelayProcess(tmp_path).start()
+    host = _host(relay, tmp_path).start()
+    try:
+        async with attached(host.drive_link, "bo", conversation="main") as bo:
+            await bo.wait_for(lambda t: t.snapshot_done)
+            await bo.send(NewConversation(agent="other"))
+            await bo.wait_for(lambda t: t.started)
+            other = bo.started[0]
+        with _attach(host.drive_link, "--conversation", other) as alice:
+            await alice.wait_screen(rf"attached as alice \(drive\) to conversation {other}")
+            await alice.wait_screen(r"bo started this conversation with other")
+            # The relay restarts: attach comes back to the same conversation, not the first.
+            relay.kill()
+            restarted = RelayProcess(tmp_path, port=relay.port).start()
+            try:
+                await alice.wait_screen(
+                    rf"(?s)to conversation {other}.*attached as alice \(drive\) to conversation"
+                    rf" {other}"
+                )
+                assert "to conversation main" not in "\n".join(alice.lines())
+                assert _count(alice, "bo started this conversation with other") == 1
+            finally:
+                restarted.stop()
+    finally:
+        host.stop()
+        relay.stop()
+
+
+def test_a_hostile_list_is_printed_escaped_and_its_ids_are_not_opened() -> None:
+    out = io.StringIO()
+    link = ShareLink(
+        relay_url="http://127.0.0.1:1", host_id="a" * 26, role="drive", secret=new_secret()
+    )
+    attachment = Attachment(
+        AttachSettings(link=link, name="me"),
+        console=Console(file=out, width=10_000, color_system=None),
+        stdin=io.StringIO(),
+        status=Console(file=out, width=10_000, color_system=None),
+    )
+    huge = "c-" + "\u202e" * 10 + "y" * 100_000
+    entry = {"state": "waiting", "pending": 2, "last": 0.0, "started": 0.0}
+    listing = parse_conversation_message(
+        {
+            "op": "conversations",
+            "agents": [WIRE],
+            "max": 8,
+            "list": [
+                {**entry, "id": huge, "agent": WIRE, "by": WIRE},
+                {**entry, "id": WIRE, "agent": "x" * 100_000, "by": "\x1b]52;c;eA==\x07"},
+            ],
+        }
+    )
+    attachment._on_conversations(listing)
+    assert attachment._request_for("/list") is None
+    assert attachment._request_for("/switch 1") is None  # too long to open
+    shown = out.getvalue()
+    assert dangerous(shown) == []
+    assert "\\u202e" in shown
+    assert "\\x1b]52" in shown
+    assert len(shown) < 2000
+    assert re.search(r"that conversation's id is too long to open", shown)
