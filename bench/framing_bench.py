@@ -115,9 +115,9 @@ async def serve_picows() -> None:
 
 
 async def serve_seam_picows() -> None:
-    from picows import WSUpgradeRequest, ws_create_server
+    from picows import WSUpgradeRequest
 
-    from tunnel.link.framing_picows import PICOWS_LOGGER, READ_BUFFER_SIZE, PicowsFraming
+    from tunnel.link.framing_picows import PicowsFraming, create_server
 
     out: list[PicowsFraming] = []
 
@@ -145,14 +145,8 @@ async def serve_seam_picows() -> None:
             max_size=None, on_connected=lambda framing: connected(request.path, framing)
         )
 
-    server = await ws_create_server(
-        listener,
-        "127.0.0.1",
-        0,
-        max_frame_size=1 << 24,
-        logger_name=PICOWS_LOGGER,
-        read_buffer_init_size=READ_BUFFER_SIZE,
-    )
+    # As the relay serves (tunnel/relay/server_picows.py).
+    server = await create_server(listener, "127.0.0.1", 0, max_size=1 << 24)
     print(server.sockets[0].getsockname()[1], flush=True)
     await asyncio.Future()
 

@@ -61,14 +61,7 @@ class End:
 
     def pause_reading(self) -> None:
         """Stop reading the socket, as a peer that no longer reads does."""
-        if self.websocket is not None:
-            self.websocket.transport.pause_reading()
-            return
-        from tunnel.link.framing_picows import PicowsFraming
-
-        assert isinstance(self.framing, PicowsFraming)
-        assert self.framing.transport is not None
-        self.framing.transport.underlying_transport.pause_reading()
+        self._transport().pause_reading()
 
     def shrink_socket_buffers(self) -> None:
         """Make the kernel's buffers of this end's socket small, so that a peer that stops
@@ -88,13 +81,7 @@ class End:
 
     def write_buffer_size(self) -> int:
         """Bytes written to the socket's transport and not yet handed to the kernel."""
-        if self.websocket is not None:
-            return self.websocket.transport.get_write_buffer_size()
-        from tunnel.link.framing_picows import PicowsFraming
-
-        assert isinstance(self.framing, PicowsFraming)
-        assert self.framing.transport is not None
-        return self.framing.transport.underlying_transport.get_write_buffer_size()
+        return self._transport().get_write_buffer_size()
 
 
 @asynccontextmanager
@@ -143,9 +130,9 @@ async def socket_pair(
 async def _picows_pair(
     max_size: int | None, ping_interval: float | None, ping_timeout: float | None
 ) -> AsyncIterator[tuple[End, End]]:
-    from picows import WSUpgradeRequest, ws_create_server
+    from picows import WSUpgradeRequest
 
-    from tunnel.link.framing_picows import PicowsFraming, connect
+    from tunnel.link.framing_picows import PicowsFraming, connect, create_server
 
     accepted: asyncio.Future[PicowsFraming] = asyncio.get_running_loop().create_future()
 
@@ -157,13 +144,8 @@ async def _picows_pair(
             on_connected=accepted.set_result,
         )
 
-    server = await ws_create_server(
-        listener,
-        "127.0.0.1",
-        0,
-        max_frame_size=2**62 if max_size is None else max_size,
-        use_aiofastnet=False,
-    )
+    # As the relay serves (tunnel/relay/server_picows.py).
+    server = await create_server(listener, "127.0.0.1", 0, max_size=max_size)
     try:
         port = server.sockets[0].getsockname()[1]
         client = await connect(f"ws://127.0.0.1:{port}/", max_size=None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import pytest
 
@@ -34,3 +36,15 @@ async def test_the_socket_stops_being_read_while_the_reader_takes_nothing() -> N
                     break
             assert received == sent
             assert server.framing.statistics() == (0, False)
+
+
+async def test_a_broken_frame_is_logged_by_the_links_owner_not_by_picows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with anyio.fail_after(10):
+        async with socket_pair("picows", max_size=1024) as (client, server):
+            client.framing.write_messages([b"x" * 2048])
+            await server.framing.wait_closed()
+    assert server.framing.close_reason()[0] == 1009
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text

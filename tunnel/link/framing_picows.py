@@ -15,11 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
-from picows import WSCloseCode, WSFrame, WSListener, WSMsgType, WSTransport
+from picows import (
+    WSCloseCode,
+    WSFrame,
+    WSListener,
+    WSMsgType,
+    WSTransport,
+    WSUpgradeRequest,
+    WSUpgradeResponseWithListener,
+)
 
 from tunnel.link.framing import frame_pieces
 from tunnel.proto import Outgoing
@@ -27,9 +36,19 @@ from tunnel.proto.codes import CloseCode
 
 logger = logging.getLogger("tunnel.link.picows")
 
+
+class _PeerErrors(logging.Filter):
+    """Drops picows' line for a peer's broken frame: the link's owner logs the close it makes
+    (a relay: once, with the peer's name), as it does on websockets."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("WS parser error")
+
+
 _PICOWS = logging.getLogger("tunnel.link.picows.connections")
 # picows logs every connection made and lost at INFO: a relay holds thousands.
 _PICOWS.setLevel(logging.WARNING)
+_PICOWS.addFilter(_PeerErrors())
 PICOWS_LOGGER = logging.LoggerAdapter(_PICOWS)
 """The logger picows is given: warnings and errors pass. An adapter, not a `Logger`: picows
 makes a `Logger` of its own for every connection it is given a `Logger` for, a cost per idle
@@ -423,3 +442,32 @@ async def connect(
     )
     assert framing is not None
     return framing
+
+
+async def create_server(
+    route: Callable[[WSUpgradeRequest], WSListener | WSUpgradeResponseWithListener | None],
+    host: str,
+    port: int,
+    *,
+    max_size: int | None,
+    open_timeout: float | None = 10.0,
+    ssl_context: ssl.SSLContext | None = None,
+    start_serving: bool = True,
+) -> asyncio.Server:
+    """A picows server on `host`:`port`; `route` answers each request: a `PicowsFraming` for a
+    WebSocket, a response, or None (404)."""
+    from picows import ws_create_server
+
+    return await ws_create_server(
+        route,
+        host,
+        port,
+        websocket_handshake_timeout=open_timeout,
+        logger_name=PICOWS_LOGGER,
+        enable_auto_pong=True,
+        max_frame_size=2**62 if max_size is None else max_size,
+        read_buffer_init_size=READ_BUFFER_SIZE,
+        use_aiofastnet=False,
+        ssl=ssl_context,
+        start_serving=start_serving,
+    )

@@ -23,13 +23,13 @@ from picows import (
     WSUpgradeRequest,
     WSUpgradeResponse,
     WSUpgradeResponseWithListener,
-    ws_create_server,
 )
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from tunnel.link import Link
-from tunnel.link.framing_picows import PICOWS_LOGGER, READ_BUFFER_SIZE, PicowsFraming
+from tunnel.link.framing_picows import PicowsFraming
+from tunnel.link.framing_picows import create_server as serve_picows
 from tunnel.relay.http import HOST_PATH
 from tunnel.relay.settings import RelaySettings
 from tunnel.relay.switch import Kind
@@ -107,22 +107,12 @@ async def create_server(
     server: PicowsRelayServer, settings: RelaySettings, ssl_context: ssl.SSLContext | None
 ) -> asyncio.Server:
     """Bind the relay's socket with picows; it accepts nothing until `start_serving()`."""
-    return await ws_create_server(
+    return await serve_picows(
         server.route,
         settings.host,
         settings.port,
-        websocket_handshake_timeout=settings.hello_timeout,
-        logger_name=PICOWS_LOGGER,
-        enable_auto_pong=True,
-        max_frame_size=_max_frame_size(settings),
-        read_buffer_init_size=READ_BUFFER_SIZE,
-        use_aiofastnet=False,
-        ssl=ssl_context,
+        max_size=settings.limits.max_message_size,
+        open_timeout=settings.hello_timeout,
+        ssl_context=ssl_context,
         start_serving=False,
     )
-
-
-def _max_frame_size(settings: RelaySettings) -> int:
-    # picows needs a number; with no message limit the bound is the read buffer's own.
-    limit = settings.limits.max_message_size
-    return 2**62 if limit is None else limit
