@@ -37,7 +37,10 @@ What it does depends on the prompt:
 
 Environment: FAKE_ACP_STATE=DIR keeps sessions there and advertises loadSession (session/load
 replays the history; with FAKE_ACP_REPLAY=after it answers first and replays after, bit by bit,
-as Gemini CLI does); FAKE_ACP_RESUME=1 offers session/resume too (no replay); FAKE_ACP_AUTH=1
+as Gemini CLI does); FAKE_ACP_RESUME=1 offers session/resume too (no replay); FAKE_ACP_FORK=1
+offers the unstable session/fork (a new session with a copy of the kept one's history);
+FAKE_ACP_JOURNAL=FILE appends a JSON line per session/new, load, resume, fork and prompt it
+serves (with its pid; a prompt with its blocks); FAKE_ACP_AUTH=1
 requires a login first (methods `fake-key`, which needs FAKE_ACP_KEY set, `browser`, which
 always fails, and `password`, which always works: a person logged in), and the prompt `logout`
 makes every later prompt answer auth_required until the next login;
@@ -71,6 +74,8 @@ NEEDS_AUTH = os.environ.get("FAKE_ACP_AUTH") == "1"
 FLAVOR = os.environ.get("FAKE_ACP_FLAVOR", "models")
 REPLAY_AFTER = os.environ.get("FAKE_ACP_REPLAY") == "after"
 RESUME = os.environ.get("FAKE_ACP_RESUME") == "1"
+FORK = os.environ.get("FAKE_ACP_FORK") == "1"
+JOURNAL = os.environ.get("FAKE_ACP_JOURNAL")
 
 MODES = schema.SessionModeState(
     current_mode_id="default",
@@ -158,7 +163,8 @@ class FakeAgent:
                     image=os.environ.get("FAKE_ACP_LINKS") != "1",
                 ),
                 session_capabilities=schema.SessionCapabilities(
-                    resume=schema.SessionResumeCapabilities() if RESUME else None
+                    resume=schema.SessionResumeCapabilities() if RESUME else None,
+                    fork=schema.SessionForkCapabilities() if FORK else None,
                 ),
             ),
             auth_methods=methods,
@@ -221,11 +227,24 @@ class FakeAgent:
         self.cwd = cwd
         session_id = f"s-{uuid.uuid4().hex[:12]}"
         self.history[session_id] = []
+        _journal("session/new", sessionId=session_id)
         self._soon(self._advertise(session_id))
         # A plain map: the unstable `models` is not in the package's schema.
         return self._session_result(session_id)
 
+    async def fork_session(self, cwd: str, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        self._restore(cwd, session_id)
+        forked = f"s-{uuid.uuid4().hex[:12]}"
+        self.history[forked] = list(self.history[session_id])
+        if (path := self._state_file(forked)) is not None:
+            with open(path, "w") as file:
+                json.dump(self.history[forked], file)
+        _journal("session/fork", sessionId=session_id, forked=forked)
+        self._soon(self._advertise(forked))
+        return self._session_result(forked)
+
     async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        _journal("session/load", sessionId=session_id)
         self._restore(cwd, session_id)
         if REPLAY_AFTER:
             self._soon(self._replay(session_id, pause=0.02))
@@ -235,6 +254,7 @@ class FakeAgent:
         return self._session_result(None)
 
     async def resume_session(self, cwd: str, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        _journal("session/resume", sessionId=session_id)
         self._restore(cwd, session_id)
         self.resumed = True
         self._soon(self._advertise(session_id))
@@ -330,6 +350,9 @@ class FakeAgent:
         self, session_id: str, prompt: list[Any], **kwargs: Any
     ) -> schema.PromptResponse:
         text = "".join(getattr(block, "text", "") for block in prompt).strip()
+        if JOURNAL:
+            blocks = [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in prompt]
+            _journal("session/prompt", sessionId=session_id, blocks=blocks)
         if not self.authenticated:
             raise acp.RequestError.auth_required({"reason": "logged out"})
         if text == "logout":
@@ -660,11 +683,26 @@ class FakeAgent:
         await self._say(sid, "Done.")
 
 
+def _journal(method: str, **details: Any) -> None:
+    """One line in FAKE_ACP_JOURNAL, written at once (several agents may share the file)."""
+    if JOURNAL:
+        line = json.dumps({"method": method, "pid": os.getpid(), **details}) + "\n"
+        fd = os.open(JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
 async def main() -> None:
     agent = FakeAgent()
     output, input_ = await acp.stdio_streams(limit=50 * 1024 * 1024)
     conn = AgentSideConnection(
-        cast(acp.Agent, agent), input_, output, listening=False, use_unstable_protocol=RESUME
+        cast(acp.Agent, agent),
+        input_,
+        output,
+        listening=False,
+        use_unstable_protocol=RESUME or FORK,
     )
     # session/set_model is unstable: the package routes no such method, so add it.
     conn._conn._handler.add_route(

@@ -10,6 +10,7 @@ import pytest
 
 from tunnel.agents import AcpSession
 from tunnel.agents.acp_agent import _next_minute_wait
+from tunnel.agents.acp_origin import OwnSession
 from tunnel.log import Log, NewItem
 
 pytestmark = pytest.mark.anyio
@@ -42,14 +43,15 @@ async def test_the_latest_session_is_resumed_and_dated_by_its_creation(
             _started("2026-12-02T10:09:00", "s1", resumed=True),
         ],
     )
-    found = await _session(log, workspace)._previous_session("gemini-cli")
+    found = await _session(log, workspace)._origin("gemini-cli")
     created = datetime(2026, 12, 2, 10, 5, 50, tzinfo=UTC).timestamp()
-    assert found == ("s1", created)
+    assert isinstance(found, OwnSession)
+    assert (found.session_id, found.created) == ("s1", created)
 
 
 async def test_a_session_of_another_agent_is_not_resumed(log: Log, workspace: Path) -> None:
     await log.append("c1", _started("2026-12-02T10:00:10", "s1", resumed=False))
-    assert await _session(log, workspace)._previous_session("claude-agent-acp") is None
+    assert await _session(log, workspace)._origin("claude-agent-acp") is None
 
 
 def test_a_load_in_the_minute_the_session_was_created_waits_for_the_next() -> None:

@@ -4,7 +4,8 @@ The agent runs as a subprocess speaking ACP (JSON-RPC over stdio) through the
 `agent-client-protocol` package, over our own transport (`.acp_transport`) so the session sees
 each message first. We send initialize, authenticate (when the agent needs a login),
 session/resume or session/load (to resume the conversation's earlier ACP session when the agent
-can; what a load replays is not recorded again) or session/new (cwd = the workspace),
+can; what a load replays is not recorded again), session/fork (a forked conversation's first
+start, of the source's session: tunnel.agents.acp_origin) or session/new (cwd = the workspace),
 session/prompt, session/cancel, session/set_mode, session/set_config_option and the unstable
 session/set_model. We serve session/update, session/request_permission, the fs methods
 (inside the workspace only) and the terminal methods (commands run in the workspace). An agent
@@ -38,7 +39,9 @@ from acp import (
     PROTOCOL_VERSION,
     RequestError,
     connect_to_agent,
+    embedded_text_resource,
     image_block,
+    resource_block,
     schema,
     text_block,
 )
@@ -52,6 +55,7 @@ from tunnel.process.groups import unwrapped
 
 from .acp_context import attach, complete, mentions, scan_limiter
 from .acp_modes import asking_mode, mode_asks, policy_needs_asking
+from .acp_origin import BY_SESSION_FORK, BY_TRANSCRIPT, ForkOrigin, Origin, OriginScan, OwnSession
 from .acp_refusals import readable as readable_refusal
 from .acp_settings import Change, Settings, choices_of
 from .acp_terminals import Terminal, TerminalError, Terminals
@@ -70,6 +74,7 @@ from .chat import ChatSession, Prompt
 from .elicitation import BadForm, ElicitationBroker, form_fields
 from .errors import SessionError, check_by
 from .permissions import PermissionOption
+from .transcript import Transcript, render
 from .workspace import OutsideWorkspace, Workspace
 
 logger = logging.getLogger("tunnel.agents.acp")
@@ -126,6 +131,17 @@ MINUTE_SESSION_FILES = frozenset({"gemini-cli"})
 """Agents (by `agentInfo.name`) that name a session's file after the minute it is opened in: a
 session/load in the minute the session was created overwrites its history (Gemini CLI 0.61), so
 the host waits for the next minute first. docs/agents.md, "Resuming"."""
+
+TRANSCRIPT_ITEMS = 2000
+"""The newest items of a forked conversation's copied part read to make its transcript, at
+most (tunnel.agents.transcript keeps what fits its budget)."""
+
+TRANSCRIPT_TYPES = ("message", "tool_call", "tool_result", "permission_decision", "error")
+"""The item types a transcript shows."""
+
+TURN_TYPES = ("message", "reasoning", "tool_call", "tool_result", "permission_request")
+"""Item types an agent session's turn stores: one of them in the source after the fork point
+means the source's agent session holds more than the fork copied."""
 
 KNOWN_UPDATES: frozenset[str] = frozenset(
     kind
@@ -341,6 +357,9 @@ class AcpSession(ChatSession):
         self._recorded_title: str | None = None
         self._embeds = False  # whether the agent takes embedded context in a prompt
         self._images_ok = False  # and images
+        # A forked conversation's transcript, for the first prompt of a session that did not
+        # fork the source's (docs/agents.md, "Forks").
+        self._owed_transcript: Transcript | None = None
         # What to do when the agent withdraws one of its requests ($/cancel_request), by the
         # request's JSON-RPC id: its permission requests and questions, while open.
         self._withdraw: dict[Any, Callable[[], Any]] = {}
@@ -664,7 +683,8 @@ class AcpSession(ChatSession):
     async def _prompt_blocks(self, prompt: Prompt) -> list[Any]:
         """The prompt's text, its images, then each file it names with `@path`
         (tunnel.agents.acp_context); what was attached is recorded as a `context_attached`
-        session event of the turn."""
+        session event of the turn. The first prompt of a forked conversation's session that
+        could not fork the source's carries the conversation's transcript last."""
         blocks: list[Any] = [text_block(prompt.text)]
         for image in prompt.images:
             blocks.append(image_block(base64.b64encode(image.data).decode(), image.mime_type))
@@ -685,6 +705,10 @@ class AcpSession(ChatSession):
                 await self._recorder.session_event(
                     "context_attached", files=attached, turn=self._recorder.turn
                 )
+        owed, self._owed_transcript = self._owed_transcript, None
+        if owed is not None:
+            # A forked conversation's first prompt: what the agent was not there for.
+            blocks.append(self._transcript_block(owed))
         return blocks
 
     async def _record_usage(self, update: schema.UsageUpdate) -> None:
@@ -765,7 +789,7 @@ class AcpSession(ChatSession):
             process.stdout,
             process.stdin,
             on_notification=screen,
-            keep_results_of=("session/new", "session/load", "session/resume"),
+            keep_results_of=("session/new", "session/load", "session/resume", "session/fork"),
         )
         screen.transport = transport
         conn: ClientSideConnection | None = None
@@ -868,9 +892,19 @@ class AcpSession(ChatSession):
         # session/resume does not replay the history (the log has it): preferred when offered.
         resume = bool(caps and caps.session_capabilities and caps.session_capabilities.resume)
         can_load = bool(caps and caps.load_session)
-        previous = await self._previous_session(agent_id) if resume or can_load else None
+        self._owed_transcript = None
+        origin = await self._origin(agent_id)
+        if isinstance(origin, ForkOrigin):
+            can_fork = bool(caps and caps.session_capabilities and caps.session_capabilities.fork)
+            return await self._open_fork(conn, transport, methods, details, origin, can_fork)
+        if isinstance(origin, OwnSession) and await self._transcript_owed(origin):
+            # A fork given the transcript whose agent was stopped before its first prompt.
+            assert origin.boundary is not None
+            self._owed_transcript = await self._transcript(origin.boundary)
+            details["transcript"] = self._owed_transcript.summary()
+        previous = origin if resume or can_load else None
         if previous is not None:
-            session_id, created_at = previous
+            session_id, created_at = previous.session_id, previous.created
             method = "session/resume" if resume else "session/load"
             if not resume and agent_id in MINUTE_SESSION_FILES:
                 wait = _next_minute_wait(created_at, time.time())
@@ -912,6 +946,20 @@ class AcpSession(ChatSession):
                     "resumed": True,
                     "resumed_with": method,
                 }
+        if self._owed_transcript is not None:
+            # A new session given the transcript, as the fork's first was: a later start that
+            # finds it unprompted gives the transcript again.
+            details["forked"] = BY_TRANSCRIPT
+        return await self._new_session(conn, transport, methods, details)
+
+    async def _new_session(
+        self,
+        conn: ClientSideConnection,
+        transport: StdioTransport,
+        methods: list[Any],
+        details: dict[str, Any],
+    ) -> tuple[str, dict[str, Any]]:
+        """session/new, with the one login that needs nobody if the agent asks for one."""
         try:
             new = await conn.new_session(cwd=self._workspace.root, mcp_servers=[])
         except RequestError as exc:
@@ -936,11 +984,12 @@ class AcpSession(ChatSession):
             raise _AuthNeeded(f"it offers no login method {method_id!r}; {_methods_text(methods)}")
         await conn.authenticate(method_id=method_id)
 
-    async def _previous_session(self, agent_id: str | None) -> tuple[str, float] | None:
-        """The ACP session id of the latest `agent_started` of this agent, if it had one, and
-        when the session was created (a Unix time: its `agent_started` not resumed)."""
-        found: str | None = None
-        created = 0.0
+    # -- forks ---------------------------------------------------------------------------------
+
+    async def _origin(self, agent_id: str | None) -> Origin:
+        """Which session this start continues (tunnel.agents.acp_origin): the conversation's
+        session events read newest first until that is known."""
+        scan = OriginScan(agent_id)
         before = None
         while True:
             page = await self._log.query(
@@ -951,20 +1000,110 @@ class AcpSession(ChatSession):
                 types="session_event",
             )
             for item in page:
-                if item.data.get("what") != "agent_started":
-                    continue
-                session_id = item.data.get("session_id")
-                if found is None:
-                    if not isinstance(session_id, str) or item.data.get("agent_id") != agent_id:
-                        return None
-                    found = session_id
-                if session_id == found:
-                    created = item.created_at.timestamp()
-                    if not item.data.get("resumed"):
-                        return found, created
+                if scan.feed(item):
+                    return scan.result()
             if len(page) < 100:
-                return (found, created) if found is not None else None
+                return scan.result()
             before = page[-1].seq
+
+    async def _open_fork(
+        self,
+        conn: ClientSideConnection,
+        transport: StdioTransport,
+        methods: list[Any],
+        details: dict[str, Any],
+        origin: ForkOrigin,
+        can_fork: bool,
+    ) -> tuple[str, dict[str, Any]]:
+        """The first session of a forked conversation: the agent's own fork of the source's
+        session when it offers session/fork and that session holds exactly what was copied;
+        otherwise a new session, given the copied conversation with its first prompt."""
+        details = {**details, "forked_from": origin.source, "forked_upto": origin.upto}
+        fallback: str | None
+        if not can_fork:
+            fallback = "the agent offers no session/fork"
+        elif origin.session_id is None:
+            fallback = "the conversation forked ran no session of this agent"
+        else:
+            fallback = await self._fork_inexact(origin)
+        if fallback is None:
+            assert origin.session_id is not None
+            try:
+                forked = await conn.fork_session(
+                    cwd=self._workspace.root, session_id=origin.session_id, mcp_servers=[]
+                )
+            except RequestError as exc:
+                fallback = f"the agent refused session/fork: {_error_text(exc)}"
+            else:
+                self._settings.start(
+                    forked.modes, forked.config_options, transport.results.get("session/fork")
+                )
+                return forked.session_id, {
+                    **details,
+                    "session_id": forked.session_id,
+                    "resumed": False,
+                    "forked": BY_SESSION_FORK,
+                    "forked_session": origin.session_id,
+                }
+        session_id, details = await self._new_session(conn, transport, methods, details)
+        self._owed_transcript = await self._transcript(origin.boundary)
+        details.update(
+            forked=BY_TRANSCRIPT,
+            fork_fallback=fallback,
+            transcript=self._owed_transcript.summary(),
+        )
+        return session_id, details
+
+    async def _fork_inexact(self, origin: ForkOrigin) -> str | None:
+        """Why the source's agent session holds more than the fork copied, or None: the source
+        went on after the fork point, or the fork point is a prompt not answered yet (its turn
+        may be running in the source)."""
+        later = await self._log.query(origin.source, after=origin.upto, limit=1, types=TURN_TYPES)
+        if later:
+            return "the conversation forked went on after the fork point"
+        last = await self._log.query(
+            self.conversation_id,
+            before=origin.boundary,
+            limit=1,
+            order="desc",
+            types=TRANSCRIPT_TYPES,
+        )
+        if last and last[0].type == "message" and last[0].data.get("role") == "user":
+            return "the fork point is a prompt the agent had not answered"
+        return None
+
+    async def _transcript_owed(self, own: OwnSession) -> bool:
+        """Whether a fork's session made with a transcript has not had its first prompt yet."""
+        if own.forked != BY_TRANSCRIPT or own.boundary is None:
+            return False
+        since = await self._log.query(
+            self.conversation_id, after=own.started_seq, limit=16, types="message"
+        )
+        return not any(item.data.get("role") == "user" for item in since)
+
+    async def _transcript(self, boundary: int) -> Transcript:
+        """The conversation before `boundary` (the copied part of a fork) as a transcript."""
+        items = await self._log.query(
+            self.conversation_id,
+            before=boundary,
+            limit=TRANSCRIPT_ITEMS,
+            order="desc",
+            types=TRANSCRIPT_TYPES,
+        )
+        items.reverse()
+        header = (
+            "This session continues a conversation that was forked from another one; you did"
+            " not see it happen in this session. Here is what was said and done in it, oldest"
+            " first, clipped: the context of the message it comes with and of those after it."
+        )
+        return render(items, header=header, earlier=len(items) == TRANSCRIPT_ITEMS)
+
+    def _transcript_block(self, transcript: Transcript) -> Any:
+        """The transcript as a prompt's content: embedded context when the agent takes it."""
+        if not self._embeds:
+            return text_block(transcript.text)
+        uri = f"agent-tunnel:conversation/{self.conversation_id}/transcript"
+        return resource_block(embedded_text_resource(uri, transcript.text, mime_type="text/plain"))
 
     async def _record_exit(self, live: _Live, code: int, tail: deque[str]) -> None:
         live.exited.set()
@@ -1412,7 +1551,7 @@ class _Screen:
         update = params.get("update") if isinstance(params, dict) else None
         kind = update.get("sessionUpdate") if isinstance(update, dict) else None
         if self.transport is not None and self.transport.waiting_for(
-            "session/load", "session/resume"
+            "session/load", "session/resume", "session/fork"
         ):
             if kind in _STATE_KINDS:
                 with contextlib.suppress(ValidationError):
