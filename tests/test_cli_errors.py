@@ -45,6 +45,12 @@ MISTAKES = {
     ),
     "attach-empty-name": Mistake(("attach", "--name", "", "{link}"), EXIT_CONFIG, "--name"),
     "attach-long-name": Mistake(("attach", "--name", "x" * 65, "{link}"), EXIT_CONFIG, "--name"),
+    "attach-empty-conversation": Mistake(
+        ("attach", "--conversation", "", "{link}"), EXIT_CONFIG, "--conversation"
+    ),
+    "attach-long-conversation": Mistake(
+        ("attach", "--conversation", "c" * 257, "{link}"), EXIT_CONFIG, "--conversation"
+    ),
     "attach-junk-link": Mistake(("attach", "not-a-link"), EXIT_CONFIG, "tunnel attach:"),
     "attach-negative-give-up": Mistake(
         ("attach", "--give-up-after", "-1", "{link}"), EXIT_CONFIG, "--give-up-after"
