@@ -1,6 +1,7 @@
 """`PicowsFraming`: the link's `Framing` over picows, a WebSocket library that parses frames in
-Cython into one read buffer (the relay's reading costs a quarter of websockets', docs/
-performance.md, "WebSocket framing"). An optional dependency: `pip install 'agent-tunnel[fast]'`.
+Cython into one read buffer (a relay on it spends about four fifths of its CPU per message on
+websockets: docs/performance.md, "The relay on picows and on uvloop"); `create_server` and
+`connect` open its connections. An optional dependency: `pip install 'agent-tunnel[fast]'`.
 
 picows reads; writing stays ours. picows sends one frame per call, so a batch of messages is
 framed here (`frame_pieces`, as for websockets) and handed to the socket's transport in one
@@ -19,6 +20,7 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import NamedTuple
 
 from picows import (
     WSCloseCode,
@@ -33,8 +35,6 @@ from picows import (
 from tunnel.link.framing import frame_pieces
 from tunnel.proto import Outgoing
 from tunnel.proto.codes import CloseCode
-
-logger = logging.getLogger("tunnel.link.picows")
 
 
 class _PeerErrors(logging.Filter):
@@ -70,6 +70,9 @@ RESUME_QUEUE = 4
 NO_STATUS_RCVD = 1005
 """The code a close frame without a code counts as (RFC 6455, section 7.1.5)."""
 
+INVALID_DATA = 1007
+"""The close code for a text message that is not UTF-8 (RFC 6455, section 7.4.1)."""
+
 
 _DATA = frozenset({WSMsgType.BINARY, WSMsgType.TEXT, WSMsgType.CONTINUATION})
 
@@ -82,7 +85,8 @@ class PicowsFraming(WSListener):
     """`Framing` over one picows connection; also the picows listener that receives its frames.
 
     Make it with `ping_interval`, `ping_timeout` and `max_size` (None turns each off, as in
-    websockets) and hand it to picows as the connection's listener (`tunnel.link.picows_io`).
+    websockets) and hand it to picows as the connection's listener (`create_server`'s route
+    returns one per WebSocket, `connect` makes one).
     """
 
     # A relay keeps one per connection: no per-instance dict.
@@ -215,7 +219,7 @@ class PicowsFraming(WSListener):
         try:
             self._deliver(fragments.decode("utf-8"))
         except UnicodeDecodeError:
-            self._fail(1007, "invalid UTF-8")
+            self._fail(INVALID_DATA, "invalid UTF-8")
 
     def _deliver(self, message: bytes | str) -> None:
         self._inbox.append(message)
@@ -398,9 +402,18 @@ class PicowsFraming(WSListener):
             return CloseCode.ABNORMAL_CLOSURE, "", True
         return _code(received.code), received.reason, True
 
-    def statistics(self) -> tuple[int, bool]:
-        """Messages received that the reader has not taken, and whether reading is paused."""
-        return len(self._inbox), self._reading_paused
+    def statistics(self) -> InboxStatistics:
+        """How full the queue between picows and the link's reader is."""
+        return InboxStatistics(queued=len(self._inbox), reading_paused=self._reading_paused)
+
+
+class InboxStatistics(NamedTuple):
+    """`PicowsFraming.statistics()`."""
+
+    queued: int
+    """Messages received that the reader has not taken yet."""
+    reading_paused: bool
+    """Whether the socket is not being read until the reader catches up."""
 
 
 def _code(code: WSCloseCode) -> int:
