@@ -241,3 +241,22 @@ async def test_a_source_that_went_on_after_the_fork_point_is_not_forked_by_the_a
     text = prompt["blocks"][-1]["resource"]["text"]
     assert "alice: one" in text
     assert "bob: two" not in text
+
+
+async def test_the_forks_agent_starts_in_the_mode_and_model_the_source_last_chose(
+    log: Log, workspace: Path, journal: Path
+) -> None:
+    session = acp_session(log, workspace, "src")
+    async with running(session, log) as rec:
+        await rec.wait_item("session_event", what="agent_started")
+        await session.set_mode("plan", by="alice")
+        await session.set_model("smart", by="alice")
+        await session.prompt("one", by="alice")
+        await rec.wait_item("message", text="echo: one")
+        await rec.wait_idle()
+    boundary = await fork(log, "src", rec.items[-1].seq, "dst")
+    session = acp_session(log, workspace, "dst")
+    async with running(session, log) as rec:
+        await own_start(rec, boundary)
+        await session.prompt("settings", by="carol")
+        await rec.wait_item("message", text="mode plan model smart")
