@@ -182,6 +182,12 @@ async def test_attach_conversation_starts_in_that_one_and_a_reconnect_resumes_it
                 )
                 assert "to conversation main" not in "\n".join(alice.lines())
                 assert _count(alice, "bo started this conversation with other") == 1
+                # /fork: a conversation from this one's last item, shown at once.
+                alice.keys(b"/fork\r")
+                fork = (await alice.wait_screen(r"started conversation (c-[0-9a-f]{8})")).group(1)
+                await alice.wait_screen(rf"attached as alice \(drive\) to conversation {fork}")
+                await alice.wait_screen(rf"alice forked this conversation from {other} at item")
+                assert fork != other
             finally:
                 restarted.stop()
     finally:
@@ -189,10 +195,10 @@ async def test_attach_conversation_starts_in_that_one_and_a_reconnect_resumes_it
         relay.stop()
 
 
-def test_a_hostile_list_is_printed_escaped_and_its_ids_are_not_opened() -> None:
+def _attachment(role: str = "drive") -> tuple[Attachment, io.StringIO]:
     out = io.StringIO()
     link = ShareLink(
-        relay_url="http://127.0.0.1:1", host_id="a" * 26, role="drive", secret=new_secret()
+        relay_url="http://127.0.0.1:1", host_id="a" * 26, role=role, secret=new_secret()
     )
     attachment = Attachment(
         AttachSettings(link=link, name="me"),
@@ -200,6 +206,41 @@ def test_a_hostile_list_is_printed_escaped_and_its_ids_are_not_opened() -> None:
         stdin=io.StringIO(),
         status=Console(file=out, width=10_000, color_system=None),
     )
+    return attachment, out
+
+
+def test_a_viewer_lists_and_switches_but_starts_closes_and_forks_nothing() -> None:
+    attachment, out = _attachment("view")
+    entry = {"agent": "demo", "by": "h", "state": "idle", "pending": 0, "last": 0, "started": 0}
+    listing = parse_conversation_message(
+        {"op": "conversations", "agents": ["demo"], "max": 8, "list": [{**entry, "id": "main"}]}
+    )
+    attachment._on_conversations(listing)
+    for line in ("/new demo", "/close", "/fork 3"):
+        assert attachment._request_for(line) is None
+    assert out.getvalue().count("this is a view link") == 3
+    assert attachment._request_for("/list") is None
+    assert "1. main: demo, started by h, idle" in out.getvalue()
+
+
+def test_new_names_a_declared_agent_and_fork_needs_an_item() -> None:
+    attachment, out = _attachment()
+    assert attachment._request_for("/fork") is None
+    assert "not attached to a conversation yet" in out.getvalue()
+    entry = {"agent": "demo", "by": "h", "state": "idle", "pending": 0, "last": 0, "started": 0}
+    listing = parse_conversation_message(
+        {"op": "conversations", "agents": ["demo"], "max": 8, "list": [{**entry, "id": "main"}]}
+    )
+    attachment._on_conversations(listing)
+    assert attachment._request_for("/new nobody") is None
+    assert "no agent nobody here; this host offers demo" in out.getvalue()
+    assert attachment._request_for("/new demo") == NewConversation(agent="demo")
+    assert attachment._request_for("/switch 7") is None
+    assert "no conversation 7 here (/list shows them)" in out.getvalue()
+
+
+def test_a_hostile_list_is_printed_escaped_and_its_ids_are_not_opened() -> None:
+    attachment, out = _attachment()
     huge = "c-" + "\u202e" * 10 + "y" * 100_000
     entry = {"state": "waiting", "pending": 2, "last": 0.0, "started": 0.0}
     listing = parse_conversation_message(

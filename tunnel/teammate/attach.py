@@ -9,6 +9,11 @@ stdout; what it is waiting for (a relay it cannot reach, a host that is offline)
 go to stderr. Everything that came over the wire is printed through `printable()`
 (tunnel/terminal/sanitize.py); only a `pty:` agent's own screen, and only with `--raw`, reaches
 the terminal as it is (tunnel/terminal/raw.py).
+
+On a host of several conversations it shows one at a time: `/switch` (and `/new`, `/fork` once
+the host says what they started) closes the channel to the one shown and opens one to the next,
+resuming after the last item it held there when it showed it before; the host's list gives
+`/list` and the count of requests waiting in the others (tunnel/terminal/conversations.py).
 """
 
 from __future__ import annotations
