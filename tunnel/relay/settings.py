@@ -127,7 +127,8 @@ class RelaySettings:
 
     max_connections_per_ip: int | None = 64
     """Connections from one IP address at once, counted from the TCP accept (so half-finished
-    WebSocket openings count too); one more is refused."""
+    WebSocket openings count too; on picows from the WebSocket's opening, `hello_timeout`
+    bounding the rest); one more is refused."""
 
     max_channels_per_teammate: int | None = 8
     """Channels one teammate link may hold open; one more `open` is closed with 4006."""
