@@ -3,17 +3,21 @@ with, and the combinations it refuses."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
+import anyio
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from tests.link.socket_pair import HAS_PICOWS
-from tests.support import LISTENING, ROOT, stop_process
+from tests.support import LISTENING, ROOT, RelayProcess, raw_peer, stop_process
 from tunnel.process.exit_codes import EXIT_CONFIG
+from tunnel.proto.codes import CloseCode
 from tunnel.relay.settings import ClusterSettings, RelaySettings
 
 
@@ -72,3 +76,27 @@ def test_picows_asked_for_but_not_installed_is_a_config_error(tmp_path: Path) ->
     assert result.stderr.strip() == (
         "tunnel relay: --framing picows needs the picows package: pip install 'agent-tunnel[fast]'"
     )
+
+
+@pytest.mark.skipif(not HAS_PICOWS, reason="picows is not installed")
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_on_picows_a_connection_beyond_the_per_ip_limit_is_closed_with_4006(
+    tmp_path: Path,
+) -> None:
+    relay = RelayProcess(tmp_path, "--framing", "picows", "--max-connections-per-ip", "3").start()
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            peers = [await stack.enter_async_context(raw_peer(relay.url)) for _ in range(3)]
+            for peer in peers:
+                assert (await peer.receive_frame())["k"] == "hello"
+            # Counted once its WebSocket is open (websockets' server refuses it with 503 at
+            # the TCP accept): it opens, and is closed at once.
+            async with raw_peer(relay.url) as refused:
+                with anyio.fail_after(10), pytest.raises(ConnectionClosed):
+                    await refused.websocket.recv()
+                assert refused.websocket.close_code == CloseCode.LIMIT_REACHED
+            for peer in peers:
+                assert peer.websocket.close_code is None
+    finally:
+        relay.stop()
