@@ -3,7 +3,7 @@ the same N teammates on a host of one conversation, measured in the same run. Th
 conversations cost each teammate what one does.
 
 Run: .venv/bin/python bench/conversations_bench.py [--n 50 --n 300] [--conversations 10]
-     [--items 200] [--rounds 5] [--concurrency 50]
+     [--items 200] [--rounds 5] [--concurrency 50] [--stagger]
      .venv/bin/python bench/conversations_bench.py --quick   (a smoke run: 20 teammates, 2 rounds)
 
 Two systems, each its own `tunnel relay` (harness.RELAY_LOAD_OPTIONS) and its own host,
@@ -22,7 +22,10 @@ Each round, on each side (the order reversed every other round; a first round un
 2. fan-out: the host appends --items items of about --size bytes to every conversation at once
    (ten bursts at once on the ten side), as each one's agent output is; seconds from the first
    append until the last teammate (and the median one) has its --items items, and until the
-   host has appended them all; the casts each conversation's broadcast sent for its burst;
+   host has appended them all; the casts each conversation's broadcast sent for its burst.
+   With --stagger the conversations burst one after the other instead, each once the last
+   one's teammates have all its items: the times are then the median over the bursts, each to
+   the teammates of one conversation;
 3. the teammates detach, and the host sees every one gone.
 For both steps: CPU seconds of the host, the relay and the teammates' process, and the bytes the
 relay sent to the teammates (TCP bytes from `ss`, WebSocket framing included) per teammate; the
@@ -41,6 +44,7 @@ import contextlib
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -163,6 +167,7 @@ class Options:
     size: int
     rounds: int
     concurrency: int
+    stagger: bool
 
 
 @dataclass
@@ -185,7 +190,25 @@ def _delta(after: int | None, before: int | None) -> float | None:
     return None if after is None or before is None else float(after - before)
 
 
-async def one_round(side: Side, n: int, items: int, size: int, concurrency: int) -> Round:
+async def burst(
+    side: Side, items: int, size: int, conversations: list[str] | None = None
+) -> tuple[float, float, float]:
+    """Append `items` items to each of `conversations` (None: all) at once; seconds until its
+    last and its median teammate has them all, and until the host appended them."""
+    appended = await side.host.request(
+        within=900, cmd="append", count=items, size=size, conversations=conversations
+    )
+    got = await side.crowd.request(
+        within=900, cmd="expect", items=items, conversations=conversations
+    )
+    if got["complete"] != got["of"]:
+        raise RuntimeError(f"{side.crowd.name}: {got['of'] - got['complete']} teammates short")
+    t0 = appended["t0"]
+    return got["t_last"] - t0, got["t_median"] - t0, appended["t1"] - t0
+
+
+async def one_round(side: Side, n: int, options: Options) -> Round:
+    items, size, concurrency = options.items, options.size, options.concurrency
     result = Round()
     values = result.values
     # Attach.
@@ -220,18 +243,19 @@ async def one_round(side: Side, n: int, items: int, size: int, concurrency: int)
     await side.crowd.request(cmd="mark")
     casts_before = (await side.host.request(cmd="casts"))["casts"]
     cpu_before = side.cpu()
-    appended = await side.host.request(within=900, cmd="append", count=items, size=size)
-    got = await side.crowd.request(within=900, cmd="expect", items=items)
-    if got["complete"] != got["of"]:
-        raise RuntimeError(f"{side.crowd.name}: {got['of'] - got['complete']} teammates short")
+    if options.stagger:
+        # One conversation after the other, each once the last one's teammates have it all.
+        times = [await burst(side, items, size, [c]) for c in side.conversations]
+    else:
+        times = [await burst(side, items, size)]
     cpu_after = side.cpu()
     bytes_after = side.teammate_bytes()
     casts_after = (await side.host.request(cmd="casts"))["casts"]
     host_items = items * len(side.conversations)
     delivered = items * n
-    values["fan_s"] = got["t_last"] - appended["t0"]
-    values["fan_median_s"] = got["t_median"] - appended["t0"]
-    values["fan_appended_s"] = appended["t1"] - appended["t0"]
+    values["fan_s"] = statistics.median(t[0] for t in times)
+    values["fan_median_s"] = statistics.median(t[1] for t in times)
+    values["fan_appended_s"] = statistics.median(t[2] for t in times)
     values["casts"] = sum(casts_after[c] - casts_before[c] for c in casts_after) / len(casts_after)
     values["fan_host_ms_item"] = (cpu_after[0] - cpu_before[0]) / host_items * 1e3
     values["fan_relay_us_delivered"] = (cpu_after[1] - cpu_before[1]) / delivered * 1e6
@@ -288,11 +312,11 @@ async def bench_n(n: int, options: Options, wd: Path) -> tuple[list[list[str]], 
         for each in sides:
             # Not recorded: the first connections, and a log whose tail the next joiners'
             # snapshots hold in full, as in every round after.
-            result = await one_round(each, n, options.items, options.size, options.concurrency)
+            result = await one_round(each, n, options)
             result.count(errors[each.kind])
         for in_order in in_pairs(options.rounds, sides, label=f"N={n}: ", timed=True):
             for each in in_order:
-                result = await one_round(each, n, options.items, options.size, options.concurrency)
+                result = await one_round(each, n, options)
                 for key, value in result.values.items():
                     samples[each.kind][key].add(value)
                 result.count(errors[each.kind])
@@ -324,7 +348,9 @@ async def bench(options: Options) -> int:
             foreign += n_foreign
     print_table(
         f"{options.conversations} conversations against 1 on one host, {options.items} items of "
-        f"~{options.size} B per conversation, {options.rounds} rounds: median [min-max] "
+        f"~{options.size} B per conversation"
+        f"{', one conversation after the other' if options.stagger else ''}, "
+        f"{options.rounds} rounds: median [min-max] "
         f"(load average {before} at the start)",
         ["N", "measure", f"{options.conversations} conversations", "1 conversation", "ratio"],
         rows,
@@ -351,6 +377,11 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--rounds", type=int, help="rounds per N (default 5)")
     parser.add_argument("--concurrency", type=int, help="teammates connecting at once (default 50)")
     parser.add_argument(
+        "--stagger",
+        action="store_true",
+        help="the conversations burst one after the other, not at once",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run: 20 teammates, 20 items, 2 rounds"
     )
     args = parser.parse_args(argv)
@@ -362,6 +393,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         size=args.size,
         rounds=args.rounds or (2 if quick else 5),
         concurrency=args.concurrency or (20 if quick else 50),
+        stagger=args.stagger,
     )
     if not 1 <= options.conversations <= 64:
         parser.error("--conversations is 1 to 64")

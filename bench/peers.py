@@ -18,9 +18,9 @@ Roles:
   per conversation, the console to /dev/null) running `--conversations` conversations, the
   first as it starts and the others as a driver's `new_conversation` starts them; it prints its
   view link and the conversations' ids. Command `append` appends items to every conversation
-  at once, as each one's agent output is (a `Recorder` each), each item's text starting with
-  its conversation's id and `|`; `members` counts the teammates attached to all of them,
-  `casts` the casts each conversation's broadcast has sent.
+  (or those it names) at once, as each one's agent output is (a `Recorder` each), each item's
+  text starting with its conversation's id and `|`; `members` counts the teammates attached to
+  all of them, `casts` the casts each conversation's broadcast has sent.
 - `bare-relay` (`--uvloop`: on uvloop's event loop): a websockets server, no mux, no crypto:
   `/host` takes one host, `/attach` any number of teammates; a host message goes to every
   teammate (one teammate: awaited send, so the relay has backpressure; more:
@@ -281,7 +281,9 @@ def run_share_host(args: argparse.Namespace) -> None:
             recorders[conversation.id] = Recorder(shared.log, conversation.id)
         say(link=str(shared.host.view_link), conversations=list(recorders))
 
-    async def append(count: int, size: int) -> dict[str, Any]:
+    async def append(
+        count: int, size: int, conversations: list[str] | None = None
+    ) -> dict[str, Any]:
         async def burst(conversation_id: str, recorder: Recorder) -> None:
             # Tagged with its conversation: a teammate tells an item of another one.
             tag = f"{conversation_id}|"
@@ -292,7 +294,8 @@ def run_share_host(args: argparse.Namespace) -> None:
         start = time.monotonic()
         async with anyio.create_task_group() as tg:
             for conversation_id, recorder in recorders.items():
-                tg.start_soon(burst, conversation_id, recorder)
+                if conversations is None or conversation_id in conversations:
+                    tg.start_soon(burst, conversation_id, recorder)
         return {"t0": start, "t1": time.monotonic()}
 
     async def members() -> dict[str, Any]:

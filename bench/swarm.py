@@ -16,7 +16,8 @@ Commands:
 - `settle(quiet, limit)`: wait until no presence message arrived for `quiet` seconds; answer the
   presence messages and bytes received so far.
 - `mark()`: count items from now on: `expect` counts those received since.
-- `expect(items)`: wait until every teammate has received `items` items in all (since `mark`);
+- `expect(items, conversations)`: wait until every teammate (of those `conversations`, if
+  given) has received `items` items in all (since `mark`);
   answer when the last, the median and the first of them got its last one (time.monotonic, the
   same clock in every process).
 - `tally()`: what went wrong for a teammate that follows a conversation: items of another
@@ -240,8 +241,13 @@ class Swarm:
             teammate.base = teammate.items
         return {"marked": len(self.teammates)}
 
-    async def expect(self, items: int, limit: float = 300.0) -> dict[str, Any]:
-        live = [t for t in self.teammates if t.ready and not t.failed]
+    async def expect(
+        self, items: int, limit: float = 300.0, conversations: list[str] | None = None
+    ) -> dict[str, Any]:
+        followed = [
+            t for t in self.teammates if conversations is None or t.conversation in conversations
+        ]
+        live = [t for t in followed if t.ready and not t.failed]
         with anyio.move_on_after(limit):
             while not all(t.items - t.base >= items or t.failed for t in live):  # noqa: ASYNC110
                 await anyio.sleep(POLL)
