@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import Page
 
 from tunnel import handshake
-from tunnel.app import file_view
+from tunnel.app import conversation_list, file_view
 from tunnel.app import requests as app_requests
 from tunnel.e2e import broadcast, crypto, identity, opening
 from tunnel.log import chain
@@ -112,6 +112,10 @@ def python_values() -> dict[str, Any]:
         "MAX_FILE_LINE_LENGTH": file_view.MAX_FILE_LINE_LENGTH,
         "MAX_FILE_PATH_LENGTH": file_view.MAX_FILE_PATH_LENGTH,
         "MAX_FILE_VIEW_BYTES": file_view.MAX_FILE_VIEW_BYTES,
+        "MAX_AGENT_NAME_LENGTH": app_requests.MAX_AGENT_NAME_LENGTH,
+        "MAX_CONVERSATION_LENGTH": opening.MAX_CONVERSATION_LENGTH,
+        "CONVERSATION_STATES": list(conversation_list.CONVERSATION_STATES),
+        "MAX_LISTED": conversation_list.MAX_LISTED,
     }
 
 

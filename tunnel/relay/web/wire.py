@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
-from tunnel.app import file_view, requests
+from tunnel.app import conversation_list, file_view, requests
 from tunnel.e2e import broadcast, crypto, identity, opening
 from tunnel.handshake import MAX_NAME_LENGTH, PROTOCOL_VERSION
 from tunnel.log import chain
@@ -101,6 +101,7 @@ def _groups() -> list[tuple[str, dict[str, JsonValue]]]:
                 "PROOF_SIZE": opening.PROOF_SIZE,
                 "TRANSCRIPT_LABEL": _label(opening.TRANSCRIPT_LABEL),
                 "UP_INFO": _label(opening.UP_INFO),
+                "MAX_CONVERSATION_LENGTH": opening.MAX_CONVERSATION_LENGTH,
             },
         ),
         (
@@ -150,6 +151,14 @@ def _groups() -> list[tuple[str, dict[str, JsonValue]]]:
                 "MAX_PUSH_ENDPOINT_LENGTH": requests.MAX_PUSH_ENDPOINT_LENGTH,
                 "MAX_ID_LENGTH": requests.MAX_ID_LENGTH,
                 "PUSH_KEY_SIZE": requests.PUSH_KEY_SIZE,
+                "MAX_AGENT_NAME_LENGTH": requests.MAX_AGENT_NAME_LENGTH,
+            },
+        ),
+        (
+            "tunnel.app.conversation_list",
+            {
+                "CONVERSATION_STATES": list(conversation_list.CONVERSATION_STATES),
+                "MAX_LISTED": conversation_list.MAX_LISTED,
             },
         ),
         (

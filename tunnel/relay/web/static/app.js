@@ -2,6 +2,13 @@
 // (for terminal agents) xterm together. The secret never leaves the fragment: it is read here and
 // only derived keys and the relay token are ever used.
 
+import {
+  ConversationMessageError,
+  ConversationPanel,
+  fragmentWith,
+  parseConversationMessage,
+  splitFragment,
+} from "./conversations.js";
 import { BadLinkError, cryptoAvailable, hostIdFromPath, parseFragment } from "./crypto.js";
 import { cleanName } from "./link.js";
 import { FilePanel, FileReads } from "./files.js";
@@ -10,7 +17,6 @@ import { setLoginSender } from "./login.js";
 import { Notifications, keptLink, requestInAddress } from "./notify.js";
 import { Session } from "./session.js";
 import { TerminalView } from "./terminal.js";
-import { Timeline } from "./timeline.js";
 import { VerifiedMark } from "./verified.js";
 import { View } from "./view.js";
 import { MAX_INPUT_SIZE } from "./wire.js";
@@ -76,9 +82,12 @@ function boot() {
   }
   const hostId = hostIdFromPath(location.pathname);
   let link;
+  // The fragment may name the conversation shown after the link (`#drive.SECRET/c-1234`), so a
+  // reload returns to it; the secret stays in the fragment and nowhere else.
+  const fragment = splitFragment(location.hash);
   try {
     if (!hostId) throw new BadLinkError("the page address has no host id");
-    link = parseFragment(location.hash);
+    link = parseFragment(fragment.link);
   } catch (error) {
     const reason = error instanceof BadLinkError ? error.message : "the link is malformed";
     const badLink = () => bareScreen(root, "bad-link", "This link does not work",
@@ -95,6 +104,9 @@ function boot() {
   }
   const name = chooseName();
   let session = null;
+  // The new conversations this page asked for (New, Fork) that the host has not said started.
+  let started = 0;
+  let malformedSeen = false;
   let terminal = null;
   const view = new View(root, {
     role: link.role,
@@ -114,6 +126,11 @@ function boot() {
       return session.send({ op: "set_config", config_id: setting.configId, value });
     },
     onRetry: () => session.connect(),
+    onFork: (seq) => {
+      if (!session.conversationId) return;
+      if (session.send({ op: "fork", conversation: session.conversationId, upto: seq })) started += 1;
+      else view.opError("not_connected", "Not connected to the host; the fork was not asked for.");
+    },
     onRename: (newName) => {
       const cleaned = cleanName(newName);
       if (!cleaned || cleaned === session.name) return;
@@ -155,14 +172,59 @@ function boot() {
   root.after(files.element);
   setFileOpener((path, line) => files.open(path, line), reads);
   setLoginSender((message) => session.send(message));
+  // The host's conversations: the list in the side panel (the drawer on a phone), its button
+  // in the header.
+  const conversations = new ConversationPanel({
+    isDriver: link.role === "drive",
+    onSwitch: (id) => session.switchTo(id),
+    onNew: (agent) => {
+      if (session.send({ op: "new_conversation", agent })) started += 1;
+      else view.opError("not_connected", "Not connected to the host; nothing was started.");
+    },
+    onClose: (id) => {
+      if (!session.send({ op: "close_conversation", conversation: id })) {
+        view.opError("not_connected", "Not connected to the host; nothing was closed.");
+      }
+    },
+    onOpen: () => {
+      if (view.narrow.matches) view.toggleDrawer(true);
+      else conversations.element.scrollIntoView({ block: "nearest" });
+    },
+  });
+  view.side.querySelector(".drawer-close").after(conversations.element);
+  view.drawerButton.before(conversations.button);
+  const showClosed = () => view.setClosed(conversations.currentEntry()?.state === "closed");
+  const onConversationMessage = (message) => {
+    let parsed;
+    try {
+      parsed = parseConversationMessage(message);
+    } catch (error) {
+      if (!(error instanceof ConversationMessageError)) throw error;
+      // A host that sends a malformed list keeps doing so: say it once.
+      if (!malformedSeen) console.warn(`conversations: ${error.message}`);
+      malformedSeen = true;
+      return;
+    }
+    if (parsed.op === "conversations") {
+      conversations.update(parsed);
+      showClosed();
+    } else if (started > 0) {
+      // The conversation this page's New or Fork started: show it.
+      started -= 1;
+      session.switchTo(parsed.conversation);
+    }
+  };
   // The host's signature over its log, checked against the items this page holds.
   const verified = new VerifiedMark(hostId);
-  const timeline = new Timeline();
   view.agentStatus.after(verified.element);
   session = new Session({
-    location, hostId, role: link.role, secret: link.secret, name,
-    // A replay link's items go through its timeline (docs/web.md, "Replays").
-    view: verified.watch(timeline.watch(view)),
+    location, hostId, role: link.role, secret: link.secret, name, view: verified.watch(view),
+    conversation: fragment.conversation,
+    onConversation: (id) => {
+      conversations.setCurrent(id);
+      showClosed();
+      history.replaceState(history.state, "", fragmentWith(location.hash, id));
+    },
     onSubscribed: () => {
       // A driver's terminal tells the host its size each time it (re)attaches.
       if (terminal && link.role === "drive") {
@@ -177,11 +239,14 @@ function boot() {
       else if (message.op === "paths") view.paths?.received(message);
       else if (message.op === "file") reads.received(message);
       else if (message.op === "error") notifications.refused(message);
+      else if (message.op === "conversations" || message.op === "conversation_started") {
+        onConversationMessage(message);
+      }
     },
   });
   window.addEventListener("pagehide", () => session.stop());
   // For tests and debugging from the console; it holds nothing the page's own script lacks.
-  window.__tunnel = { session, view, verified, notifications, files, timeline };
+  window.__tunnel = { session, view, verified, notifications, files, conversations };
   session.start();
 }
 

@@ -42,6 +42,9 @@ export const FINAL_SCREENS = new Map([
 const OTHER_FINAL_SCREEN = "closed";
 // Python caps the exponent too: the power stays finite however long the relay stays away.
 const MAX_EXPONENT = 64;
+// Conversations whose items, cursor and view state the page keeps once it switched away, so
+// switching back shows them at once and asks only for what came after (the oldest is forgotten).
+export const KEPT_CONVERSATIONS = 8;
 
 /**
  * Milliseconds to wait before retry number `attempt` (0 for the first): a random time between
@@ -81,15 +84,24 @@ export class Session {
    * context items still before them). presence(members) gets the whole list each time, the
    * page's own entry with `you: true`. `onHostMessage(message)` sees every decoded channel
    * message first, as it came (untrusted): the ops the session protocol leaves to others
-   * (`push`, notify.js) are read there.
+   * (`push`, notify.js) are read there. `conversation`: the conversation to follow (null: the
+   * host's first); `onConversation(id)` hears which one each attachment follows.
+   * Switching (`switchTo`) also calls, when the view has them, view.leaveConversation() (what
+   * to keep of the view: its scroll and draft), view.enterConversation(kept or null) when the
+   * other one is shown, and view.returnTo(kept) once the snapshot of one switched back to is in.
    */
   constructor({ location, hostId, role, secret, name, view, onSubscribed = () => {},
-    onHostMessage = () => {}, linkFactory = null }) {
+    onHostMessage = () => {}, linkFactory = null, conversation = null,
+    onConversation = () => {} }) {
     Object.assign(this, { location, hostId, role, secret, name, view, onSubscribed,
-      onHostMessage });
+      onHostMessage, onConversation });
     this.linkFactory = linkFactory ?? ((options) => new SessionLink(options));
     this.link = null;
-    this.conversationId = null;
+    this.conversationId = conversation;
+    // What the page keeps of the conversations it switched away from, by id, oldest first.
+    this.kept = new Map();
+    // The view state to give back once the snapshot of a conversation switched back to is in.
+    this.returning = null;
     // The cursor: the last seq held. Every item up to it is shown (from the first one shown), so a
     // resume asks for what comes after it. The follower of the attachment keeps it meanwhile.
     this.lastSeq = null;
@@ -147,7 +159,7 @@ export class Session {
     const subscribe = {
       after: request.after,
       tail: request.tail ?? null,
-      conversation: request.after !== null ? this.conversationId : null,
+      conversation: this.conversationId,
     };
     const link = this.linkFactory({
       subscribe,
@@ -240,7 +252,11 @@ export class Session {
         return;
       case "snapshot_page":
         for (const item of event.items) this.acceptItem(item);
-        if (!event.more) this.view.snapshotDone();
+        if (!event.more) {
+          this.view.snapshotDone();
+          if (this.returning !== null) this.view.returnTo?.(this.returning);
+          this.returning = null;
+        }
         return;
       case "item":
         this.acceptItem(event.item);
@@ -271,10 +287,12 @@ export class Session {
   onReady(message) {
     const conversationId = String(message.conversation_id ?? "");
     if (this.conversationId !== null && conversationId !== this.conversationId) {
-      // The host restarted with another conversation: seqs restart, so does the view.
+      // The host has no conversation of that id (it restarted with another, or the one asked
+      // for is not its): seqs restart, so does the view.
       this.forgetConversation();
     }
     this.conversationId = conversationId;
+    this.onConversation(conversationId);
     this.info = message;
     this.attempt = 0;
     this.stats.connects += 1;
@@ -285,7 +303,52 @@ export class Session {
     this.onSubscribed();
   }
 
+  /**
+   * Follow conversation `id` instead: the attachment to the one shown ends and one to `id`
+   * starts. What the page held of the one left is kept (at most KEPT_CONVERSATIONS of them);
+   * one kept is shown again from memory and asks the host only for the items after its cursor.
+   */
+  switchTo(id) {
+    if (this.stopped || id === this.conversationId) return;
+    if (this.conversationId !== null) {
+      this.kept.delete(this.conversationId);
+      this.kept.set(this.conversationId, {
+        lastSeq: this.lastSeq, items: this.items, context: this.context, firstSeq: this.firstSeq,
+        earlierAvailable: this.earlierAvailable, view: this.view.leaveConversation?.() ?? null,
+      });
+      while (this.kept.size > KEPT_CONVERSATIONS) this.kept.delete(this.kept.keys().next().value);
+    }
+    const old = this.link;
+    // The old attachment's ending is not this session's: it must not schedule a reconnect.
+    this.link = null;
+    this.subscribed = false;
+    this.follower = null;
+    if (old && !old.ended) old.close(CloseCode.NORMAL);
+    clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    this.attempt = 0;
+    this.conversationId = id;
+    const kept = this.kept.get(id) ?? null;
+    this.kept.delete(id);
+    this.lastSeq = kept?.lastSeq ?? null;
+    this.items = kept?.items ?? [];
+    this.context = kept?.context ?? [];
+    this.firstSeq = kept?.firstSeq ?? null;
+    this.earlierAvailable = kept?.earlierAvailable ?? false;
+    this.historyBefore = null;
+    this.view.resetConversation();
+    this.view.presence([]);
+    if (kept && (this.items.length > 0 || this.context.length > 0)) {
+      this.view.replayItems(this.items, this.context);
+    }
+    this.returning = kept?.view ?? null;
+    this.view.enterConversation?.(this.returning);
+    this.onConversation(id);
+    this.connect();
+  }
+
   forgetConversation() {
+    this.returning = null;
     this.lastSeq = null;
     this.items = [];
     this.context = [];

@@ -18,6 +18,13 @@ import { MAX_NAME_LENGTH, MAX_PROMPT_LENGTH } from "./wire.js";
 
 const ROLE_LABEL = { drive: "driver", view: "viewer" };
 const OP_ERROR_MS = 8000;
+// The host's errors about conversations (docs/application.md, "Conversations"), said in words
+// before the host's own message.
+const ERROR_WORDS = {
+  conversation_closed: "This conversation is closed: its agent stopped, so it takes no prompts or answers",
+  unknown_request: "The host has no such conversation or agent",
+  agent_unavailable: "The host cannot start that agent now",
+};
 // How close to the end (px) still counts as "at the end": the page follows new items from there.
 const FOLLOW_SLACK = 48;
 // A scroll this soon (ms) after a wheel, touch, key or pointer press is the reader's own.
@@ -76,9 +83,9 @@ export const SCREENS = {
 
 export class View {
   constructor(root, { role, name, onPrompt, onCancel, onPermission, onQuestion, onPaths, onSetting,
-    onRetry, onRename, onTerminal }) {
+    onRetry, onRename, onTerminal, onFork = null }) {
     Object.assign(this, { root, role, name, onPrompt, onCancel, onPermission, onQuestion, onPaths,
-      onSetting, onRetry, onRename, onTerminal });
+      onSetting, onRetry, onRename, onTerminal, onFork });
     this.isDriver = role === "drive";
     // Tool calls by (turn, tool_call_id): an agent may reuse an id in a later turn.
     this.toolCards = new Map();
@@ -251,6 +258,10 @@ export class View {
     this.pill = el("button", { class: "new-activity", testid: "new-activity", type: "button", hidden: true,
       text: "New activity ↓", onclick: () => this.jumpToEnd() });
     this.footer.prepend(this.pill);
+    // The conversation shown was closed: its log stays readable, its agent is gone.
+    this.closedNotice = el("div", { class: "closed-notice", testid: "conversation-closed", hidden: true,
+      text: "This conversation is closed: its agent stopped and its log stays to read. Start a new one or switch to another." });
+    this.footer.prepend(this.closedNotice);
     this.toast = el("div", { class: "toast", testid: "op-error", role: "alert", hidden: true });
     this.screenBox = el("div", { class: "screen-box" });
     this.header = header;
@@ -410,6 +421,52 @@ export class View {
     if (this.terminal) this.terminal.reset();
   }
 
+  // ---- switching conversations (session.js switchTo) ----
+
+  /** Leaving the conversation shown for another: what to keep of it (scroll, draft). */
+  leaveConversation() {
+    const scroller = document.scrollingElement;
+    const kept = {
+      scrollTop: scroller ? scroller.scrollTop : 0,
+      following: this.following,
+      draft: this.input ? this.input.value : "",
+    };
+    if (this.input) this.input.value = "";
+    this.images?.clear();
+    this.completion?.close();
+    delete this.conversation.dataset.loaded;
+    this.run = { state: "idle", queued: 0, turn: null };
+    this.storageFailing = null;
+    this.members.clear();
+    this.wanted = null;
+    this.wantedScroll = null;
+    this.setClosed(false);
+    return kept;
+  }
+
+  /** Another conversation is shown: the draft it had when left (`kept`, or null if new). */
+  enterConversation(kept) {
+    if (this.input) this.input.value = kept?.draft ?? "";
+    this.following = kept ? kept.following : true;
+  }
+
+  /** The conversation switched back to is shown again: the reader is where they left it. */
+  returnTo(kept) {
+    if (kept.following) {
+      this.jumpToEnd();
+      return;
+    }
+    this.following = false;
+    document.scrollingElement.scrollTop = kept.scrollTop;
+    this.lastScrollTop = kept.scrollTop;
+  }
+
+  /** Whether the conversation shown is closed (the host's list says so). */
+  setClosed(closed) {
+    this.closedNotice.hidden = !closed;
+    this.root.dataset.conversationClosed = closed ? "true" : "false";
+  }
+
   snapshotDone() {
     this.conversation.dataset.loaded = "true";
     // A request a tapped notification asked for, shown during the snapshot, stays in view.
@@ -535,7 +592,9 @@ export class View {
   opError(code, message) {
     this.toast.hidden = false;
     this.toast.dataset.code = code;
-    this.toast.textContent = message ? `${message} (${code})` : code;
+    const words = Object.hasOwn(ERROR_WORDS, code) ? ERROR_WORDS[code] : null;
+    this.toast.textContent = words ? (message ? `${words} (${message}).` : `${words}.`)
+      : message ? `${message} (${code})` : code;
     // Perhaps a change of setting or an answer the host refused.
     this.releasePending();
     clearTimeout(this.opErrorTimer);
@@ -930,6 +989,7 @@ export class View {
       authenticated: `The agent is logged in (${str(data.method_id, "?")}).`,
       auth_failed: `The login (${str(data.method_id, "?")}) failed: ${str(data.reason, "?")}`,
       cancelled: "The turn was cancelled.",
+      title: `The session is titled ${str(data.title, "?")}.`,
       fs_refused: `Refused: the agent's ${str(data.op, "access")} of ${str(data.path, "?")} is outside the workspace.`,
       terminal_refused: `Refused: the agent's command ${str(data.command, "?")} would run in ${str(data.cwd, "?")}, outside the workspace.`,
       context_attached: `With the prompt: ${arr(data.files).map(obj).map((file) =>
@@ -955,9 +1015,16 @@ export class View {
     if (role === "agent") this.endStream(str(item.response_id), "message");
     const who = role === "user" ? str(item.created_by, "someone") : (this.agentName.textContent || "agent");
     const images = arr(data.images).map(obj);
-    return el("article", { class: `item message ${role}`, testid: "message", "data-role": role },
+    // A driver may fork the conversation here: a new one with the items up to this one.
+    const fork = this.isDriver && this.onFork && Number.isSafeInteger(item.seq)
+      ? el("button", { class: "fork-here", testid: "fork-here", type: "button", text: "Fork from here",
+        title: "Start a new conversation with the items up to this one",
+        onclick: () => this.onFork(item.seq) })
+      : null;
+    return el("article", { class: `item message ${role}`, testid: "message", "data-role": role,
+      "data-seq": Number.isSafeInteger(item.seq) ? item.seq : null },
       el("div", { class: "who" }, el("span", { text: who }),
-        el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) })),
+        el("time", { text: formatTime(item.created_at), datetime: str(item.created_at) }), fork),
       this.markdownBlock(data.text),
       images.length > 0 ? el("div", { class: "message-images", testid: "message-images",
         text: `With ${images.length === 1 ? "an image" : `${images.length} images`}: ${images.map((image) =>
@@ -989,7 +1056,6 @@ export class View {
     }
     const { call } = card;
     if (typeof data.title === "string") call.title = data.title;
-      title: `The session is titled ${str(data.title, "?")}.`,
     if (typeof data.kind === "string") call.kind = data.kind;
     if (typeof data.status === "string") call.status = data.status;
     if ("input" in data) call.input = data.input;

@@ -1,0 +1,212 @@
+"""The page and the host's several conversations (docs/web.md, "Conversations"): a real relay and
+a real `tunnel host` with two declared agents; a driver starts, switches, forks and closes them,
+a viewer only sees the list; and the list a host sends is read as untrusted data."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from .conftest import PageLog
+from .fake_relay import Scenario, fake_relay
+from .stack import Host, running_relay
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
+
+ENTRY = "[data-testid=conversation-entry]"
+
+
+def prompt(page: Page, text: str) -> None:
+    box = page.get_by_test_id("composer-input")
+    box.fill(text)
+    box.press("Enter")
+
+
+def prompts(page: Page) -> Any:
+    """The prompts the page shows."""
+    return page.locator("[data-testid=message][data-role=user] .md")
+
+
+def current(page: Page) -> Any:
+    return page.locator(f"{ENTRY}[data-current=true]")
+
+
+def new_page(browser: Browser, url: str, page_log: PageLog) -> Page:
+    # Short, so one demo turn is taller than the screen and the scroll position means something.
+    context = browser.new_context(viewport={"width": 1200, "height": 520})
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.on("console", page_log.on_console)
+    page.on("pageerror", page_log.on_page_error)
+    page.goto(url)
+    expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "connected")
+    return page
+
+
+def test_a_driver_starts_switches_forks_and_closes_conversations_and_a_viewer_only_watches(
+    browser: Browser, tmp_path: Path, page_log: PageLog
+) -> None:
+    home = tmp_path / "host"
+    home.mkdir()
+    with running_relay(tmp_path / "relay") as relay:
+        host = Host.start(home, relay.url, agent="demo=demo", options=("--agent", "other=demo"))
+        try:
+            page = new_page(browser, host.drive_link, page_log)
+            expect(page.locator(ENTRY)).to_have_count(1)
+            expect(current(page)).to_have_attribute("data-id", "main")
+            # Every prompt to the demo agent asks for permission: this one waits in main.
+            prompt(page, "first in main")
+            expect(
+                page.locator("[data-testid=permission-request][data-state=pending]")
+            ).to_have_count(1)
+
+            # New -> other: the conversation starts and the page shows it.
+            page.get_by_test_id("new-conversation").click()
+            page.locator("[data-testid=new-conversation-agent][data-agent=other]").click()
+            expect(page.locator(ENTRY)).to_have_count(2)
+            expect(current(page).get_by_test_id("conversation-agent")).to_have_text("other")
+            other = current(page).get_attribute("data-id")
+            assert other is not None
+            assert other != "main"
+            expect(page).to_have_url(re.compile(f"/{re.escape(other)}$"))
+            expect(page.get_by_test_id("conversation-closed")).to_be_hidden()
+            # Main's waiting request shows from here: on the list's button and in its entry.
+            main = page.locator(f"{ENTRY}[data-id=main]")
+            expect(main).to_have_attribute("data-state", "waiting")
+            expect(main.get_by_test_id("conversation-pending")).to_have_text("1")
+            expect(page.get_by_test_id("conversations-badge")).to_have_text("1")
+            # Items stay apart: nothing of main's here.
+            expect(prompts(page)).to_have_count(0)
+            prompt(page, "first in other")
+            expect(
+                page.locator("[data-testid=permission-request][data-state=pending]")
+            ).to_have_count(1)
+            expect(page.get_by_test_id("conversations-badge")).to_have_text("1")
+            # The reader scrolls up and starts a draft, then goes to main.
+            page.get_by_test_id("composer-input").fill("a draft for other")
+            page.mouse.move(400, 300)
+            page.mouse.wheel(0, -5000)
+            page.wait_for_function("() => document.scrollingElement.scrollTop === 0")
+            assert page.evaluate(
+                "() => document.scrollingElement.scrollHeight > innerHeight + 200"
+            ), "the conversation is not taller than the screen"
+            main.get_by_test_id("conversation-open").click()
+            expect(current(page)).to_have_attribute("data-id", "main")
+            expect(prompts(page)).to_have_text(["first in main"])
+            expect(page.get_by_test_id("composer-input")).to_have_value("")
+            # Now the other's request is the one elsewhere.
+            entry = page.locator(f"{ENTRY}[data-id='{other}']")
+            expect(entry.get_by_test_id("conversation-pending")).to_have_text("1")
+            expect(page.get_by_test_id("conversations-badge")).to_have_text("1")
+
+            # Back to other: its draft and scroll position as left, each item once.
+            entry.get_by_test_id("conversation-open").click()
+            expect(current(page)).to_have_attribute("data-id", other)
+            expect(page.get_by_test_id("composer-input")).to_have_value("a draft for other")
+            expect(page.locator("[data-testid=message][data-role=user]")).to_have_count(1)
+            expect(prompts(page)).to_have_text(["first in other"])
+            page.wait_for_function("() => document.scrollingElement.scrollTop === 0")
+            expect(
+                page.locator("[data-testid=permission-request][data-state=pending]")
+            ).to_have_count(1)
+
+            # Fork from the prompt: a new conversation with that prompt, shown at once.
+            page.locator("[data-testid=message][data-role=user]").get_by_test_id(
+                "fork-here"
+            ).click()
+            expect(page.locator(ENTRY)).to_have_count(3)
+            expect(current(page)).not_to_have_attribute("data-id", other)
+            expect(prompts(page)).to_have_text(["first in other"])
+
+            # Close other: it shows closed, and a prompt there is refused in words.
+            entry.get_by_test_id("conversation-open").click()
+            expect(current(page)).to_have_attribute("data-id", other)
+            entry.get_by_test_id("conversation-close").click()
+            entry.get_by_test_id("conversation-close-confirm").click()
+            expect(entry).to_have_attribute("data-state", "closed")
+            expect(page.get_by_test_id("conversation-closed")).to_be_visible()
+            prompt(page, "still there?")
+            expect(page.get_by_test_id("op-error")).to_contain_text("This conversation is closed")
+
+            # A viewer sees the list, and nothing to start, close or fork with.
+            viewer = new_page(browser, host.view_link, page_log)
+            expect(viewer.locator(ENTRY)).to_have_count(3)
+            expect(viewer.locator(f"{ENTRY}[data-id='{other}']")).to_have_attribute(
+                "data-state", "closed"
+            )
+            expect(viewer.get_by_test_id("new-conversation")).to_have_count(0)
+            expect(viewer.get_by_test_id("conversation-close")).to_have_count(0)
+            expect(viewer.get_by_test_id("message").first).to_be_visible()
+            expect(viewer.get_by_test_id("fork-here")).to_have_count(0)
+        finally:
+            host.process.stop()
+    assert page_log.errors == []
+
+
+HOSTILE = "<img src=x onerror=window.__owned=1>"
+
+
+def test_a_hostile_list_stays_text_and_a_malformed_one_is_ignored(
+    page: Page, page_log: PageLog
+) -> None:
+    warnings: list[str] = []
+    page.on(
+        "console",
+        lambda message: warnings.append(message.text) if message.type == "warning" else None,
+    )
+    with fake_relay(Scenario()) as relay:
+        page.goto(relay.page_url("drive"))
+        expect(page.get_by_test_id("connection-status")).to_have_attribute(
+            "data-state", "connected"
+        )
+        entry = {
+            "agent": "demo",
+            "by": HOSTILE,
+            "state": "waiting",
+            "pending": 2,
+            "last": 0.0,
+            "started": 0.0,
+        }
+        relay.send(
+            {
+                "op": "conversations",
+                "agents": ["demo", "x" * 32],
+                "max": 4,
+                "list": [
+                    {**entry, "id": HOSTILE},
+                    {**entry, "id": "c-1", "agent": HOSTILE[:32], "state": "idle", "pending": 0},
+                ],
+            }
+        )
+        entries = page.locator(ENTRY)
+        expect(entries).to_have_count(2)
+        expect(entries.first.get_by_test_id("conversation-by")).to_have_text(f"by {HOSTILE}")
+        expect(entries.nth(1).get_by_test_id("conversation-agent")).to_have_text(HOSTILE[:32])
+        expect(entries.first.get_by_test_id("conversation-pending")).to_have_text("2")
+        expect(page.get_by_test_id("conversations-badge")).to_have_text("2")
+        assert page.locator("[data-testid=conversations] img").count() == 0
+        # Each of these breaks a bound or a type: the whole message is dropped, the list stays.
+        for bad in (
+            {"agents": ["x" * 33]},
+            {"max": 0},
+            {"list": [{**entry, "id": "a", "state": "evil"}]},
+            {"list": [{**entry, "id": "a", "pending": -1}]},
+            {"list": [{**entry, "id": "a", "last": "now"}]},
+            {"list": [{**entry, "id": ""}]},
+            {"list": [{**entry, "id": 7}]},
+            {"list": [{**entry, "id": "a", "by": "b" * 1000}]},
+            {"list": [{**entry, "id": f"c-{n}"} for n in range(81)]},
+        ):
+            relay.send({"op": "conversations", "agents": ["demo"], "max": 4, "list": [], **bad})
+        # In order after them on the channel: once it shows, every bad one was read.
+        relay.send_presence([{"name": "marker", "role": "drive"}])
+        expect(page.locator("[data-testid=presence-member][data-name=marker]")).to_be_visible()
+        expect(entries).to_have_count(2)
+        expect(entries.first).to_have_attribute("data-id", HOSTILE)
+        assert page.evaluate("() => window.__owned") is None
+    # Said once, not once per bad message.
+    assert sum("conversations:" in text for text in warnings) == 1, warnings
