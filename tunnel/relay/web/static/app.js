@@ -17,6 +17,7 @@ import { setLoginSender } from "./login.js";
 import { Notifications, keptLink, requestInAddress } from "./notify.js";
 import { Session } from "./session.js";
 import { TerminalView } from "./terminal.js";
+import { Timeline } from "./timeline.js";
 import { VerifiedMark } from "./verified.js";
 import { View } from "./view.js";
 import { MAX_INPUT_SIZE } from "./wire.js";
@@ -216,9 +217,12 @@ function boot() {
   };
   // The host's signature over its log, checked against the items this page holds.
   const verified = new VerifiedMark(hostId);
+  const timeline = new Timeline();
   view.agentStatus.after(verified.element);
   session = new Session({
-    location, hostId, role: link.role, secret: link.secret, name, view: verified.watch(view),
+    location, hostId, role: link.role, secret: link.secret, name,
+    // A replay link's items go through its timeline (docs/web.md, "Replays").
+    view: verified.watch(timeline.watch(view)),
     conversation: fragment.conversation,
     onConversation: (id) => {
       conversations.setCurrent(id);
@@ -246,7 +250,7 @@ function boot() {
   });
   window.addEventListener("pagehide", () => session.stop());
   // For tests and debugging from the console; it holds nothing the page's own script lacks.
-  window.__tunnel = { session, view, verified, notifications, files, conversations };
+  window.__tunnel = { session, view, verified, notifications, files, conversations, timeline };
   session.start();
 }
 
