@@ -122,6 +122,13 @@ def test_a_driver_starts_switches_forks_and_closes_conversations_and_a_viewer_on
             expect(current(page)).not_to_have_attribute("data-id", other)
             expect(prompts(page)).to_have_text(["first in other"])
 
+            # A reload returns to the conversation the fragment names.
+            forked = current(page).get_attribute("data-id")
+            assert forked is not None
+            page.reload()
+            expect(current(page)).to_have_attribute("data-id", forked)
+            expect(prompts(page)).to_have_text(["first in other"])
+
             # Close other: it shows closed, and a prompt there is refused in words.
             entry.get_by_test_id("conversation-open").click()
             expect(current(page)).to_have_attribute("data-id", other)
@@ -208,5 +215,11 @@ def test_a_hostile_list_stays_text_and_a_malformed_one_is_ignored(
         expect(entries).to_have_count(2)
         expect(entries.first).to_have_attribute("data-id", HOSTILE)
         assert page.evaluate("() => window.__owned") is None
+        # On a phone the list is in the drawer its header button opens, the badge on the button.
+        page.set_viewport_size({"width": 390, "height": 800})
+        expect(page.get_by_test_id("conversation-list")).to_be_hidden()
+        expect(page.get_by_test_id("conversations-badge")).to_have_text("2")
+        page.get_by_test_id("conversations-toggle").click()
+        expect(page.get_by_test_id("conversation-list")).to_be_visible()
     # Said once, not once per bad message.
     assert sum("conversations:" in text for text in warnings) == 1, warnings

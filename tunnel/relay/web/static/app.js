@@ -177,7 +177,11 @@ function boot() {
   // in the header.
   const conversations = new ConversationPanel({
     isDriver: link.role === "drive",
-    onSwitch: (id) => session.switchTo(id),
+    onSwitch: (id) => {
+      // On a phone the drawer closes on the conversation chosen.
+      view.toggleDrawer(false);
+      session.switchTo(id);
+    },
     onNew: (agent) => {
       if (session.send({ op: "new_conversation", agent })) started += 1;
       else view.opError("not_connected", "Not connected to the host; nothing was started.");
@@ -212,6 +216,7 @@ function boot() {
     } else if (started > 0) {
       // The conversation this page's New or Fork started: show it.
       started -= 1;
+      view.toggleDrawer(false);
       session.switchTo(parsed.conversation);
     }
   };

@@ -345,6 +345,8 @@ export class Session {
     this.view.enterConversation?.(this.returning);
     this.onConversation(id);
     this.connect();
+    // Another conversation, not a lost connection.
+    this.view.connection("connecting");
   }
 
   forgetConversation() {
