@@ -91,11 +91,12 @@ async def socket_pair(
     max_size: int | None = 2**20,
     ping_interval: float | None = None,
     ping_timeout: float | None = None,
+    close_timeout: float = 1.0,
 ) -> AsyncIterator[tuple[End, End]]:
     """Yield (client, server) over one loopback connection; the server's options are given,
     the client's keepalive is off."""
     if framing == "picows":
-        async with _picows_pair(max_size, ping_interval, ping_timeout) as pair:
+        async with _picows_pair(max_size, ping_interval, ping_timeout, close_timeout) as pair:
             yield pair
         return
     accepted: asyncio.Future[ServerConnection] = asyncio.get_running_loop().create_future()
@@ -113,7 +114,7 @@ async def socket_pair(
         ping_interval=ping_interval,
         ping_timeout=ping_timeout,
         # A peer that stopped reading never answers a close: do not wait websockets' 10 s.
-        close_timeout=1,
+        close_timeout=close_timeout,
     ) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         async with connect(
@@ -128,7 +129,10 @@ async def socket_pair(
 
 @asynccontextmanager
 async def _picows_pair(
-    max_size: int | None, ping_interval: float | None, ping_timeout: float | None
+    max_size: int | None,
+    ping_interval: float | None,
+    ping_timeout: float | None,
+    close_timeout: float,
 ) -> AsyncIterator[tuple[End, End]]:
     from picows import WSUpgradeRequest
 
@@ -141,6 +145,7 @@ async def _picows_pair(
             max_size=max_size,
             ping_interval=ping_interval,
             ping_timeout=ping_timeout,
+            close_timeout=close_timeout,
             on_connected=accepted.set_result,
         )
 

@@ -48,3 +48,15 @@ async def test_a_broken_frame_is_logged_by_the_links_owner_not_by_picows(
             await server.framing.wait_closed()
     assert server.framing.close_reason()[0] == 1009
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+async def test_a_close_the_peer_never_answers_drops_the_socket_after_close_timeout() -> None:
+    from tunnel.link.framing_picows import PicowsFraming
+
+    with anyio.fail_after(10):
+        async with socket_pair("picows", close_timeout=0.2) as (client, server):
+            assert isinstance(server.framing, PicowsFraming)
+            client.pause_reading()  # it never reads our close, so never answers it
+            await server.framing.close(4001, "bye")
+            assert server.framing.is_closed
+            assert server.framing.close_reason() == (4001, "bye", False)

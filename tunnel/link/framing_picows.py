@@ -67,6 +67,10 @@ bounded by this plus what one read buffer holds."""
 RESUME_QUEUE = 4
 """Queued messages at or below which reading the socket resumes."""
 
+CLOSE_TIMEOUT = 5.0
+"""Seconds `close()` waits for the peer's answer to our close frame before dropping the socket
+(websockets' `close_timeout`; the relay gives websockets' server the same)."""
+
 NO_STATUS_RCVD = 1005
 """The code a close frame without a code counts as (RFC 6455, section 7.1.5)."""
 
@@ -84,15 +88,16 @@ class FramingClosedError(Exception):
 class PicowsFraming(WSListener):
     """`Framing` over one picows connection; also the picows listener that receives its frames.
 
-    Make it with `ping_interval`, `ping_timeout` and `max_size` (None turns each off, as in
-    websockets) and hand it to picows as the connection's listener (`create_server`'s route
-    returns one per WebSocket, `connect` makes one).
+    Make it with `ping_interval`, `ping_timeout`, `close_timeout` and `max_size` (None turns
+    each off, as in websockets) and hand it to picows as the connection's listener
+    (`create_server`'s route returns one per WebSocket, `connect` makes one).
     """
 
     # A relay keeps one per connection: no per-instance dict.
     __slots__ = (
         "_awaiting_pong",
         "_close_received",
+        "_close_timeout",
         "_closed_waiter",
         "_disconnected",
         "_drain_waiter",
@@ -122,9 +127,11 @@ class PicowsFraming(WSListener):
         max_size: int | None,
         ping_interval: float | None = None,
         ping_timeout: float | None = None,
+        close_timeout: float | None = CLOSE_TIMEOUT,
         on_connected: Callable[[PicowsFraming], None] | None = None,
     ) -> None:
         self._max_size = max_size
+        self._close_timeout = close_timeout
         self._ping_interval = ping_interval
         self._ping_timeout = ping_timeout
         self._on_connected = on_connected
@@ -373,7 +380,13 @@ class PicowsFraming(WSListener):
             transport.send_close(WSCloseCode(code), reason.encode())
         if self._close_received:
             transport.disconnect()
-        await self.wait_closed()
+        try:
+            await asyncio.wait_for(self.wait_closed(), self._close_timeout)
+        except TimeoutError:
+            # The peer never answered (or never read our close): drop the connection, which
+            # picows reports lost on the loop's next turn.
+            self.abort()
+            await self.wait_closed()
 
     async def wait_closed(self) -> None:
         if self._disconnected:
