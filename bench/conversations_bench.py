@@ -25,7 +25,8 @@ Each round, on each side (the order reversed every other round; a first round un
    host has appended them all; the casts each conversation's broadcast sent for its burst.
    With --stagger the conversations burst one after the other instead, each once the last
    one's teammates have all its items: the times are then the median over the bursts, each to
-   the teammates of one conversation;
+   the teammates of one conversation; with --list-interval SECONDS (an experiment: `tunnel
+   host` waits 0.25 s) each host sends a channel the `conversations` list at most that often;
 3. the teammates detach, and the host sees every one gone.
 For both steps: CPU seconds of the host, the relay and the teammates' process, and the bytes the
 relay sent to the teammates (TCP bytes from `ss`, WebSocket framing included) per teammate; the
@@ -134,7 +135,9 @@ class Side:
 
 
 @contextlib.asynccontextmanager
-async def side(kind: str, conversations: int, wd: Path) -> AsyncIterator[Side]:
+async def side(
+    kind: str, conversations: int, wd: Path, list_interval: float | None
+) -> AsyncIterator[Side]:
     host_dir = wd / f"host-{kind}"
     host_dir.mkdir()
     async with (
@@ -149,6 +152,7 @@ async def side(kind: str, conversations: int, wd: Path) -> AsyncIterator[Side]:
             str(host_dir),
             "--conversations",
             str(conversations),
+            *(["--list-interval", str(list_interval)] if list_interval is not None else []),
         ) as host,
         swarm(f"swarm-{kind}", wd) as crowd,
     ):
@@ -168,6 +172,7 @@ class Options:
     rounds: int
     concurrency: int
     stagger: bool
+    list_interval: float | None
 
 
 @dataclass
@@ -308,7 +313,10 @@ async def bench_n(n: int, options: Options, wd: Path) -> tuple[list[list[str]], 
     errors = {kind: {"foreign": 0, "breaks": 0, "cuts": 0} for kind in KINDS}
     counts = {"ten": options.conversations, "one": 1}
     async with contextlib.AsyncExitStack() as stack:
-        sides = [await stack.enter_async_context(side(k, counts[k], wd / f"n{n}")) for k in KINDS]
+        sides = [
+            await stack.enter_async_context(side(k, counts[k], wd / f"n{n}", options.list_interval))
+            for k in KINDS
+        ]
         for each in sides:
             # Not recorded: the first connections, and a log whose tail the next joiners'
             # snapshots hold in full, as in every round after.
@@ -349,7 +357,8 @@ async def bench(options: Options) -> int:
     print_table(
         f"{options.conversations} conversations against 1 on one host, {options.items} items of "
         f"~{options.size} B per conversation"
-        f"{', one conversation after the other' if options.stagger else ''}, "
+        f"{', one conversation after the other' if options.stagger else ''}"
+        f"{f', lists every {options.list_interval} s' if options.list_interval else ''}, "
         f"{options.rounds} rounds: median [min-max] "
         f"(load average {before} at the start)",
         ["N", "measure", f"{options.conversations} conversations", "1 conversation", "ratio"],
@@ -382,6 +391,12 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         help="the conversations burst one after the other, not at once",
     )
     parser.add_argument(
+        "--list-interval",
+        type=float,
+        help="an experiment: seconds between two `conversations` lists to a channel, at least, "
+        "on both sides (tunnel host: 0.25)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="a smoke run: 20 teammates, 20 items, 2 rounds"
     )
     args = parser.parse_args(argv)
@@ -394,6 +409,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         rounds=args.rounds or (2 if quick else 5),
         concurrency=args.concurrency or (20 if quick else 50),
         stagger=args.stagger,
+        list_interval=args.list_interval,
     )
     if not 1 <= options.conversations <= 64:
         parser.error("--conversations is 1 to 64")

@@ -20,7 +20,8 @@ Roles:
   view link and the conversations' ids. Command `append` appends items to every conversation
   (or those it names) at once, as each one's agent output is (a `Recorder` each), each item's
   text starting with its conversation's id and `|`; `members` counts the teammates attached to
-  all of them, `casts` the casts each conversation's broadcast has sent.
+  all of them, `casts` the casts each conversation's broadcast has sent. `--list-interval`
+  changes how often a channel may be sent the `conversations` list (an experiment).
 - `bare-relay` (`--uvloop`: on uvloop's event loop): a websockets server, no mux, no crypto:
   `/host` takes one host, `/attach` any number of teammates; a host message goes to every
   teammate (one teammate: awaited send, so the relay has backpressure; more:
@@ -250,6 +251,12 @@ def run_share_host(args: argparse.Namespace) -> None:
 
     workdir = Path(args.workdir)
     count = args.conversations
+    if args.list_interval is not None:
+        # An experiment, not how `tunnel host` runs: how often each channel may be sent the
+        # `conversations` list (read at each send).
+        import tunnel.host.session
+
+        tunnel.host.session.CONVERSATIONS_INTERVAL = args.list_interval
     # `tunnel host --agent a0=demo ... --agent aK=demo --max-conversations K`, no prompt line;
     # its console, which shows the first conversation as `tunnel host` does, to /dev/null.
     settings = ShareSettings(
@@ -553,6 +560,11 @@ def main() -> None:
     parser.add_argument("--workdir", help="where our host keeps its key")
     parser.add_argument(
         "--conversations", type=int, default=1, help="share-host: conversations it runs"
+    )
+    parser.add_argument(
+        "--list-interval",
+        type=float,
+        help="share-host: seconds between two `conversations` lists to a channel, at least",
     )
     parser.add_argument("--url", help="the bare relay's ws:// URL")
     parser.add_argument("--port", type=int, help="the TCP relay's port")
