@@ -222,6 +222,14 @@ async def test_a_replay_link_naming_another_conversation_still_gets_only_its_own
                     lambda t: t.resets > resets and len(t.items) == upto + 1  # noqa: B023
                 )
                 assert mallory.seqs() == list(range(upto + 1))
+
+        # The link is kept across a restart, printed with the others, and shows the same.
+        host.stop()
+        host.start()
+        assert (await _printed(host, REPLAY_LINE)).group(4) == link
+        async with attached(link, "rita") as rita:
+            await rita.wait_for(lambda t: t.snapshot_done)
+            assert rita.seqs() == list(range(upto + 1))
     finally:
         host.stop()
         relay.stop()

@@ -172,9 +172,9 @@ class HostPeople:
             raise InvitationError(
                 f"{conversation} has no item {upto} (its last is {info.last_seq})"
             )
-        invitation = await self._host.share_replay(ReplayLink(conversation=conversation, upto=upto))
-        link = self._host.link_of(invitation)
-        return f"replay link {invitation.name} ({conversation} up to item {upto}): {link}"
+        replay = ReplayLink(conversation=conversation, upto=upto)
+        invitation = await self._host.share_replay(replay)
+        return replay_line(invitation.name, replay, str(self._host.link_of(invitation)))
 
     async def invite(self, name: str, role: str) -> str:
         """Invite `name` in `role`; return their link."""
@@ -224,11 +224,19 @@ class HostPeople:
 
 
 def print_invitations(host: Host) -> None:
-    """Print each personal link on stdout, one per line, after the role links."""
+    """Print each personal link and replay link on stdout, one per line, after the role
+    links."""
     for invitation in host.invitations.all():
-        print(
-            f"{invitation.role} link for {invitation.name}: {host.link_of(invitation)}", flush=True
-        )
+        link = host.link_of(invitation)
+        if invitation.replay is not None:
+            print(replay_line(invitation.name, invitation.replay, str(link)), flush=True)
+        else:
+            print(f"{invitation.role} link for {invitation.name}: {link}", flush=True)
+
+
+def replay_line(name: str, replay: ReplayLink, link: str) -> str:
+    """How the host prints a replay link (scripts read these lines)."""
+    return f"replay link {name} ({replay.conversation} up to item {replay.upto}): {link}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -147,3 +147,5 @@ def test_the_page_replays_a_conversation_on_its_timeline(page: Page, replay_link
     page.get_by_test_id("timeline-slider").fill("0")
     expect(timeline).to_have_attribute("data-shown", "0")
     assert seqs(page) == []
+    # The page asked for nothing a replay channel refuses.
+    expect(page.get_by_test_id("op-error")).to_be_hidden()
