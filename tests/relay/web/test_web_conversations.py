@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from .conftest import PageLog
 from .fake_relay import Scenario, fake_relay
@@ -35,9 +35,10 @@ def current(page: Page) -> Any:
     return page.locator(f"{ENTRY}[data-current=true]")
 
 
-def new_page(browser: Browser, url: str, page_log: PageLog) -> Page:
+def new_page(browser: Browser, url: str, page_log: PageLog, contexts: list[BrowserContext]) -> Page:
     # Short, so one demo turn is taller than the screen and the scroll position means something.
     context = browser.new_context(viewport={"width": 1200, "height": 520})
+    contexts.append(context)
     page = context.new_page()
     page.set_default_timeout(20_000)
     page.on("console", page_log.on_console)
@@ -52,10 +53,12 @@ def test_a_driver_starts_switches_forks_and_closes_conversations_and_a_viewer_on
 ) -> None:
     home = tmp_path / "host"
     home.mkdir()
+    # Closed at the end: a page left open would keep reconnecting for the rest of the suite.
+    contexts: list[BrowserContext] = []
     with running_relay(tmp_path / "relay") as relay:
         host = Host.start(home, relay.url, agent="demo=demo", options=("--agent", "other=demo"))
         try:
-            page = new_page(browser, host.drive_link, page_log)
+            page = new_page(browser, host.drive_link, page_log, contexts)
             expect(page.locator(ENTRY)).to_have_count(1)
             expect(current(page)).to_have_attribute("data-id", "main")
             # Every prompt to the demo agent asks for permission: this one waits in main.
@@ -140,7 +143,7 @@ def test_a_driver_starts_switches_forks_and_closes_conversations_and_a_viewer_on
             expect(page.get_by_test_id("op-error")).to_contain_text("This conversation is closed")
 
             # A viewer sees the list, and nothing to start, close or fork with.
-            viewer = new_page(browser, host.view_link, page_log)
+            viewer = new_page(browser, host.view_link, page_log, contexts)
             expect(viewer.locator(ENTRY)).to_have_count(3)
             expect(viewer.locator(f"{ENTRY}[data-id='{other}']")).to_have_attribute(
                 "data-state", "closed"
@@ -150,6 +153,8 @@ def test_a_driver_starts_switches_forks_and_closes_conversations_and_a_viewer_on
             expect(viewer.get_by_test_id("message").first).to_be_visible()
             expect(viewer.get_by_test_id("fork-here")).to_have_count(0)
         finally:
+            for context in contexts:
+                context.close()
             host.process.stop()
     assert page_log.errors == []
 

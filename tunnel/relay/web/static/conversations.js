@@ -139,6 +139,8 @@ export class ConversationPanel {
     this.agents = [];
     this.list = [];
     this.current = null;
+    // Whether the host sent a list: one from before conversations never does, and shows none.
+    this.received = false;
     // The conversation whose Close waits for its confirmation.
     this.confirming = null;
     this.badge = el("span", { class: "conversations-badge", testid: "conversations-badge", hidden: true });
@@ -169,6 +171,7 @@ export class ConversationPanel {
   update({ agents, list }) {
     this.agents = agents;
     this.list = list;
+    this.received = true;
     this.render();
   }
 
@@ -189,8 +192,9 @@ export class ConversationPanel {
   }
 
   render() {
-    // One conversation and nothing to start: the host shares one agent, as before.
-    this.element.hidden = this.list.length <= 1 && this.agents.length <= 1 && !this.isDriver;
+    // One conversation and nothing to start: a viewer sees the host share one agent, as before.
+    this.element.hidden = !this.received
+      || (this.list.length <= 1 && this.agents.length <= 1 && !this.isDriver);
     this.button.hidden = this.element.hidden;
     const elsewhere = this.pendingElsewhere();
     this.badge.hidden = elsewhere === 0;

@@ -18,12 +18,13 @@ import { MAX_NAME_LENGTH, MAX_PROMPT_LENGTH } from "./wire.js";
 
 const ROLE_LABEL = { drive: "driver", view: "viewer" };
 const OP_ERROR_MS = 8000;
-// The host's errors about conversations (docs/application.md, "Conversations"), said in words
-// before the host's own message.
+// Errors said in words before the host's own message, which names what it refused. These codes
+// answer other requests too (an unknown permission request, an agent that is not running): the
+// words fit every use.
 const ERROR_WORDS = {
   conversation_closed: "This conversation is closed: its agent stopped, so it takes no prompts or answers",
-  unknown_request: "The host has no such conversation or agent",
-  agent_unavailable: "The host cannot start that agent now",
+  unknown_request: "The host does not know what this asked for",
+  agent_unavailable: "The agent is not available",
 };
 // How close to the end (px) still counts as "at the end": the page follows new items from there.
 const FOLLOW_SLACK = 48;
