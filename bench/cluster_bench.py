@@ -20,9 +20,9 @@ With --fanout N (default 300, 0 skips it), a third node C and two session hosts 
 attached at node A ("one node"), N teammates of the other spread over nodes A, B and C ("three
 nodes"; two thirds forwarded), in bench/swarm.py processes. The hosts append --items items in
 turn; measured: seconds from the first append until the last teammate has every item, and the
-messages nodes B and C received over their hops from node A per cast of the host (their
-`relay_cluster_hop_messages_total{direction="down"}`, which counts one per forwarded teammate
-channel a cast reaches, against node A's `relay_casts_total`).
+messages nodes B and C received over their node links from node A per cast of the host (their
+`relay_cluster_hop_messages_total{direction="down"}`, against node A's `relay_casts_total`): a
+cast crosses each node link once, for every teammate there that takes it.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ async def fanout_bench(
     label = f"fan-out {args.items} items to {n} s"
     forwarded = 2 * (n // 3)
     hop_row = [
-        f"hop messages down per cast ({forwarded} teammates forwarded, 2 nodes)",
+        f"node link messages down per cast ({forwarded} teammates carried, 2 nodes)",
         "-",
         hops.spread(".1f"),
         "-",

@@ -267,6 +267,16 @@ def cast_head(channel: int, size: int) -> bytes:
     return b"".join((_HEAD, _pack_uint(channel), _CAST_MIDDLE, _bin_header(size)))
 
 
+def cast_channel(head: bytes) -> int | None:
+    """The channel of a `cast_head`, or None for any other bytes (a `data_head` included)."""
+    if not head.startswith(_HEAD):
+        return None
+    read = _read_uint(head, len(_HEAD))
+    if read is None or not head.startswith(_CAST_MIDDLE, read[1]):
+        return None
+    return read[0]
+
+
 def encode_data(channel: int, data: bytes) -> bytes:
     """The wire bytes of `Data(channel=channel, data=data)`, for arguments already checked."""
     return data_head(channel, len(data)) + data

@@ -49,7 +49,8 @@ from tunnel.relay.cluster_auth import (
     seal_record,
 )
 from tunnel.relay.metrics import ClusterMetrics, RelayMetrics
-from tunnel.relay.node_forward import close_websocket, forward
+from tunnel.relay.node_entry import EntryLinks
+from tunnel.relay.node_forward import close_websocket
 from tunnel.relay.settings import ClusterSettings, RelaySettings
 from tunnel.relay.switch import Kind, Peer, Switch
 
@@ -162,6 +163,18 @@ class Cluster:
         )
         self._refresh_script = self._redis.register_script(_REFRESH)
         self._release_script = self._redis.register_script(_RELEASE)
+        self.links = EntryLinks(
+            secret=settings.secret,
+            relay_limits=advertised(relay.limits),
+            max_message_size=relay.limits.max_message_size,
+            open_timeout=settings.forward_timeout,
+            send_timeout=relay.send_timeout,
+            ping_interval=relay.ping_interval,
+            ping_timeout=relay.ping_timeout,
+            count_down=self.metrics.hop_messages.labels(direction="down").inc,
+            count_up=self.metrics.hop_messages.labels(direction="up").inc,
+        )
+        """The node links this node carries its forwarded teammates over, one per other node."""
 
     # -- the Redis link -----------------------------------------------------------------------
 
@@ -171,8 +184,13 @@ class Cluster:
         Reports started at once: the node serves its own hosts and teammates with or without
         Redis.
         """
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.links.run)
+            task_status.started()
+            await self._stay()
+
+    async def _stay(self) -> None:
         backoff = Backoff(maximum=_RECONNECT_MAX)
-        task_status.started()
         away_logged = False
         try:
             while True:
@@ -571,21 +589,12 @@ class Cluster:
         logger.info("%s forwarded to node %s", peer.describe(), owner.node_url)
         self.metrics.forwarded_connections.inc()
         try:
-            result = await forward(
+            result = await self.links.carry(
                 peer.link.websocket,
                 first,
                 owner_url=owner.node_url,
                 owner_run=owner.run,
                 client=peer.ip,
-                secret=self.settings.secret,
-                relay_limits=advertised(self._relay.limits),
-                max_message_size=self._relay.limits.max_message_size,
-                open_timeout=self.settings.forward_timeout,
-                send_timeout=self._relay.send_timeout,
-                ping_interval=self._relay.ping_interval,
-                ping_timeout=self._relay.ping_timeout,
-                count_down=self.metrics.hop_messages.labels(direction="down").inc,
-                count_up=self.metrics.hop_messages.labels(direction="up").inc,
             )
         finally:
             self.metrics.forwarded_connections.dec()

@@ -21,7 +21,8 @@ from websockets.http11 import Request, Response
 
 from tunnel.relay.cluster_auth import ThrottledWarnings
 from tunnel.relay.metrics import CONTENT_TYPE_LATEST, RelayMetrics
-from tunnel.relay.node_forward import NODE_ATTACH_PATH, verified_client
+from tunnel.relay.node_entry import LINK_CLIENT, NODE_LINK_PATH
+from tunnel.relay.node_forward import verified_client
 from tunnel.relay.settings import url_origin
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ class HttpRouter:
                 logger.info("refused a WebSocket from origin %.100r", origin)
                 return text_response(403, "Forbidden origin.\n")
             return None
-        if path == NODE_ATTACH_PATH and self._cluster is not None:
+        if path == NODE_LINK_PATH and self._cluster is not None:
             if self._node_signed(request):
                 return None
             self._metrics.frames_rejected.labels(reason="node_auth").inc()
@@ -180,7 +181,8 @@ class HttpRouter:
         return "ok\ncluster: " + ("member\n" if self._cluster.member else "unavailable\n")
 
     def _node_signed(self, request: Request) -> bool:
-        """Tell whether a request to NODE_ATTACH_PATH carries a valid signature of a node."""
+        """Tell whether a request to NODE_LINK_PATH carries a valid signature of a node, made
+        for a node link (it names `LINK_CLIENT`)."""
         assert self._cluster is not None
         settings = self._cluster.settings
         client = verified_client(
@@ -190,7 +192,7 @@ class HttpRouter:
             run=self._cluster.run_id,
             max_skew=settings.max_clock_skew,
         )
-        return client is not None
+        return client == LINK_CLIENT
 
     def _may_read_metrics(self, request: Request) -> bool:
         """Tell whether the request may read /metrics: always without a metrics token, else only

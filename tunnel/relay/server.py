@@ -29,7 +29,8 @@ from tunnel.proto import Connection, Side
 from tunnel.proto.codes import CloseCode
 from tunnel.relay.http import HOST_PATH, HttpRouter, OriginPolicy
 from tunnel.relay.metrics import RelayMetrics
-from tunnel.relay.node_forward import CLIENT_HEADER, NODE_ATTACH_PATH
+from tunnel.relay.node_entry import NODE_LINK_PATH
+from tunnel.relay.node_owner import OwnerLink, SlotFraming
 from tunnel.relay.settings import RelaySettings
 from tunnel.relay.switch import Kind, Peer, Switch, SwitchLimits
 
@@ -139,11 +140,12 @@ class Relay:
         address = websocket.remote_address
         ip = str(address[0]) if address else "unknown"
         path = request.path.split("?", 1)[0]
-        # A teammate forwarded by another node: the router let it through only with a valid
-        # node signature, which covers the client's own address.
-        forwarded = path == NODE_ATTACH_PATH
-        if forwarded:
-            ip = request.headers.get(CLIENT_HEADER, ip)
+        if path == NODE_LINK_PATH and self.cluster is not None:
+            # An entry node's node link: the router let it through only with a node's signature.
+            if isinstance(websocket, RelayConnection):
+                websocket.opened()
+            await self._serve_node_link(websocket)
+            return
         kind = Kind.HOST if path == HOST_PATH else Kind.TEAMMATE
         link = Link(
             websocket,
@@ -153,7 +155,25 @@ class Relay:
         )
         if isinstance(websocket, RelayConnection):
             websocket.opened()  # counted by the switch from here on (under the client's address)
-        await self.serve(link, kind=kind, ip=ip, forwarded=forwarded)
+        await self.serve(link, kind=kind, ip=ip)
+
+    async def _serve_node_link(self, websocket: ServerConnection) -> None:
+        """Serve the teammates an entry node carries over one node link (docs/cluster.md, "The
+        node link"), each as a connection of its own, under its own address."""
+
+        def new_link(framing: SlotFraming, ip: str) -> Link:
+            return Link(
+                None,
+                self.new_connection(),
+                send_timeout=self.settings.send_timeout,
+                label=f"teammate {ip}",
+                framing=framing,
+            )
+
+        async def serve(link: Link, ip: str) -> None:
+            await self.serve(link, kind=Kind.TEAMMATE, ip=ip, forwarded=True)
+
+        await OwnerLink(websocket, new_link=new_link, serve=serve).run()
 
     def new_connection(self) -> Connection:
         """The protocol object of one accepted connection."""

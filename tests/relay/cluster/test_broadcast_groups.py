@@ -3,8 +3,9 @@ teammates entered at nodes 1, 2 and 3; each cast reaches exactly the channels jo
 forwarded ones included, in order with their data.
 
 The owner node decides every copy: a forwarded teammate's casts cross the hop as any relay's
-copies do, carrying no group, so the hop needs nothing of groups (docs/cluster.md), and a cast
-costs the hop one message per forwarded channel of its group (`relay_cluster_hop_messages`).
+copies do, carrying no group, so the node link needs nothing of groups (docs/cluster.md), and a
+cast costs the link one message for all the teammates there that take it
+(`relay_cluster_hop_messages`).
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def hop_messages(node: Node, direction: str) -> float:
 CASTS = 10
 
 
-async def test_a_cast_crosses_the_hop_once_per_forwarded_channel_of_its_group(
+async def test_a_cast_crosses_the_node_link_once_for_every_channel_there_that_takes_it(
     tmp_path: Path, cluster: RelayCluster
 ) -> None:
     _, _, node3 = cluster.nodes
@@ -164,5 +165,103 @@ async def test_a_cast_crosses_the_hop_once_per_forwarded_channel_of_its_group(
                 expected = [Casted(f"cast {n}".encode()) for n in range(CASTS)]
                 assert await until_end(ours) == expected
             carried = await anyio.to_thread.run_sync(hop_messages, node3, "down")
-    # One copy per forwarded channel joined to the group, and the three data messages.
-    assert carried - down == CASTS * len(ends) + len(ends)
+    # One message per cast for the node, whatever the teammates there that take it, and the
+    # three data messages.
+    assert carried - down == CASTS + len(ends)
+
+
+async def test_casts_cross_once_per_node_that_has_teammates_taking_them(
+    tmp_path: Path, cluster: RelayCluster
+) -> None:
+    node1, node2, node3 = cluster.nodes
+    public = cluster.balancer.url
+    where = {"at-1": node1, "at-2a": node2, "at-2b": node2, "at-3a": node3, "at-3b": node3}
+    groups = {"at-1": 1, "at-2a": 1, "at-2b": 1, "at-3a": 1, "at-3b": 2}
+    with anyio.fail_after(60):
+        async with contextlib.AsyncExitStack() as stack:
+            host = await stack.enter_async_context(raw_host(public))
+            muxes = {
+                name: await stack.enter_async_context(raw_teammate(node.url, public, name))
+                for name, node in where.items()
+            }
+            await wait_says(node2.metrics, "relay_cluster_forwarded_connections 2.0")
+            await wait_says(node3.metrics, "relay_cluster_forwarded_connections 2.0")
+            ends: dict[str, tuple[LinkChannel, LinkChannel]] = {}
+            for name, mux in muxes.items():
+                ours = mux.open_channel("session", {})
+                ends[name] = (ours, await host.accept())
+                ends[name][1].join_broadcast(groups[name])
+            before = {
+                node.port: await anyio.to_thread.run_sync(hop_messages, node, "down")
+                for node in (node2, node3)
+            }
+            connection = host.link.connection
+            for n in range(CASTS):
+                connection.cast(f"one {n}".encode(), group=1)
+                connection.cast(f"two {n}".encode(), group=2)
+                host.link.flush()
+                await anyio.sleep(0)
+            for _, theirs in ends.values():
+                await theirs.send(b"end")
+            received = {name: await until_end(ours) for name, (ours, _) in ends.items()}
+            after = {
+                node.port: await anyio.to_thread.run_sync(hop_messages, node, "down")
+                for node in (node2, node3)
+            }
+    for name, group in groups.items():
+        word = "one" if group == 1 else "two"
+        assert received[name] == [Casted(f"{word} {n}".encode()) for n in range(CASTS)], name
+    # Node 2 takes group 1's casts once for its two teammates; node 3 each group's once; and
+    # each node the data message of each of its channels.
+    assert after[node2.port] - before[node2.port] == CASTS + 2
+    assert after[node3.port] - before[node3.port] == 2 * CASTS + 2
+
+
+BIG = 64 * 1024
+"""Bytes of a cast in the slow teammate's test: the default window takes 16."""
+
+
+async def test_a_stalled_teammate_is_cut_alone_and_its_neighbour_on_the_node_gets_every_cast(
+    tmp_path: Path, cluster: RelayCluster
+) -> None:
+    _, node2, _ = cluster.nodes
+    public = cluster.balancer.url
+    count = 40  # its window (16) and the backlog (16) and more
+    with anyio.fail_after(60):
+        async with (
+            raw_host(public) as host,
+            raw_teammate(node2.url, public, "slow") as slow,
+            raw_teammate(node2.url, public, "quick") as quick,
+        ):
+            slow_1 = slow.open_channel("session", {})
+            host_slow = await host.accept()
+            quick_1 = quick.open_channel("session", {})
+            host_quick = await host.accept()
+            host_slow.join_broadcast()
+            host_quick.join_broadcast()
+            casts = [bytes([n]) * BIG for n in range(count)]
+            got: list[bytes | Casted] = []
+            async with anyio.create_task_group() as tg:
+
+                async def read_quick() -> None:
+                    for _ in range(count):
+                        got.append(await quick_1.receive_any())
+
+                tg.start_soon(read_quick)
+                for n, data in enumerate(casts):
+                    # The host casts at the pace of the teammate that reads, within half its
+                    # window: that one is never behind, the other one soon is.
+                    while len(got) < n - 8:
+                        await anyio.sleep(0.005)
+                    host.link.connection.cast(data)
+                    host.link.flush()
+            assert got == [Casted(data) for data in casts]
+            # The slow one reads now: its window's casts, then the cut, and nothing after.
+            first = [await slow_1.receive_any() for _ in range(17)]
+            assert first == [*(Casted(data) for data in casts[:16]), Casted(None)]
+            # Joined again (as after a catch-up), it gets the casts from then on.
+            host_slow.join_broadcast()
+            host.link.connection.cast(b"again")
+            host.link.flush()
+            await host_slow.send(b"end")
+            assert await until_end(slow_1) == [Casted(b"again")]

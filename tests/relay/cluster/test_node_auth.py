@@ -1,20 +1,14 @@
-"""Node-to-node connections: only a node holding the cluster secret gets through, each signature
-opens one connection (also once the node restarted), and the owner counts a forwarded teammate
-under the address the entry node saw."""
+"""Node-to-node signatures: only a node holding the cluster secret gets through, each signature
+opens one connection (also once the node restarted). That the owner counts a carried teammate
+under the address the entry node saw is in test_node_link.py."""
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
-from websockets.asyncio.client import connect
 from websockets.datastructures import Headers
-from websockets.exceptions import InvalidStatus
 
-from tests.relay.cluster.support import SECRET, RedisServer, node_run, relay_cluster
-from tests.support import RawPeer
-from tunnel.proto.codes import CloseCode
 from tunnel.relay.node_forward import SeenSignatures, sign_headers, verified_client
 
 KEY = b"k" * 32
@@ -128,45 +122,3 @@ def test_a_full_record_refuses_new_signatures_rather_than_growing() -> None:
     later = now + 31
     assert _verify(fresh(later), seen=seen, now=later) is not None
     assert len(seen) == 1
-
-
-@pytest.mark.anyio
-@pytest.mark.cluster
-@pytest.mark.timeout(60)
-async def test_the_owner_counts_forwarded_teammates_under_their_own_address(
-    tmp_path: Path, redis_server: RedisServer, haproxy: str
-) -> None:
-    async with relay_cluster(
-        tmp_path, redis_server, haproxy, 1, "--max-connections-per-ip", "1"
-    ) as cluster:
-        (node,) = cluster.nodes
-        url = f"ws://127.0.0.1:{node.port}/v1/node/attach"
-        with pytest.raises(InvalidStatus) as unsigned:
-            async with connect(url):
-                pass
-        assert unsigned.value.response.status_code == 403
-        run = await node_run(node)
-        forged = sign_headers(
-            b"not the cluster secret!", target=node.url, run=run, client="203.0.113.7"
-        )
-        with pytest.raises(InvalidStatus) as bad:
-            async with connect(url, additional_headers=forged):
-                pass
-        assert bad.value.response.status_code == 403
-
-        def signed(client: str) -> dict[str, str]:
-            return sign_headers(SECRET.encode(), target=node.url, run=run, client=client)
-
-        captured = signed("203.0.113.7")
-        async with connect(url, additional_headers=captured) as first:
-            await first.recv()  # the relay's hello: admitted as a connection
-            async with connect(url, additional_headers=signed("203.0.113.7")) as second:
-                assert await RawPeer(second).close_code() == CloseCode.LIMIT_REACHED
-            async with connect(url, additional_headers=signed("203.0.113.8")) as other:
-                await other.recv()
-        # The same headers again, within their 30 s: refused like a bad signature.
-        with pytest.raises(InvalidStatus) as replayed:
-            async with connect(url, additional_headers=captured):
-                pass
-        assert replayed.value.response.status_code == 403
-        assert 'relay_rejected_total{reason="node_auth"} 3.0' in node.metrics()

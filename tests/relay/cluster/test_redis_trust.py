@@ -428,7 +428,7 @@ async def test_a_node_signature_captured_before_its_node_restarted_is_refused_af
                     lambda: cluster.start_node(tmp_path, port1, *node_url)
                 )
                 await wait_member(cluster.nodes[0])
-                url = f"ws://127.0.0.1:{port1}/v1/node/attach"
+                url = f"ws://127.0.0.1:{port1}/v1/node/link"
                 with pytest.raises(InvalidStatus) as replayed:
                     async with connect(url, additional_headers=captured):
                         pass

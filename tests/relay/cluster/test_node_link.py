@@ -1,0 +1,88 @@
+"""The node link's door (docs/cluster.md, "The node link"): only a node's signature made for a
+node link opens one, and the teammates it carries are counted under their own addresses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from tests.relay.cluster.support import SECRET, RedisServer, node_run, relay_cluster
+from tests.relay.cluster.test_broadcast_groups import IDENTITY, SECRETS, raw_host
+from tunnel.handshake import teammate_hello
+from tunnel.proto import Hello, encode_frame
+from tunnel.proto.codes import CloseCode
+from tunnel.relay.node_entry import LINK_CLIENT, NODE_LINK_PATH
+from tunnel.relay.node_forward import sign_headers
+from tunnel.relay.node_link import CLOSE, MESSAGE, Envelope, pack_attach, unpack
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cluster, pytest.mark.timeout(60)]
+
+
+async def test_a_node_link_opens_only_with_a_signature_made_for_one(
+    tmp_path: Path, redis_server: RedisServer, haproxy: str
+) -> None:
+    async with relay_cluster(tmp_path, redis_server, haproxy, 1) as cluster:
+        (node,) = cluster.nodes
+        run = await node_run(node)
+        link_url = f"ws://127.0.0.1:{node.port}{NODE_LINK_PATH}"
+
+        def signed(client: str, secret: bytes = SECRET.encode()) -> dict[str, str]:
+            return sign_headers(secret, target=node.url, run=run, client=client)
+
+        refused = [
+            (link_url, {}),
+            (link_url, signed(LINK_CLIENT, b"not the cluster secret!")),
+            # A signature names the client it was made for: a node link's is LINK_CLIENT.
+            (link_url, signed("203.0.113.7")),
+        ]
+        for url, headers in refused:
+            with pytest.raises(InvalidStatus) as refusal:
+                async with connect(url, additional_headers=headers):
+                    pass
+            assert refusal.value.response.status_code == 403
+        async with connect(link_url, additional_headers=signed(LINK_CLIENT)):
+            pass
+        assert 'relay_rejected_total{reason="node_auth"} 3.0' in node.metrics()
+
+
+async def test_the_owner_counts_each_carried_teammate_under_its_own_address(
+    tmp_path: Path, redis_server: RedisServer, haproxy: str
+) -> None:
+    async with relay_cluster(
+        tmp_path, redis_server, haproxy, 1, "--max-connections-per-ip", "2"
+    ) as cluster:
+        (node,) = cluster.nodes
+        public = cluster.balancer.url
+        run = await node_run(node)
+        headers = sign_headers(SECRET.encode(), target=node.url, run=run, client=LINK_CLIENT)
+        token = SECRETS.link("view", public, IDENTITY.host_id).token
+        hello = encode_frame(
+            Hello(payload=teammate_hello(host_id=IDENTITY.host_id, token=token, name="mate"))
+        )
+        with anyio.fail_after(30):
+            async with (
+                # The host takes one of 127.0.0.1's two connections.
+                raw_host(public),
+                connect(
+                    f"ws://127.0.0.1:{node.port}{NODE_LINK_PATH}", additional_headers=headers
+                ) as link,
+            ):
+                for slot, client in ((1, "203.0.113.7"), (2, "203.0.113.7"), (3, "203.0.113.7")):
+                    await link.send(pack_attach(slot, client, hello))
+                await link.send(pack_attach(4, "127.0.0.1", hello))
+                heard: dict[int, list[Envelope]] = {}
+                while len(heard) < 4:
+                    message = await link.recv()
+                    assert isinstance(message, bytes)
+                    envelope = unpack(message)
+                    heard.setdefault(envelope.slot, []).append(envelope)
+        # Two connections from 203.0.113.7 at most: the third is refused as one would be.
+        assert [e.type for e in heard[1]] == [MESSAGE]
+        assert [e.type for e in heard[2]] == [MESSAGE]
+        assert [(e.type, e.code) for e in heard[3]] == [(CLOSE, CloseCode.LIMIT_REACHED)]
+        # 127.0.0.1 has the host's and this one: within the limit, whatever the link's address.
+        assert [e.type for e in heard[4]] == [MESSAGE]
