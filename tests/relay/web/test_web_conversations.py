@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from .conftest import PageLog
+from tunnel.e2e.opening import MAX_CONVERSATION_LENGTH
+
+from .conftest import BLANK_PATH, PageLog
 from .fake_relay import Scenario, fake_relay
 from .stack import Host, running_relay
 
@@ -196,6 +198,10 @@ def test_a_hostile_list_stays_text_and_a_malformed_one_is_ignored(
         )
         entries = page.locator(ENTRY)
         expect(entries).to_have_count(2)
+        # An entry that shows the same stays the same element: a click never lands on a stale one.
+        page.evaluate(
+            "() => { window.__first = document.querySelector('[data-testid=conversation-entry]'); }"
+        )
         expect(entries.first.get_by_test_id("conversation-by")).to_have_text(f"by {HOSTILE}")
         expect(entries.nth(1).get_by_test_id("conversation-agent")).to_have_text(HOSTILE[:32])
         expect(entries.first.get_by_test_id("conversation-pending")).to_have_text("2")
@@ -220,6 +226,23 @@ def test_a_hostile_list_stays_text_and_a_malformed_one_is_ignored(
         expect(entries).to_have_count(2)
         expect(entries.first).to_have_attribute("data-id", HOSTILE)
         assert page.evaluate("() => window.__owned") is None
+        relay.send(
+            {
+                "op": "conversations",
+                "agents": ["demo", "x" * 32],
+                "max": 4,
+                "list": [
+                    {**entry, "id": HOSTILE, "last": 0.5},
+                    {**entry, "id": "c-1", "agent": HOSTILE[:32], "state": "working", "pending": 0},
+                    {**entry, "id": "c-1", "agent": "twice", "state": "idle", "pending": 0},
+                ],
+            }
+        )
+        expect(entries).to_have_count(3)
+        expect(entries.nth(1)).to_have_attribute("data-state", "working")
+        assert page.evaluate(
+            "() => document.querySelector('[data-testid=conversation-entry]') === window.__first"
+        )
         # On a phone the list is in the drawer its header button opens, the badge on the button.
         page.set_viewport_size({"width": 390, "height": 800})
         expect(page.get_by_test_id("conversation-list")).to_be_hidden()
@@ -228,3 +251,50 @@ def test_a_hostile_list_stays_text_and_a_malformed_one_is_ignored(
         expect(page.get_by_test_id("conversation-list")).to_be_visible()
     # Said once, not once per bad message.
     assert sum("conversations:" in text for text in warnings) == 1, warnings
+
+
+FRAGMENTS = """async (cases) => {
+  const c = await import("/static/conversations.js");
+  const now = 1_000_000_000_000;
+  return {
+    split: cases.map((fragment) => c.splitFragment(fragment)),
+    joined: c.fragmentWith("#drive.SECRET/old", "c-1 a/b"),
+    bare: c.fragmentWith("#drive.SECRET/old", null),
+    ago: [0, 30, 50, 3599, 7200, 3 * 86400, -600].map((s) => c.relativeTime(now / 1000 - s, now)),
+  };
+}"""
+
+
+def test_the_fragment_names_a_conversation_only_when_it_could_be_one(
+    page: Page, static_server: str
+) -> None:
+    page.goto(static_server + BLANK_PATH)
+    cases = [
+        "#drive.SECRET",
+        "#drive.SECRET/c-1234",
+        "#drive.SECRET/",
+        "#drive.SECRET/%E0%A4%A",
+        "#drive.SECRET/" + "x" * (MAX_CONVERSATION_LENGTH + 1),
+        "#view.S/a%2Fb",
+    ]
+    got = page.evaluate(FRAGMENTS, cases)
+    assert got["split"] == [
+        {"link": "#drive.SECRET", "conversation": None},
+        {"link": "#drive.SECRET", "conversation": "c-1234"},
+        {"link": "#drive.SECRET", "conversation": None},
+        {"link": "#drive.SECRET", "conversation": None},
+        {"link": "#drive.SECRET", "conversation": None},
+        {"link": "#view.S", "conversation": "a/b"},
+    ]
+    assert got["joined"] == "#drive.SECRET/c-1%20a%2Fb"
+    assert got["bare"] == "#drive.SECRET"
+    # A clock ahead of the host's says "just now", never a time to come.
+    assert got["ago"] == [
+        "just now",
+        "just now",
+        "1 min ago",
+        "1 h ago",
+        "2 h ago",
+        "3 d ago",
+        "just now",
+    ]

@@ -143,6 +143,11 @@ export class ConversationPanel {
     this.received = false;
     // The conversation whose Close waits for its confirmation.
     this.confirming = null;
+    // Each entry's element by id, with what it shows: the host sends the list at every change
+    // (four times a second while agents write), and an entry that shows the same stays the same
+    // element, so a button is never swapped under the pointer.
+    this.rendered = new Map();
+    this.menuKey = null;
     this.badge = el("span", { class: "conversations-badge", testid: "conversations-badge", hidden: true });
     this.button = el("button", {
       class: "conversations-toggle", testid: "conversations-toggle", type: "button",
@@ -201,7 +206,9 @@ export class ConversationPanel {
     this.badge.textContent = String(elsewhere);
     this.button.title = elsewhere === 0 ? "The host's conversations"
       : `${elsewhere} ${elsewhere === 1 ? "request waits" : "requests wait"} for approval in another conversation`;
-    if (this.newButton) {
+    const menuKey = JSON.stringify(this.agents);
+    if (this.newButton && menuKey !== this.menuKey) {
+      this.menuKey = menuKey;
       this.newButton.hidden = this.agents.length === 0;
       this.menu.replaceChildren(...this.agents.map((agent) => el("button", {
         class: "new-agent", testid: "new-conversation-agent", type: "button", "data-agent": agent,
@@ -212,7 +219,24 @@ export class ConversationPanel {
       })));
     }
     const now = Date.now();
-    this.entries.replaceChildren(...this.list.map((entry) => this.renderEntry(entry, now)));
+    const seen = new Set();
+    const elements = this.list.map((entry) => {
+      // An id listed twice (a host should not) gets an element of its own each time.
+      if (seen.has(entry.id)) return this.renderEntry(entry, now);
+      seen.add(entry.id);
+      const key = JSON.stringify([entry.agent, entry.by, entry.state, entry.pending,
+        entry.id === this.current, entry.id === this.confirming, relativeTime(entry.last, now)]);
+      const kept = this.rendered.get(entry.id);
+      if (kept && kept.key === key) return kept.element;
+      const element = this.renderEntry(entry, now);
+      this.rendered.set(entry.id, { key, element });
+      return element;
+    });
+    const listed = new Set(this.list.map((entry) => entry.id));
+    for (const id of [...this.rendered.keys()]) if (!listed.has(id)) this.rendered.delete(id);
+    const shown = this.entries.children;
+    const same = elements.length === shown.length && elements.every((element, i) => shown[i] === element);
+    if (!same) this.entries.replaceChildren(...elements);
   }
 
   renderEntry(entry, now) {
