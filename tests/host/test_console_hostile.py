@@ -92,7 +92,7 @@ async def test_who_is_attached_is_shown_escaped() -> None:
     presence = Presence()
     console, out = _console(presence)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(console._show_presence)
+        tg.start_soon(console._show_presence, presence)
         await anyio.sleep(0)
         for name in NAMES:
             presence.join(Member(name=name, role="drive"))
