@@ -112,6 +112,7 @@ async def test_attach_starts_switches_lists_and_closes_conversations(
             await alice.wait_screen(r"attached as alice \(drive\) to conversation main")
             await alice.wait_screen(rf"^\[1 waiting in {other}\] main >$", where="cursor")
             assert _count(alice, "alice: only in main") == 1
+            assert alice.screen.title == "[1 waiting elsewhere] tunnel attach"
             assert bells(alice.received) == 2
 
             async with attached(host.drive_link, "bo", conversation=other) as bo:

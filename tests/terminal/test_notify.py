@@ -57,6 +57,21 @@ def test_signals_ring_once_per_new_request_and_show_the_count_in_the_title() -> 
     assert out.getvalue() == "\x1b]2;\x07\x1b[23;0t"
 
 
+def test_the_title_counts_the_requests_waiting_elsewhere_without_naming_them() -> None:
+    out = Terminal()
+    signals = TerminalSignals(out, program="tunnel attach", environ={"TERM": "xterm"})
+    waiting = WaitingRequests()
+    waiting.elsewhere = 2
+    signals.show(waiting, 1)
+    assert out.getvalue() == "\a\x1b[22;0t\x1b]2;[2 waiting elsewhere] tunnel attach\x07"
+    out.truncate(0)
+    out.seek(0)
+    signals.show(waiting, waiting.update(["a"]))
+    assert out.getvalue() == "\a\x1b]2;[1 waiting] [2 waiting elsewhere] tunnel attach\x07"
+    # The prompt is the surface's: the count of those elsewhere comes from their list.
+    assert waiting.prompt("> ") == "[1 waiting] > "
+
+
 def test_no_bell_keeps_the_title_and_a_dumb_terminal_gets_the_bell_only() -> None:
     quiet = Terminal()
     signals = TerminalSignals(quiet, program="p", bell=False, environ={"TERM": "xterm"})
