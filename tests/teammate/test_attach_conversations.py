@@ -26,9 +26,12 @@ from tests.support import RelayProcess
 from tests.terminal.hostile import WIRE, dangerous
 from tests.terminal.pty_process import ScreenProcess, bells, screen_process
 from tunnel.app.conversation_list import parse_conversation_message
+from tunnel.app.follower import Follower
+from tunnel.app.host_messages import ItemMessage, Ready, Snapshot, decode_host_message, encode
 from tunnel.app.requests import NewConversation, PermissionAnswer, Prompt
 from tunnel.e2e.crypto import ShareLink, new_secret
 from tunnel.teammate.attach import Attachment, AttachSettings
+from tunnel.terminal.notify import TerminalSignals
 
 ROOT = Path(__file__).resolve().parents[2]
 TUNNEL = (sys.executable, "-m", "tunnel.cli")
@@ -264,3 +267,67 @@ def test_a_hostile_list_is_printed_escaped_and_its_ids_are_not_opened() -> None:
     assert "\\x1b]52" in shown
     assert len(shown) < 2000
     assert re.search(r"that conversation's id is too long to open", shown)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def _channel(attachment: Attachment, conversation: str, *messages: Any) -> None:
+    """A channel to `conversation` as attach opens one: a follower of its own, its messages
+    shown, then what the receive loop does after each."""
+    follower = Follower(host_id="host")
+    ready = Ready(
+        conversation_id=conversation, name="me", role="drive", agent_name="a", agent_kind="chat"
+    )
+    for message in (ready, *messages):
+        for event in follower.receive_message(decode_host_message(encode(message))):
+            attachment._show(event)
+        attachment._signal_waiting()
+
+
+def _request(seq: int, request_id: str) -> ItemMessage:
+    data = {"request_id": request_id, "title": "Edit", "options": []}
+    return ItemMessage(item={"seq": seq, "type": "permission_request", "data": data})
+
+
+def _waiting_in(pending: dict[str, int]) -> Any:
+    entry = {"agent": "demo", "by": "h", "state": "idle", "last": 0, "started": 0}
+    listed = [{**entry, "id": c, "pending": n} for c, n in pending.items()]
+    return parse_conversation_message(
+        {"op": "conversations", "agents": ["demo"], "max": 8, "list": listed}
+    )
+
+
+def test_a_request_rings_once_whichever_conversation_shows_it_first() -> None:
+    terminal = _Terminal()
+    link = ShareLink(
+        relay_url="http://127.0.0.1:1", host_id="a" * 26, role="drive", secret=new_secret()
+    )
+    attachment = Attachment(
+        AttachSettings(link=link, name="me"),
+        console=Console(file=io.StringIO(), width=10_000, color_system=None),
+        stdin=io.StringIO(),
+        signals=TerminalSignals(terminal, program="tunnel attach", environ={"TERM": "xterm"}),
+    )
+    _channel(attachment, "main", Snapshot(items=[], last_seq=-1, more=False))
+    attachment._on_conversations(_waiting_in({"main": 0, "c-1": 1}))
+    assert bells(terminal.getvalue().encode()) == 1
+    # Shown: its replay holds the request that rang already; a new one rings.
+    attachment._enter("c-1")
+    _channel(attachment, "c-1", Snapshot(items=[_request(0, "r1").item], last_seq=0, more=False))
+    assert bells(terminal.getvalue().encode()) == 1
+    _channel(attachment, "c-1", _request(1, "r2"))
+    assert bells(terminal.getvalue().encode()) == 2
+    # Left with both waiting, then shown again with nothing new: no bell, and the next new
+    # request still rings.
+    attachment._enter("main")
+    _channel(attachment, "main", Snapshot(items=[], last_seq=-1, more=False))
+    attachment._on_conversations(_waiting_in({"main": 0, "c-1": 2}))
+    assert bells(terminal.getvalue().encode()) == 2
+    attachment._enter("c-1")
+    _channel(attachment, "c-1", Snapshot(items=[], last_seq=1, more=False))
+    assert attachment._waiting.count == 2
+    _channel(attachment, "c-1", _request(2, "r3"))
+    assert bells(terminal.getvalue().encode()) == 3

@@ -271,7 +271,7 @@ class Attachment:
         self._others = OtherWaiting()
         self._credit = 0
         """Requests of the conversation just switched to that rang when it was not shown: they
-        do not ring again."""
+        do not ring again when its replay shows them."""
 
     @property
     def view(self) -> ConversationView:
@@ -540,10 +540,10 @@ class Attachment:
         before = self._waiting.count
         # The agent's questions wait for a person too.
         new = self._waiting.update([*self._view.pending, *self._view.questions])
-        # Those that rang while their conversation was not shown ring no more.
-        credit = min(new, self._credit)
-        self._credit -= credit
-        new -= credit
+        # Those that rang while their conversation was not shown ring no more; after the replay
+        # that resumed it, every request is one the list never counted.
+        new = max(0, new - self._credit)
+        self._credit = 0
         if self._waiting.count != before:
             self._refresh_prompt()
         if self._signals is not None:
