@@ -83,6 +83,8 @@ async def test_the_host_console_starts_lists_switches_forks_and_closes_conversat
         host.type("/list")
         await _output(host, rf"1\. {other}: other, started by hannah, waiting, 1 waiting")
         await _output(host, r"2\. main: demo, started by hannah, idle, .*\(shown here\)")
+        # Shown again: what main held was printed when it was shown first, not twice.
+        assert "the agent started" not in _since(host, "showing conversation main")
         host.type("now in main")
         async with attached(host.drive_link, "ann", conversation="main") as ann:
             await ann.wait_for(lambda t: "now in main" in _prompts(t))
