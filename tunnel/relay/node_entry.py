@@ -73,7 +73,9 @@ class _Slot:
     ready: anyio.Event = field(default_factory=anyio.Event)
     hello_checked: bool = False
     ended: tuple[int, str] | None = None
-    """The close the owner asked for, or the one the link's end gave."""
+    """The close the owner asked for, the one the link's end gave, or the teammate's own."""
+    settled: bool = False
+    """The other node knows the slot ended: it said so, we told it, or the link is gone."""
     stalled: bool = False
 
     def push(self, message: Outgoing | str) -> None:
@@ -97,7 +99,6 @@ class _Link:
         self.opened = anyio.Event()
         self.failed = False
         self.closing = False
-        self.send_lock = anyio.Lock()
 
 
 class EntryLinks:
@@ -171,10 +172,11 @@ class EntryLinks:
                 tg.start_soon(down)
                 tg.start_soon(up)
             code, reason = self._ending(slot)
-            if slot.stalled and not link.closing:
-                # The other node learns it from us: the teammate never closed.
+            if not slot.settled and not link.closing:
+                # The teammate left, or stopped reading: the other node learns it from us.
+                slot.settled = True
                 with contextlib.suppress(ConnectionClosed):
-                    await self._send(link, pack_close(slot_id, code, reason))
+                    await self._send(link, pack_close(slot_id, code, clip_reason(reason)))
             with anyio.move_on_after(self._open_timeout, shield=True):
                 await close_websocket(teammate, code, reason)
             return ForwardResult(reached=True, code=code)
@@ -193,7 +195,10 @@ class EntryLinks:
             return CloseCode.SLOW_CONSUMER, "stopped reading for too long"
         if slot.ended is not None:
             return slot.ended
-        return CloseCode.GOING_AWAY, ""
+        code, reason = close_of(slot.teammate)
+        if code == CloseCode.ABNORMAL_CLOSURE:
+            return CloseCode.GOING_AWAY, "teammate left"
+        return code, reason
 
     # -- the link ----------------------------------------------------------------------------
 
@@ -236,6 +241,7 @@ class EntryLinks:
                 del self._links[(link.url, link.run)]
             # The other node vanished, or closed the link: its host will be back somewhere.
             for slot in link.slots.values():
+                slot.settled = True
                 slot.end(CloseCode.HOST_GONE, "host went offline")
             link.websocket.transport.abort()
 
@@ -264,6 +270,7 @@ class EntryLinks:
                     code = envelope.code
                     if code not in _SENDABLE and not 3000 <= code <= 4999:
                         code = CloseCode.INTERNAL_ERROR
+                    slot.settled = True
                     slot.end(code, envelope.body)
                 elif envelope.type == ATTACH:
                     raise EnvelopeError("an attach from the host's node")
@@ -283,31 +290,30 @@ class EntryLinks:
         except ConnectionClosed:
             pass
 
-    async def _send(self, link: _Link, envelope: bytes) -> None:
+    async def _send(self, link: _Link, *envelopes: bytes) -> None:
+        """Write `envelopes` in one socket write (whole frames: the slots' writes never mix),
+        then wait while the link's socket is backed up."""
         assert link.websocket is not None
-        async with link.send_lock:
-            await link.websocket.send(envelope)
         if self._count_up is not None:
-            self._count_up(1)
+            self._count_up(len(envelopes))
+        async with link.websocket.send_context():
+            WebsocketsFraming(link.websocket).write_messages(envelopes)
 
     # -- one teammate ------------------------------------------------------------------------
 
     async def _read_up(self, link: _Link, slot_id: int, slot: _Slot) -> None:
-        """Pass the teammate's messages up until it closes; then tell the other node."""
+        """Pass the teammate's messages up until it closes (what had already arrived in one
+        write, at most WRITE_BATCH; a lone message at once). Reads on only once the last ones are
+        written: a link backed up toward the other node stops its teammates' sockets here."""
+        teammate = slot.teammate
         try:
-            async for message in slot.teammate:
-                if slot.ended is not None:
-                    return
-                await self._send(link, pack_message(slot_id, message))
+            while slot.ended is None:
+                batch = [await teammate.recv()]
+                while len(batch) < WRITE_BATCH and _queued(teammate):
+                    batch.append(await teammate.recv())
+                await self._send(link, *(pack_message(slot_id, m) for m in batch))
         except ConnectionClosed:
             pass
-        if slot.ended is None and not slot.stalled:
-            code, reason = close_of(slot.teammate)
-            if code == CloseCode.ABNORMAL_CLOSURE:
-                code, reason = CloseCode.GOING_AWAY, "teammate left"
-            slot.end(code, reason)
-            with contextlib.suppress(ConnectionClosed):
-                await self._send(link, pack_close(slot_id, code, clip_reason(reason)))
 
     async def _write_down(self, slot: _Slot) -> None:
         """Write the teammate what comes for it, in order, batched, at its pace; return once
@@ -331,6 +337,14 @@ class EntryLinks:
                 slot.stalled = True
         except ConnectionClosed:
             pass
+
+
+def _queued(websocket: WebSocket) -> int:
+    """Frames `websocket` has received and not yet handed out: what `recv()` returns without
+    waiting. 0 when this version of websockets does not say (then each message is written alone,
+    which is only slower)."""
+    frames = getattr(getattr(websocket, "recv_messages", None), "frames", None)
+    return len(frames) if frames is not None else 0
 
 
 def _same_limits(message: Any, relay_limits: Mapping[str, Any]) -> bool:

@@ -10,8 +10,15 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from tests.relay.cluster.support import SECRET, RedisServer, node_run, relay_cluster
-from tests.relay.cluster.test_broadcast_groups import IDENTITY, SECRETS, raw_host
+from tests.relay.cluster.support import (
+    SECRET,
+    RedisServer,
+    RelayCluster,
+    node_run,
+    relay_cluster,
+    wait_says,
+)
+from tests.relay.cluster.test_broadcast_groups import IDENTITY, SECRETS, raw_host, raw_teammate
 from tunnel.handshake import teammate_hello
 from tunnel.proto import Hello, encode_frame
 from tunnel.proto.codes import CloseCode
@@ -86,3 +93,28 @@ async def test_the_owner_counts_each_carried_teammate_under_its_own_address(
         assert [(e.type, e.code) for e in heard[3]] == [(CLOSE, CloseCode.LIMIT_REACHED)]
         # 127.0.0.1 has the host's and this one: within the limit, whatever the link's address.
         assert [e.type for e in heard[4]] == [MESSAGE]
+
+
+async def test_a_teammate_that_leaves_is_gone_at_the_hosts_node_and_the_last_one_ends_the_link(
+    tmp_path: Path, cluster: RelayCluster
+) -> None:
+    node1, node2, _ = cluster.nodes
+    public = cluster.balancer.url
+    with anyio.fail_after(60):
+        async with raw_host(public) as host:
+            async with raw_teammate(node2.url, public, "first") as first:
+                async with raw_teammate(node2.url, public, "second"):
+                    await wait_says(node1.metrics, "relay_teammates_attached 2.0")
+                    first.open_channel("session", {})
+                    await host.accept()
+                # Closed at node 2: node 1 forgets it, and the other one goes on.
+                await wait_says(node1.metrics, "relay_teammates_attached 1.0")
+                assert "relay_cluster_forwarded_connections 1.0" in node2.metrics()
+            await wait_says(node1.metrics, "relay_teammates_attached 0.0")
+            await wait_says(node2.metrics, "relay_cluster_forwarded_connections 0.0")
+            # The link went with its last teammate; the next one opens a new one.
+            async with raw_teammate(node2.url, public, "third") as third:
+                ours = third.open_channel("session", {})
+                theirs = await host.accept()
+                await theirs.send(b"on a new link")
+                assert await ours.receive() == b"on a new link"
