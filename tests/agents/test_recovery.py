@@ -16,6 +16,7 @@ import pytest
 from tunnel.agents import DemoSession, Recorder
 from tunnel.agents import recorder as recorder_module
 from tunnel.agents.recovery import (
+    FORKED,
     INTERRUPTED,
     RESTART_EVENT,
     Interrupted,
@@ -93,6 +94,28 @@ def test_a_turn_killed_at_its_permission_request_is_closed_and_queued_prompts_dr
         "partial_text": False,
     }
     assert all(c.created_by == "host" for c in closing)
+
+
+def test_what_a_forks_copy_holds_open_is_closed_as_left_at_the_fork_not_as_a_restart() -> None:
+    copied = [
+        prompt("one"),  # 0
+        ("tool_call", "agent", {"tool_call_id": "t1", "status": "pending", "turn": 0}),
+        ("permission_request", "agent", {"request_id": "p1", "turn": 0, "options": []}),
+    ]
+    fork = ("session_event", "ann", {"what": "session_fork", "from": "main", "upto": 2})
+    found = find_interrupted(newest_first(items(*copied, fork)))
+    assert found.forked
+    assert [i.seq for i in found.permissions] == [2]
+    reasons = {c.data["reason"] for c in closing_items(found)}
+    assert reasons == {FORKED}
+    # The source records the fork too (`to`): that is no boundary of its own.
+    told = ("session_event", "ann", {"what": "session_fork", "to": "c-1", "upto": 2})
+    found = find_interrupted(newest_first(items(*copied, told)))
+    assert not found.forked
+    assert {c.data["reason"] for c in closing_items(found)} == {INTERRUPTED}
+    # A fork that ran and was then killed: what it left open is a restart's.
+    ran = items(*copied, fork, prompt("two"))
+    assert not find_interrupted(newest_first(ran)).forked
 
 
 def test_a_question_left_open_is_cancelled_and_an_answered_one_is_not() -> None:

@@ -16,6 +16,10 @@ such restart) and closes what it finds, as the host (`created_by: "host"`):
   they are not run now, the agent may have moved on), and whether the turn's streamed text was
   stored only in part (`partial_text`).
 
+A fork's first start (its newest item is the `session_fork` that ends the copied items) closes
+what the copy holds open the same way, with `reason: "left open where the conversation was
+forked"`: the source's turn goes on in the source.
+
 How a prompt is known to have run: every item a turn produces carries `turn` (the prompt's seq),
 and a turn that produced none ends with a `turn_ended` session event that does
 (`tunnel.agents.chat`). Turns run in the order their prompts were stored, so the prompts after
@@ -34,6 +38,7 @@ from tunnel.log import Item, Log, NewItem
 from .recorder import Recorder
 
 __all__ = [
+    "FORKED",
     "INTERRUPTED",
     "RESTART_EVENT",
     "SCAN_LIMIT",
@@ -53,6 +58,11 @@ RESTART_EVENT = "host_restarted"
 
 INTERRUPTED = "interrupted by a host restart"
 """The `reason` of every item that closes something a stopped host left open."""
+
+FORKED = "left open where the conversation was forked"
+"""The `reason` instead when what is open came with a fork's copy (docs/log.md, "Several
+conversations, and forks"): the source's turn goes on there, not here."""
+FORK_EVENT = "session_fork"
 
 _OPEN_TOOL = ("pending", "in_progress")
 _PAGE = 200
@@ -74,6 +84,9 @@ class Interrupted:
     """The seqs of the prompts that never ran, oldest first."""
     partial: bool = False
     """Whether the stream of the turn cut short was stored only in part."""
+    forked: bool = False
+    """Whether what is open came with a fork's copy: the conversation's newest item is the
+    `session_fork` that ends the copy, so nothing of its own ran yet."""
 
     def __bool__(self) -> bool:
         return bool(
@@ -106,13 +119,19 @@ class _Scan:
         self.prompts: list[int] = []
         self.newest_turn: int | None = None
         self.newest_agent: int | None = None
+        self.first = True
+        self.forked = False
 
     def feed(self, item: Item) -> bool:
         """Take the next older item; False once the previous restart's record is reached
         (everything before it was closed then)."""
         data = item.data
+        first, self.first = self.first, False
         if item.type == "session_event" and data.get("what") == RESTART_EVENT:
             return False
+        if item.type == "session_event" and data.get("what") == FORK_EVENT and "from" in data:
+            self.forked = first
+            return True
         if item.type == "message" and data.get("role") == "user":
             self.prompts.append(item.seq)
             return True
@@ -164,6 +183,7 @@ class _Scan:
             turn=running,
             dropped=tuple(sorted(p for p in self.prompts if after is None or p > after)),
             partial=running is not None and any(_turn(p) == running for p in self.parts),
+            forked=self.forked,
         )
 
 
@@ -181,6 +201,7 @@ def closing_items(found: Interrupted) -> list[NewItem]:
     """The items that close what `found` holds, in the order they are to be stored."""
     if not found:
         return []
+    reason = FORKED if found.forked else INTERRUPTED
     closing: list[NewItem] = []
     for request in found.permissions:
         data: dict[str, Any] = {
@@ -189,7 +210,7 @@ def closing_items(found: Interrupted) -> list[NewItem]:
             "option_name": "Cancelled",
             "option_kind": "",
             "outcome": "cancelled",
-            "reason": INTERRUPTED,
+            "reason": reason,
         }
         _keep_turn(data, request)
         closing.append(
@@ -197,14 +218,14 @@ def closing_items(found: Interrupted) -> list[NewItem]:
         )
     for question in found.questions:
         data = {"request_id": question.data["request_id"], "action": "cancel"}
-        data["reason"] = INTERRUPTED
+        data["reason"] = reason
         closing.append(
             NewItem(type="elicitation_response", data=data, created_by="host", status="completed")
         )
     for call in found.tool_calls:
         data = {"tool_call_id": call.data["tool_call_id"], "status": "failed"}
         _keep_turn(data, call)
-        data["reason"] = INTERRUPTED
+        data["reason"] = reason
         closing.append(
             NewItem(type="tool_call_update", data=data, created_by="host", status="completed")
         )
@@ -213,7 +234,7 @@ def closing_items(found: Interrupted) -> list[NewItem]:
             type="session_event",
             data={
                 "what": RESTART_EVENT,
-                "reason": INTERRUPTED,
+                "reason": reason,
                 "interrupted_turn": found.turn,
                 "dropped_prompts": list(found.dropped),
                 "closed_permissions": [i.data["request_id"] for i in found.permissions],

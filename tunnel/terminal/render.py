@@ -508,7 +508,12 @@ def _sentence(what: str, who: str, data: Mapping[str, Any]) -> str | None:
             said += "; the turn was cancelled"
         return said
     if what == "host_restarted":
-        said = "the host restarted after it stopped mid-turn"
+        forked = data.get("reason") == "left open where the conversation was forked"
+        said = (
+            "what the fork copied open is closed here, its turn goes on in the source"
+            if forked
+            else "the host restarted after it stopped mid-turn"
+        )
         closed = [
             f"{_count(data, 'dropped_prompts')} prompts not run",
             f"{_count(data, 'closed_permissions')} permission requests closed",
