@@ -4,6 +4,8 @@ message carries a cast for every teammate of an entry node that takes it."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tunnel.proto import Outgoing
 from tunnel.proto.frames import cast_channel, cast_head, data_head
@@ -130,3 +132,67 @@ def test_only_the_same_bytes_object_is_merged() -> None:
     written = [(1, [cast(1, first)]), (2, [cast(1, other)])]
     envelopes = [unpack(joined(e)) for e in merge(written)]
     assert [e.recipients for e in envelopes] == [((1, 1),), ((2, 1),)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=64))
+def test_any_bytes_are_an_envelope_or_an_envelope_error(message: bytes) -> None:
+    try:
+        envelope = unpack(message)
+    except EnvelopeError:
+        return
+    assert envelope.type in (MESSAGE, TEXT, CAST, ATTACH, CLOSE)
+    # What it read is what the same envelope, written again, holds.
+    if envelope.type == CAST:
+        assert joined(pack_cast(envelope.recipients, envelope.body)) == message
+
+
+CASTS = [bytes([n]) * 3 for n in range(4)]
+"""The casts of the property below: one bytes object each, as the switch copies one."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("cast"), st.integers(0, 3), st.integers(1, 9)),
+                st.tuples(st.just("data"), st.binary(min_size=1, max_size=4), st.integers(1, 9)),
+                st.tuples(st.just("text"), st.text(max_size=4), st.just(0)),
+            ),
+            max_size=8,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_every_slot_gets_exactly_its_messages_in_order_however_casts_merge(
+    plans: list[list[tuple[str, object, int]]],
+) -> None:
+    written: list[tuple[int, list[Outgoing | str]]] = []
+    expected: dict[int, list[object]] = {}
+    for slot, plan in enumerate(plans, start=1):
+        messages: list[Outgoing | str] = []
+        for kind, value, channel in plan:
+            if kind == "cast":
+                assert isinstance(value, int)
+                messages.append(cast(channel, CASTS[value]))
+                expected.setdefault(slot, []).append((channel, CASTS[value]))
+            elif kind == "data":
+                assert isinstance(value, bytes)
+                messages.append(data(channel, value))
+                expected.setdefault(slot, []).append(data_head(channel, len(value)) + value)
+            else:
+                assert isinstance(value, str)
+                messages.append(value)
+                expected.setdefault(slot, []).append(value)
+        written.append((slot, messages))
+    got: dict[int, list[object]] = {}
+    for envelope in (unpack(joined(e)) for e in merge(written)):
+        if envelope.type == CAST:
+            assert len({slot for slot, _ in envelope.recipients}) >= 1
+            for slot, channel in envelope.recipients:
+                got.setdefault(slot, []).append((channel, envelope.body))
+        else:
+            got.setdefault(envelope.slot, []).append(envelope.body)
+    assert got == expected
