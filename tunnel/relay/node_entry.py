@@ -143,7 +143,10 @@ class EntryLinks:
     ) -> ForwardResult:
         """Carry `teammate` (which got this node's hello and sent `hello`) to the node at
         `owner_url`, running as `owner_run`, until either side closes."""
-        assert self._tasks is not None, "run() first"
+        if self._tasks is None:
+            # Not running yet (the node is starting): the teammate retries, as after any 4005.
+            await close_websocket(teammate, CloseCode.HOST_GONE, "host is offline")
+            return ForwardResult(reached=False, code=CloseCode.HOST_GONE)
         key = (owner_url, owner_run)
         link = self._links.get(key)
         if link is None or link.closing:

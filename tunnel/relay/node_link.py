@@ -23,6 +23,7 @@ __all__ = [
     "ATTACH",
     "CAST",
     "CLOSE",
+    "MAX_OVERHEAD",
     "MAX_RECIPIENTS",
     "MESSAGE",
     "TEXT",
@@ -49,6 +50,10 @@ ATTACH = 4
 """Entry to owner: a new slot: the teammate's address, then its hello (its first message)."""
 CLOSE = 5
 """Either way: a slot ended, with the close code and reason its teammate gets or gave."""
+
+MAX_OVERHEAD = 1 + 4 + 1 + 255
+"""Bytes an envelope adds at most to the message it carries (an attach's: type, slot, address):
+a node link takes messages this much larger than a teammate's link does."""
 
 MAX_RECIPIENTS = 0xFFFF
 """(slot, channel) pairs one `CAST` carries at most; a larger fan-out takes several."""

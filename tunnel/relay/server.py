@@ -30,6 +30,7 @@ from tunnel.proto.codes import CloseCode
 from tunnel.relay.http import HOST_PATH, HttpRouter, OriginPolicy
 from tunnel.relay.metrics import RelayMetrics
 from tunnel.relay.node_entry import NODE_LINK_PATH
+from tunnel.relay.node_link import MAX_OVERHEAD
 from tunnel.relay.node_owner import OwnerLink, SlotFraming
 from tunnel.relay.settings import RelaySettings
 from tunnel.relay.switch import Kind, Peer, Switch, SwitchLimits
@@ -173,6 +174,11 @@ class Relay:
         async def serve(link: Link, ip: str) -> None:
             await self.serve(link, kind=Kind.TEAMMATE, ip=ip, forwarded=True)
 
+        limit = self.settings.limits.max_message_size
+        if limit is not None:
+            # A teammate's largest message, in its envelope: one over the teammate's limit is
+            # refused at the entry node already.
+            websocket.protocol.max_message_size = limit + MAX_OVERHEAD
         await OwnerLink(websocket, new_link=new_link, serve=serve).run()
 
     def new_connection(self) -> Connection:

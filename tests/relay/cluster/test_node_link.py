@@ -19,8 +19,9 @@ from tests.relay.cluster.support import (
     wait_says,
 )
 from tests.relay.cluster.test_broadcast_groups import IDENTITY, SECRETS, raw_host, raw_teammate
+from tests.support import raw_peer
 from tunnel.handshake import teammate_hello
-from tunnel.proto import Hello, encode_frame
+from tunnel.proto import DEFAULT_LIMITS, Hello, encode_frame
 from tunnel.proto.codes import CloseCode
 from tunnel.relay.node_entry import LINK_CLIENT, NODE_LINK_PATH
 from tunnel.relay.node_forward import sign_headers
@@ -118,3 +119,32 @@ async def test_a_teammate_that_leaves_is_gone_at_the_hosts_node_and_the_last_one
                 theirs = await host.accept()
                 await theirs.send(b"on a new link")
                 assert await ours.receive() == b"on a new link"
+
+
+async def test_a_teammates_largest_message_fits_the_link_and_a_bad_one_ends_only_that_teammate(
+    tmp_path: Path, cluster: RelayCluster
+) -> None:
+    _, node2, _ = cluster.nodes
+    public = cluster.balancer.url
+    token = SECRETS.link("view", public, IDENTITY.host_id).token
+    limit = DEFAULT_LIMITS.max_message_size
+    assert limit is not None
+    with anyio.fail_after(60):
+        async with (
+            raw_host(public) as host,
+            raw_teammate(node2.url, public, "good") as good,
+            raw_peer(node2.url) as rogue,
+        ):
+            await rogue.receive_frame()  # node 2's hello
+            await rogue.send_frame(
+                None, "hello", teammate_hello(host_id=IDENTITY.host_id, token=token, name="x")
+            )
+            await wait_says(node2.metrics, "relay_cluster_forwarded_connections 2.0")
+            # As large as a message may be, and not a frame: the host's node refuses it.
+            await rogue.websocket.send(b"\xc1" * limit)
+            assert await rogue.close_code(within=20) == CloseCode.PROTOCOL_ERROR
+            # The link, and the other teammate on it, go on.
+            ours = good.open_channel("session", {})
+            theirs = await host.accept()
+            await theirs.send(b"still here")
+            assert await ours.receive() == b"still here"
