@@ -40,6 +40,9 @@ MAX_CONVERSATIONS: Final = MAX_CAST_GROUPS
 the host's link (docs/protocol.md, "Broadcast")."""
 MAX_LISTED_CLOSED: Final = 16
 """Closed conversations the list names at most, the most recently closed first."""
+LAST_ACTIVITY_STEP: Final = 30.0
+"""Seconds a conversation's last activity may run ahead of what the list last said before
+the list is sent again for it alone: within a turn its state says it is busy."""
 RESUME_SCAN: Final = 200
 """Session events read back from a conversation's end, at most, to find whether it was closed
 when a host restarts: a conversation records one per start, close, settings change or login."""
@@ -405,11 +408,18 @@ class Conversations:
         """Note each item and event of the conversation: its state and last activity change."""
         info = await self._log.get_conversation(conversation.id)
         after = -1 if info is None else info.last_seq
+        told = (conversation.state(), conversation.pending(), conversation.last)
         async with self._log.subscribe(conversation.id, after=after) as sub:
             while True:
                 await sub.receive_batch()
-                conversation.last = self._clock()
-                self.touch()
+                conversation.last = now = self._clock()
+                # The list goes to every channel of every conversation: only what a reader
+                # sees changed is news (its state, what waits, or a last activity gone stale),
+                # not each item of a busy turn.
+                state, pending = conversation.state(), conversation.pending()
+                if (state, pending) != told[:2] or now - told[2] >= LAST_ACTIVITY_STEP:
+                    told = (state, pending, now)
+                    self.touch()
 
     def _forget_closed(self) -> None:
         """Keep the newest MAX_LISTED_CLOSED closed conversations, so starting and closing
