@@ -18,7 +18,7 @@ from tests.host.host_process import HostProcess
 from tests.host.teammate import Teammate, attached
 from tests.support import RelayProcess
 from tests.terminal.hostile import dangerous
-from tunnel.app.requests import NewConversation
+from tunnel.app.requests import NewConversation, Prompt
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -149,6 +149,12 @@ async def test_the_console_list_shows_a_hostile_teammates_name_escaped(
             await mallory.wait_for(lambda t: t.snapshot_done)
             await mallory.send(NewConversation(agent="other"))
             await mallory.wait_for(lambda t: t.started)
+        started = mallory.started[0]
+        # A request that waits in a conversation not shown: said in a line (no prompt line here).
+        async with attached(host.drive_link, hostile, conversation=started) as mallory:
+            await mallory.wait_for(lambda t: t.snapshot_done)
+            await mallory.send(Prompt(text="ask away"))
+            await _output(host, rf"\[1 waiting in {started}\] \(/switch ID shows one\)")
         host.type("/list")
         line = (await _output(host, r"1\. c-[^\n]*started by mal[^\n]*")).group(0)
         assert dangerous(line) == []

@@ -265,6 +265,8 @@ def test_a_hostile_list_is_printed_escaped_and_its_ids_are_not_opened() -> None:
     assert dangerous(shown) == []
     assert "\\u202e" in shown
     assert "\\x1b]52" in shown
+    # No prompt line here: what waits elsewhere is said in a line.
+    assert "[4 waiting in c-\\u202e" in shown
     assert len(shown) < 2000
     assert re.search(r"that conversation's id is too long to open", shown)
 

@@ -407,6 +407,8 @@ class HostConsole:
                 new = self._others.update(listing, self._session.conversation_id)
                 self._waiting.elsewhere = self._others.count
                 self._refresh_prompt()
+                if new and not self._screen.live:
+                    self._screen.note(self._others.line(), "yellow")  # no prompt line shows it
                 self._signals.show(self._waiting, new)
             version = await conversations.wait_changed(version)
             await anyio.sleep(LIST_INTERVAL)

@@ -574,6 +574,8 @@ class Attachment:
         new = self._others.update(message, self._conversation)
         self._waiting.elsewhere = self._others.count
         self._refresh_prompt()
+        if new and self._raw is None and not self._screen.live:
+            self._screen.note(self._others.line(), "yellow")  # no prompt line shows it
         if self._signals is not None and self._raw is None:
             self._signals.show(self._waiting, new if self._driver else 0)
 

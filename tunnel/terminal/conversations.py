@@ -110,6 +110,10 @@ class OtherWaiting:
         """The conversation shown until now, with `waiting` requests the user was told of."""
         self._seen[conversation] = max(self._seen.get(conversation, 0), waiting)
 
+    def line(self) -> str:
+        """Where no prompt line shows the count (lines only): the same words as a line."""
+        return f"[{self.count} waiting in {_names(self._where)}] (/switch ID shows one)"
+
     def prompt(self, base: str) -> str:
         """`base` with `[2 waiting in c-1a2b] ` before it while requests wait elsewhere."""
         if not self.count:
