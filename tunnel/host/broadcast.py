@@ -109,6 +109,8 @@ class Broadcaster:
         self._joined: set[object] = set()
         # Set (and replaced) each time last_seq moves: `wait_cast` waits on it.
         self._moved = anyio.Event()
+        # Set by `part_all`: its conversation closed, and its group may be another's now.
+        self._parted = False
 
     # -- what channels use ------------------------------------------------------------------
 
@@ -131,7 +133,14 @@ class Broadcaster:
         )
 
     def joined(self, channel: object) -> None:
-        """`channel` now gets the casts (called at the instant of its join)."""
+        """`channel` now gets the casts (called at the instant of its join); once this
+        broadcast has parted for good, it leaves again at once: its group may serve another
+        conversation."""
+        if self._parted:
+            leave = getattr(channel, "leave_broadcast", None)
+            if callable(leave):
+                leave()
+            return
         self._joined.add(channel)
 
     def left(self, channel: object) -> None:
@@ -141,6 +150,7 @@ class Broadcaster:
     def part_all(self) -> None:
         """Take every joined channel out of the broadcast (its conversation closed): another
         conversation may use this group next, and its casts must not reach them."""
+        self._parted = True
         for channel in list(self._joined):
             leave = getattr(channel, "leave_broadcast", None)
             if callable(leave):

@@ -575,6 +575,9 @@ class SessionChannelHandler:
                 broadcast = self._broadcast
                 if broadcast is not None and broadcast.group and not self._takes_groups():
                     broadcast = None  # a relay from before groups: the tail comes here
+                if self._conversation is not None and self._conversation.closed:
+                    # Its group may be another conversation's now: nothing more is cast here.
+                    broadcast = None
                 if broadcast is not None:
                     # Until the channel holds every item the broadcast has cast, the items come
                     # on the channel; then it joins, and every later one comes as a cast.

@@ -1,0 +1,87 @@
+"""What a teammate cannot do with the host's conversations, through a real relay and a real
+`tunnel host` process: reach another conversation's casts through a closed one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.host.host_process import HostProcess
+from tests.host.teammate import Teammate, attached
+from tests.support import RelayProcess
+from tunnel.app.requests import CloseConversation, NewConversation, Prompt, Subscribe
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+
+def _replies(teammate: Teammate) -> list[str]:
+    return [
+        str(item["data"].get("text", ""))
+        for item in teammate.items
+        if item["type"] == "message" and item["created_by"] != "agent"
+    ]
+
+
+def _host(relay: RelayProcess, tmp_path: Path) -> HostProcess:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    return HostProcess(
+        relay.url,
+        tmp_path,
+        agent="demo=demo",
+        workspace=workspace,
+        log_db=tmp_path / "log.db",
+        interactive=False,
+        extra=("--agent", "other=demo", "--max-conversations", "2"),
+    )
+
+
+async def test_a_closed_conversations_channels_never_join_the_group_another_took(
+    tmp_path: Path,
+) -> None:
+    """A channel opened to a closed conversation, or one of its channels subscribing again,
+    gets no cast of the conversation that took its broadcast group since."""
+    relay = RelayProcess(tmp_path).start()
+    host = _host(relay, tmp_path)
+    try:
+        host.start()
+        async with attached(host.drive_link, "ann", conversation="main") as ann:
+            await ann.wait_for(lambda t: t.listing is not None)
+            await ann.send(NewConversation(agent="other"))
+            await ann.wait_for(lambda t: len(t.started) == 1)
+            closed = ann.started[0]
+            async with attached(host.view_link, "old", conversation=closed) as old:
+                await old.wait_for(lambda t: t.snapshot_done)
+                await ann.send(CloseConversation(conversation=closed))
+                await old.wait_for(
+                    lambda t: t.item_of("session_event", what="conversation_closed") is not None
+                )
+                # The next conversation takes the closed one's group (max 2: main and it).
+                await ann.send(NewConversation(agent="other"))
+                await ann.wait_for(lambda t: len(t.started) == 2)
+                newest = ann.started[1]
+                # The attacker: a channel opened to the closed conversation now, and one of
+                # its channels asking for its snapshot again.
+                async with attached(host.view_link, "late", conversation=closed) as late:
+                    await late.wait_for(lambda t: t.snapshot_done)
+                    await old.send(Subscribe(after=old.seqs()[-1]))
+                    await old.wait_for(lambda t: t.snapshot_done)
+                    async with attached(host.drive_link, "cy", conversation=newest) as cy:
+                        await cy.wait_for(lambda t: t.snapshot_done)
+                        for n in range(3):
+                            await cy.send(Prompt(text=f"in the newest {n}"))
+                            await cy.wait_for(lambda t, n=n: f"in the newest {n}" in _replies(t))
+                        # A round trip on each after the casts: what was cast reached them.
+                        for teammate in (late, old):
+                            seen = len(teammate.errors)
+                            await teammate.send(NewConversation(agent="demo"))
+                            await teammate.wait_for(lambda t, s=seen: len(t.errors) > s)
+                    for teammate in (late, old):
+                        assert not [r for r in _replies(teammate) if "newest" in r]
+                        # Not even sealed casts of another key reached them: each would break
+                        # their broadcast and make them catch up.
+                        assert teammate.session.follower.statistics().breaks == 0
+    finally:
+        host.stop()
+        relay.stop()
