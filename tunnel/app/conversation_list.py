@@ -8,7 +8,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tunnel.app.errors import BadRequest
+from tunnel.app.requests import MAX_AGENT_NAME_LENGTH
+from tunnel.e2e.opening import MAX_CONVERSATION_LENGTH
 
+MAX_BY_LENGTH: Final = 64
+"""Characters of who started a conversation: a display name (`tunnel.handshake.MAX_NAME_LENGTH`,
+which this layer may not import) or the host's."""
 CONVERSATION_STATES: Final = ("starting", "idle", "working", "waiting", "closed")
 """What a conversation's `state` may be."""
 MAX_LISTED: Final = 64 + 16
@@ -75,13 +80,19 @@ def parse_conversation_message(
     """A decoded host message whose op is one of CONVERSATION_OPS, typed; BadRequest for
     anything malformed (a wrong type, a state not listed, too many entries)."""
     if message.get("op") == "conversation_started":
-        return ConversationStarted(conversation=_text(message, "conversation"))
+        return ConversationStarted(
+            conversation=_text(message, "conversation", MAX_CONVERSATION_LENGTH)
+        )
     if message.get("op") != "conversations":
         raise BadRequest("not a conversations message")
     agents = message.get("agents")
     listed = message.get("list")
     most = message.get("max")
-    if not isinstance(agents, list) or not all(isinstance(a, str) for a in agents):
+    if (
+        not isinstance(agents, list)
+        or len(agents) > MAX_LISTED
+        or not all(isinstance(a, str) and 0 < len(a) <= MAX_AGENT_NAME_LENGTH for a in agents)
+    ):
         raise BadRequest("conversations: agents is a list of names")
     if not isinstance(listed, list) or len(listed) > MAX_LISTED:
         raise BadRequest("conversations: list is a bounded list")
@@ -97,16 +108,16 @@ def parse_conversation_message(
 def _entry(entry: object) -> ConversationEntry:
     if not isinstance(entry, dict):
         raise BadRequest("conversations: an entry is a map")
-    state = _text(entry, "state")
+    state = _text(entry, "state", 16)
     if state not in CONVERSATION_STATES:
         raise BadRequest("conversations: unknown state")
     pending = entry.get("pending")
     if type(pending) is not int or pending < 0:
         raise BadRequest("conversations: pending is a count")
     return ConversationEntry(
-        id=_text(entry, "id"),
-        agent=_text(entry, "agent"),
-        by=_text(entry, "by"),
+        id=_text(entry, "id", MAX_CONVERSATION_LENGTH),
+        agent=_text(entry, "agent", MAX_AGENT_NAME_LENGTH),
+        by=_text(entry, "by", MAX_BY_LENGTH),
         state=state,
         pending=pending,
         last=_time(entry, "last"),
@@ -114,10 +125,10 @@ def _entry(entry: object) -> ConversationEntry:
     )
 
 
-def _text(message: Mapping[str, Any], name: str) -> str:
+def _text(message: Mapping[str, Any], name: str, longest: int) -> str:
     value = message.get(name)
-    if not isinstance(value, str) or not value:
-        raise BadRequest(f"conversations: {name} is a non-empty string")
+    if not isinstance(value, str) or not 0 < len(value) <= longest:
+        raise BadRequest(f"conversations: {name} is a string of 1 to {longest} characters")
     return value
 
 
