@@ -85,3 +85,48 @@ async def test_a_closed_conversations_channels_never_join_the_group_another_took
     finally:
         host.stop()
         relay.stop()
+
+
+async def test_closing_a_conversation_cancels_its_waiting_request_where_its_channels_see_it(
+    tmp_path: Path,
+) -> None:
+    """A permission request that waits when its conversation is closed ends cancelled in the
+    log, before the close, so every channel still open there gets the decision, and a page no
+    longer offers an answer nobody can give."""
+    relay = RelayProcess(tmp_path).start()
+    host = _host(relay, tmp_path)
+    try:
+        host.start()
+        async with attached(host.drive_link, "ann", conversation="main") as ann:
+            await ann.wait_for(lambda t: t.listing is not None)
+            await ann.send(NewConversation(agent="other"))
+            await ann.wait_for(lambda t: len(t.started) == 1)
+            second = ann.started[0]
+            async with attached(host.view_link, "vic", conversation=second) as vic:
+                await vic.wait_for(lambda t: t.snapshot_done)
+                await ann.send(Prompt(text="ask me"))  # in main: stays untouched
+                async with attached(host.drive_link, "bo", conversation=second) as bo:
+                    await bo.wait_for(lambda t: t.snapshot_done)
+                    await bo.send(Prompt(text="do it"))
+                    await vic.wait_for(lambda t: t.item_of("permission_request") is not None)
+                    request = vic.item_of("permission_request")
+                    assert request is not None
+                    request_id = request["data"]["request_id"]
+                    await bo.send(CloseConversation(conversation=second))
+                    await vic.wait_for(
+                        lambda t: t.item_of("session_event", what="conversation_closed") is not None
+                    )
+                    decision = vic.item_of("permission_decision", request_id=request_id)
+                    assert decision is not None
+                    assert decision["data"]["outcome"] == "cancelled"
+                    assert decision["seq"] < vic.seqs()[-1]
+                # A fresh joiner reads the same.
+                async with attached(host.view_link, "late", conversation=second) as late:
+                    await late.wait_for(lambda t: t.snapshot_done)
+                    assert late.item_of("permission_decision", request_id=request_id) is not None
+            # The other conversation's request still waits.
+            await ann.wait_for(lambda t: t.item_of("permission_request") is not None)
+            assert ann.item_of("permission_decision") is None
+    finally:
+        host.stop()
+        relay.stop()

@@ -286,6 +286,16 @@ class Conversations:
         conversation = self._all.get(conversation_id)
         if conversation is None or conversation.closed:
             raise AppError("unknown_request", f"no open conversation {conversation_id!r}")
+        # Its turn ends first, as a cancel ends it: what waits for an answer is recorded
+        # cancelled before the close, so its channels and the notifier see it end.
+        if conversation.state() in ("working", "waiting"):
+            with anyio.move_on_after(CLOSE_CAST_WAIT):
+                try:
+                    await conversation.session.cancel(by=by)
+                except AppError as exc:  # the close goes on: the agent stops anyway
+                    logger.warning(
+                        "closing %s, its turn was not cancelled: %s", conversation.id, exc
+                    )
         seq = await self._record(conversation.id, CLOSED, by=by)
         # Its channels are told before the broadcast stops with the agent.
         with anyio.move_on_after(CLOSE_CAST_WAIT):
