@@ -170,11 +170,14 @@ class Notifier:
         await self._task_group.start(self._follow, self._log, conversation_id)
 
     def unfollow(self, conversation_id: str) -> None:
-        """Stop notifying of `conversation_id` (closed): its waiting requests are forgotten."""
+        """Stop notifying of `conversation_id` (closed): its waiting requests are forgotten,
+        and what was pushed of them withdrawn (nobody can answer them any more)."""
         scope = self._following.pop(conversation_id, None)
         if scope is not None:
             scope.cancel()
         self._notables.pop(conversation_id, None)
+        for request_id in [r for r, c in self._conversation_of.items() if c == conversation_id]:
+            self._withdraw(request_id)
 
     async def _follow(
         self, log: Log, conversation_id: str, *, task_status: anyio.abc.TaskStatus[None]
@@ -212,17 +215,23 @@ class Notifier:
                 self._reminders[event.request_id] = scope
                 tg.start_soon(self._remind, event, scope)
         elif isinstance(event, Decided):
-            self._conversation_of.pop(event.request_id, None)
-            if event.request_id in self._reminders:
-                self._reminders.pop(event.request_id).cancel()
-            payload = withdraw_payload(host_id=self._host_id, request_id=event.request_id)
-            topic = topic_of(tag_of(self._host_id, event.request_id))
-            for endpoint in self._pushed.pop(event.request_id, set()):
-                subscription = self.subscriptions.get(endpoint)
-                if subscription is not None:
-                    self._pusher.send_nowait(
-                        PushJob(subscription=subscription, payload=payload, topic=topic)
-                    )
+            self._withdraw(event.request_id)
+
+    def _withdraw(self, request_id: str) -> None:
+        """The request no longer waits: no reminder, and each push of it withdrawn."""
+        self._conversation_of.pop(request_id, None)
+        if request_id in self._reminders:
+            self._reminders.pop(request_id).cancel()
+        if self._pusher is None:
+            return
+        payload = withdraw_payload(host_id=self._host_id, request_id=request_id)
+        topic = topic_of(tag_of(self._host_id, request_id))
+        for endpoint in self._pushed.pop(request_id, set()):
+            subscription = self.subscriptions.get(endpoint)
+            if subscription is not None:
+                self._pusher.send_nowait(
+                    PushJob(subscription=subscription, payload=payload, topic=topic)
+                )
 
     async def _remind(self, waiting: Waiting, scope: anyio.CancelScope) -> None:
         with scope:
