@@ -26,8 +26,9 @@ MAX_WHERE_SHOWN = 2
 
 
 def short(text: str, limit: int = MAX_ID_SHOWN) -> str:
-    """`text` safe to print and at most about `limit` characters: cut with `…` when longer."""
-    shown = printable(text)
+    """`text` safe to print on one line and at most about `limit` characters: cut with `…`
+    when longer. Its line breaks and tabs are escaped too: a name cannot add a line to `/list`."""
+    shown = printable(text).replace("\n", "\\n").replace("\t", "\\t")
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
