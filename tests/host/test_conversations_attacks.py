@@ -1,5 +1,6 @@
 """What a teammate cannot do with the host's conversations, through a real relay and a real
-`tunnel host` process: reach another conversation's casts through a closed one."""
+`tunnel host` process: reach another conversation's casts through a closed one, or move a
+channel to another conversation as a relay."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import pytest
 
 from tests.host.host_process import HostProcess
 from tests.host.teammate import Teammate, attached
-from tests.support import RelayProcess
+from tests.support import RelayProcess, attach_proxy, via
 from tunnel.app.requests import CloseConversation, NewConversation, Prompt, Subscribe
+from tunnel.e2e.crypto import ShareLink
+from tunnel.proto import Open, decode_frame, encode_frame
+from tunnel.teammate.client import DecryptionFailedError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -127,6 +131,55 @@ async def test_closing_a_conversation_cancels_its_waiting_request_where_its_chan
             # The other conversation's request still waits.
             await ann.wait_for(lambda t: t.item_of("permission_request") is not None)
             assert ann.item_of("permission_decision") is None
+    finally:
+        host.stop()
+        relay.stop()
+
+
+async def test_a_relay_that_names_another_conversation_in_the_open_gets_no_channel(
+    tmp_path: Path,
+) -> None:
+    """The early subscribe's conversation is bound into the transcript: a relay that rewrites
+    it makes the open fail, and the teammate sees nothing of either conversation."""
+    relay = RelayProcess(tmp_path).start()
+    host = _host(relay, tmp_path)
+    try:
+        host.start()
+        async with attached(host.drive_link, "ann", conversation="main") as ann:
+            await ann.wait_for(lambda t: t.listing is not None)
+            await ann.send(NewConversation(agent="other"))
+            await ann.wait_for(lambda t: len(t.started) == 1)
+            other = ann.started[0]
+            await ann.send(Prompt(text="only in main"))
+            await ann.wait_for(lambda t: "only in main" in _replies(t))
+            rewritten: list[str] = []
+
+            def move(message: bytes) -> bytes:
+                frame = decode_frame(message)
+                if not isinstance(frame, Open) or "sub" not in frame.meta:
+                    return message
+                rewritten.append(frame.meta["sub"]["conversation"])
+                sub = {**frame.meta["sub"], "conversation": other}
+                meta = {**frame.meta, "sub": sub}
+                return encode_frame(Open(channel=frame.channel, path=frame.path, meta=meta))
+
+            served: list[Teammate] = []
+
+            async def attach_moved() -> None:
+                link = ShareLink.parse(host.view_link)
+                async with (
+                    attach_proxy(relay.url, up=move) as proxy,
+                    attached(via(link, proxy), "vic", conversation="main") as vic,
+                ):
+                    await vic.wait_for(lambda t: t.ready is not None or t.items)
+                    served.append(vic)
+
+            with pytest.raises(ExceptionGroup) as caught:
+                await attach_moved()
+            assert rewritten == ["main"]
+            assert served == []
+            # The host checks the proof over the transcript as the relay forwarded it: 4003.
+            assert caught.group_contains(DecryptionFailedError, match="proof does not verify")
     finally:
         host.stop()
         relay.stop()
