@@ -207,6 +207,8 @@ class Conversations:
         self._first: Conversation | None = None
         self._task_group: TaskGroup | None = None
         self._changed = anyio.Event()
+        self._forking = 0
+        """Forks copying their log now: each holds a place among `max_open` until it opens."""
         self.on_started: Callable[[Conversation], Awaitable[None]] | None = None
         """Told of each conversation started after the first (the host's notifier follows
         it)."""
@@ -325,21 +327,33 @@ class Conversations:
         info = await self._log.get_conversation(source_id)
         if info is None or upto > info.last_seq:
             raise AppError("bad_request", f"{source_id} has no item {upto}")
-        if len(self.open_conversations()) >= self.max_open:
+        if self._is_full():
             raise AppError("agent_unavailable", self._full())
         fork_id = new_conversation_id()
-        after = -1
-        while after < upto:
-            page = await self._log.query(source_id, after=after, before=upto + 1, limit=FORK_PAGE)
-            if not page:
-                raise AppError("bad_request", f"{source_id} has no item {after + 1}")
-            await self._log.append(fork_id, [_copy(item) for item in page])
-            after = page[-1].seq
-        await self._record(
-            fork_id, FORKED, by=by, agent=source.agent, **{"from": source_id}, upto=upto
-        )
-        await self._record(source_id, FORKED, by=by, to=fork_id, upto=upto)
+        # Its place is held while the log is copied: a start or another fork meanwhile is
+        # refused, not this one after its copy and its `session_fork` records are written.
+        self._forking += 1
+        try:
+            after = -1
+            while after < upto:
+                page = await self._log.query(
+                    source_id, after=after, before=upto + 1, limit=FORK_PAGE
+                )
+                if not page:
+                    raise AppError("bad_request", f"{source_id} has no item {after + 1}")
+                await self._log.append(fork_id, [_copy(item) for item in page])
+                after = page[-1].seq
+            await self._record(
+                fork_id, FORKED, by=by, agent=source.agent, **{"from": source_id}, upto=upto
+            )
+            await self._record(source_id, FORKED, by=by, to=fork_id, upto=upto)
+        finally:
+            self._forking -= 1
+        # No await before `_open` checks the places: the one held is this fork's.
         return await self._open(fork_id, source.agent, by=by, record=False)
+
+    def _is_full(self) -> bool:
+        return len(self.open_conversations()) + self._forking >= self.max_open
 
     def _full(self) -> str:
         return f"{self.max_open} conversations are open, the most this host runs: close one first"
@@ -369,7 +383,7 @@ class Conversations:
     async def _open(
         self, conversation_id: str, agent: str, *, by: str, record: bool
     ) -> Conversation:
-        if len(self.open_conversations()) >= self.max_open:
+        if self._is_full():
             raise AppError("agent_unavailable", self._full())
         group = self._free_group()
         parts = self._build(conversation_id, agent, group)

@@ -1,0 +1,54 @@
+"""Conversations started at once by several drivers (tunnel/host/conversations.py): what one
+of them is refused leaves nothing behind that a restart would resume."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from tests.host.test_conversations import _Parts, _registry
+from tunnel.app.errors import AppError
+from tunnel.host.conversations import Conversation
+from tunnel.log import Log, MemoryStore, NewItem
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+async def test_two_forks_racing_for_the_last_place_leave_one_conversation() -> None:
+    built: dict[str, _Parts] = {}
+    async with Log(MemoryStore()) as log:
+        item = NewItem(type="message", data={"text": "x"}, created_by="ann")
+        for _ in range(5):
+            await log.append("main", [item] * 200)  # pages to copy: each fork awaits
+        conversations = _registry(log, built, max_open=2)
+        forked: list[Conversation] = []
+        refused: list[str] = []
+
+        async def fork(by: str) -> None:
+            try:
+                forked.append(await conversations.fork("main", 999, by=by))
+            except AppError as exc:
+                refused.append(exc.code)
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(conversations.run, "main")
+            async with anyio.create_task_group() as racing:
+                racing.start_soon(fork, "ann")
+                racing.start_soon(fork, "bo")
+            tg.cancel_scope.cancel()
+        assert len(forked) == 1
+        assert refused == ["agent_unavailable"]
+        # Only the fork that runs has a log, and the source records only that one.
+        ids = {info.conversation_id for info in await log.list_conversations()}
+        assert ids == {"main", forked[0].id}
+        recorded = await log.query("main", types="session_event")
+        assert [i.data["to"] for i in recorded if i.data.get("what") == "session_fork"] == [
+            forked[0].id
+        ]
+
+        # A restart resumes the fork that ran, and nothing else.
+        async with anyio.create_task_group() as again:
+            restarted = _registry(log, {}, max_open=4)
+            await again.start(restarted.run, "main")
+            assert {c.id for c in restarted.open_conversations()} == {"main", forked[0].id}
+            again.cancel_scope.cancel()
