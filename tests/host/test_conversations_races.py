@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from anyio.abc import TaskStatus
 
 from tests.host.test_conversations import _Parts, _registry
 from tunnel.app.errors import AppError
-from tunnel.host.conversations import Conversation
+from tunnel.host.conversations import Conversation, Conversations
 from tunnel.log import Log, MemoryStore, NewItem
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -51,4 +52,41 @@ async def test_two_forks_racing_for_the_last_place_leave_one_conversation() -> N
             restarted = _registry(log, {}, max_open=4)
             await again.start(restarted.run, "main")
             assert {c.id for c in restarted.open_conversations()} == {"main", forked[0].id}
+            again.cancel_scope.cancel()
+
+
+class _Failing(_Parts):
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        raise RuntimeError("the agent's program is gone")
+
+
+async def test_a_conversation_whose_agent_cannot_start_is_not_resumed_by_a_restart() -> None:
+    async with Log(MemoryStore()) as log:
+        failing = {"broken": True}
+
+        def build(conversation_id: str, agent: str, group: int) -> _Parts:
+            return _Failing() if failing["broken"] and agent == "other" else _Parts()
+
+        def registry() -> Conversations:
+            return Conversations(
+                log=log,
+                agents={"demo": "demo", "other": "demo"},
+                build=build,
+                host_name="hannah",
+                max_open=4,
+            )
+
+        conversations = registry()
+        async with anyio.create_task_group() as tg:
+            await tg.start(conversations.run, "main")
+            with pytest.raises(AppError) as refused:
+                await conversations.start("other", by="ann")
+            assert refused.value.code == "agent_unavailable"
+            tg.cancel_scope.cancel()
+        # The driver was told it did not start: a restart (where it might) starts none.
+        failing["broken"] = False
+        async with anyio.create_task_group() as again:
+            restarted = registry()
+            await again.start(restarted.run, "main")
+            assert [c.id for c in restarted.open_conversations()] == ["main"]
             again.cancel_scope.cancel()

@@ -11,6 +11,7 @@ restarts resumes the conversations that were open, with their agents.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import secrets
@@ -27,7 +28,7 @@ from tunnel.app.errors import AppError
 from tunnel.app.requests import MAX_AGENT_NAME_LENGTH
 from tunnel.host.limits import DEFAULT_MAX_CONVERSATIONS
 from tunnel.host.presence import Presence
-from tunnel.log import Item, Log, NewItem
+from tunnel.log import Item, Log, NewItem, StoreError
 from tunnel.proto import MAX_CAST_GROUPS
 
 logger = logging.getLogger("tunnel.conversations")
@@ -278,7 +279,7 @@ class Conversations:
         if agent not in self._agents:
             known = ", ".join(self._agents)
             raise AppError("unknown_request", f"no agent {agent!r} here; this host offers {known}")
-        return await self._open(new_conversation_id(), agent, by=by, record=True)
+        return await self._driver_open(new_conversation_id(), agent, by=by, record=True)
 
     async def close(self, conversation_id: str, *, by: str) -> None:
         """Stop the conversation's agent; its log stays and its channels may read it.
@@ -350,7 +351,21 @@ class Conversations:
         finally:
             self._forking -= 1
         # No await before `_open` checks the places: the one held is this fork's.
-        return await self._open(fork_id, source.agent, by=by, record=False)
+        return await self._driver_open(fork_id, source.agent, by=by, record=False)
+
+    async def _driver_open(
+        self, conversation_id: str, agent: str, *, by: str, record: bool
+    ) -> Conversation:
+        """`_open` for a driver's start or fork: one whose agent could not start is recorded
+        closed, so the driver told so does not find it started by the next host."""
+        try:
+            return await self._open(conversation_id, agent, by=by, record=record)
+        except AppError:
+            failed = self._all.get(conversation_id)
+            if failed is not None and failed.closed:
+                with contextlib.suppress(StoreError):
+                    await self._record(conversation_id, CLOSED, by=self._host_name)
+            raise
 
     def _is_full(self) -> bool:
         return len(self.open_conversations()) + self._forking >= self.max_open
