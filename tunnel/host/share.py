@@ -365,7 +365,8 @@ async def run_share(
                 replay_burst=settings.replay_burst,
                 replay_rate=settings.replay_rate,
                 heads=parts.signer,
-                notifier=notifier if conversation is conversations.first else None,
+                # Subscriptions and focus are the host's, whichever conversation a page shows.
+                notifier=notifier,
                 files=files,
                 conversations=conversations,
                 conversation=conversation,
