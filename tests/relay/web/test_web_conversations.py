@@ -5,6 +5,8 @@ a viewer only sees the list; and the list a host sends is read as untrusted data
 from __future__ import annotations
 
 import re
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +300,104 @@ def test_the_fragment_names_a_conversation_only_when_it_could_be_one(
         "3 d ago",
         "just now",
     ]
+
+
+CHATTY_AGENT = Path(__file__).resolve().parent / "chatty_acp_agent.py"
+# Records what would show one conversation's items in another's view: an item whose
+# conversation is not the one the session follows, and the other conversation's words in the
+# conversation or its streaming text, whenever they change.
+WATCH_LEAKS = """(tags) => {
+  const { session, view } = window.__tunnel;
+  window.__leaks = [];
+  const item = view.item.bind(view);
+  view.item = (shown) => {
+    const following = session.conversationId;
+    if (shown?.conversation_id !== following) {
+      window.__leaks.push(`item ${shown?.conversation_id}:${shown?.seq} in ${following}`);
+    }
+    return item(shown);
+  };
+  const check = () => {
+    const other = session.conversationId === "main" ? tags.other : tags.main;
+    for (const area of [view.conversation, view.streamArea]) {
+      if (area.textContent.includes(`${other} s`)) {
+        window.__leaks.push(`${other} shown in ${session.conversationId}`);
+      }
+    }
+  };
+  const observer = new MutationObserver(check);
+  for (const area of [view.conversation, view.streamArea]) {
+    observer.observe(area, { subtree: true, childList: true, characterData: true });
+  }
+}"""
+# Over twenty frames while the page follows a streaming conversation to its end: whether New
+# and the first entry stay under the pointer, not under the header (the side panel is sticky
+# between the header and the composer, however much it holds).
+COVERED = """async () => {
+  const covered = [];
+  for (let frame = 0; frame < 20; frame += 1) {
+    await new Promise(requestAnimationFrame);
+    const targets = [document.querySelector("[data-testid=new-conversation]"),
+      document.querySelector("[data-testid=conversation-open]")];
+    for (const target of targets) {
+      const box = target.getBoundingClientRect();
+      const hit = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+      if (!target.contains(hit)) covered.push(`${target.dataset.testid} under ${hit?.className}`);
+    }
+  }
+  return covered;
+}"""
+# Forty switches back and forth, 0 to 150 ms apart: before the new channel's `ready`, during
+# its snapshot and during its live tail, while the old one's last messages are still coming.
+SWITCH_FAST = """async (ids) => {
+  const { conversations } = window.__tunnel;
+  for (let i = 0; i < 40; i += 1) {
+    conversations.onSwitch(ids[i % 2]);
+    await new Promise((resolve) => setTimeout(resolve, (i * 37) % 150));
+  }
+}"""
+
+
+def test_switching_fast_while_both_conversations_stream_never_mixes_their_items(
+    browser: Browser, tmp_path: Path, page_log: PageLog
+) -> None:
+    home = tmp_path / "host"
+    home.mkdir()
+    agent = "acp:" + shlex.join([sys.executable, str(CHATTY_AGENT)])
+    contexts: list[BrowserContext] = []
+    with running_relay(tmp_path / "relay") as relay:
+        host = Host.start(home, relay.url, agent=f"a={agent}", options=("--agent", f"b={agent}"))
+        try:
+            page = new_page(browser, host.drive_link, page_log, contexts)
+            expect(current(page)).to_have_attribute("data-id", "main")
+            page.evaluate(WATCH_LEAKS, {"main": "alpha", "other": "beta"})
+            titles = page.get_by_test_id("tool-title")
+            prompt(page, "alpha")
+            expect(titles.first).to_contain_text("alpha step")
+            # A window shorter than the side panel's content.
+            page.set_viewport_size({"width": 1200, "height": 440})
+            assert page.evaluate(COVERED) == []
+            page.get_by_test_id("new-conversation").click()
+            page.locator("[data-testid=new-conversation-agent][data-agent=b]").click()
+            expect(current(page)).not_to_have_attribute("data-id", "main")
+            other = current(page).get_attribute("data-id")
+            assert other is not None
+            prompt(page, "beta")
+            expect(titles.first).to_contain_text("beta step")
+
+            page.evaluate(SWITCH_FAST, ["main", other])
+            # It ends on the other conversation, which goes on streaming there, and only there.
+            expect(current(page)).to_have_attribute("data-id", other)
+            shown = titles.count()
+            expect(titles.nth(shown)).to_contain_text("beta step")
+            page.locator(f"{ENTRY}[data-id=main]").get_by_test_id("conversation-open").click()
+            expect(current(page)).to_have_attribute("data-id", "main")
+            shown = titles.count()
+            expect(titles.nth(shown)).to_contain_text("alpha step")
+            expect(page.get_by_test_id("conversation")).not_to_contain_text("beta s")
+            assert page.evaluate("() => window.__leaks") == []
+        finally:
+            for context in contexts:
+                context.close()
+            host.process.stop()
+    assert page_log.errors == []

@@ -199,6 +199,11 @@ export class View {
     new ResizeObserver(() => { if (this.following) this.jumpToEnd(); }).observe(main);
 
     this.footer = el("footer", { class: "bottom" });
+    // The side panel fits between the header and the footer, whose height changes with what it
+    // holds (app.css, .side).
+    new ResizeObserver(() => {
+      this.root.style.setProperty("--bottom-height", `${this.footer.offsetHeight}px`);
+    }).observe(this.footer);
     this.settings = new SettingsBar({
       editable: this.isDriver,
       onChange: (entry, value) => {
