@@ -125,3 +125,41 @@ def test_the_timeline_holds_a_replays_items_and_plays_them_compressed(
     assert result["waits"] == [result["max"] / 16, result["min"] / 16, 1000 / 16]
     assert result["afterPlay"] == [0, 1, 2, 3, 4]
     assert result["playing"] is False
+
+
+LONG = """
+async (count) => {
+  const t = await import("/static/timeline.js");
+  const root = document.createElement("div");
+  const footer = document.createElement("footer");
+  const view = { root, footer, shown: 0, ready() {}, item() {}, snapshotDone() {},
+    replayItems(list) { this.shown = list.length; }, resetConversation() {}, jumpToEnd() {} };
+  const timeline = new t.Timeline();
+  const watched = timeline.watch(view);
+  watched.ready({ conversation_id: "main", replay: { conversation: "main", upto: count - 1 } });
+  const prompt = (seq) => ({ seq, type: "message", created_by: "ann",
+    created_at: "2026-01-05T09:00:00Z", data: { role: "user", text: `prompt ${seq}` } });
+  for (let seq = 0; seq < count; seq += 1) watched.item(prompt(seq));
+  watched.item(prompt(count - 1));
+  watched.snapshotDone();
+  const buttons = [...footer.querySelectorAll('[data-testid="timeline-mark"]')];
+  return { most: t.MAX_MARKS, held: timeline.items.length, shown: view.shown,
+    marks: buttons.length, first: buttons[0]?.dataset.seq,
+    spread: buttons.length > 1 ? Number(buttons.at(-1).dataset.seq) : null };
+}
+"""
+
+
+def test_a_long_replay_is_held_once_and_offers_a_bounded_number_of_jumps(
+    page: Page, static_server: str
+) -> None:
+    page.goto(static_server + BLANK_PATH)
+    count = 20_000
+    result = page.evaluate(LONG, count)
+    # Every item once (one given twice is held once), all of them shown to start with.
+    assert result["held"] == count
+    assert result["shown"] == count
+    # Not a button per prompt: at most MAX_MARKS, from the first to near the end.
+    assert 0 < result["marks"] <= result["most"]
+    assert result["first"] == "0"
+    assert result["spread"] >= count - count // result["most"] - 1

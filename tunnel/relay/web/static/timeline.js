@@ -13,6 +13,11 @@ export const SPEEDS = [1, 2, 4, 8, 16];
 export const MAX_GAP_MS = 2000;
 /** The shortest step at 1x, so items recorded in one instant still appear one after another. */
 export const MIN_GAP_MS = 40;
+/**
+ * The most jump buttons shown: a replay with more prompts and decisions gets that many of them,
+ * evenly spread (the slider still reaches every item), not a button for each of thousands.
+ */
+export const MAX_MARKS = 200;
 
 /** Milliseconds from each item's predecessor to it at 1x (the first: 0), as `play` waits. */
 export function gaps(items) {
@@ -43,14 +48,23 @@ export function marks(items) {
   return found;
 }
 
+/** At most `most` of `found`, evenly spread from its first. */
+export function thinned(found, most = MAX_MARKS) {
+  if (found.length <= most) return found;
+  const step = found.length / most;
+  return Array.from({ length: most }, (_, i) => found[Math.floor(i * step)]);
+}
+
 export class Timeline {
   constructor({ setTimer = (f, ms) => setTimeout(f, ms), clearTimer = clearTimeout } = {}) {
     Object.assign(this, { setTimer, clearTimer });
     // What the host's `ready` said ({ conversation, upto }); null: a live page, left alone.
     this.replay = null;
     this.view = null;
-    // Every item of the replay, in seq order (the host sends each once, in order).
+    // Every item of the replay, in seq order (the host sends each once, in order), and their
+    // seqs: a long replay's items are each checked against them in constant time.
     this.items = [];
+    this.seqs = new Set();
     this.delays = [];
     // How many of them the view shows.
     this.shown = 0;
@@ -80,12 +94,16 @@ export class Timeline {
       },
       item(item) {
         if (!timeline.replay) return false;
-        if (!timeline.items.some((held) => held.seq === item?.seq)) timeline.items.push(item);
+        if (!timeline.seqs.has(item?.seq)) {
+          timeline.seqs.add(item?.seq);
+          timeline.items.push(item);
+        }
         return true;
       },
       replayItems(items) {
         if (!timeline.replay) return false;
         timeline.items = [...items];
+        timeline.seqs = new Set(items.map((item) => item?.seq));
         timeline.refresh();
         return true;
       },
@@ -152,7 +170,7 @@ export class Timeline {
     const first = !this.loaded;
     this.loaded = true;
     this.slider.max = String(this.items.length);
-    this.markList.replaceChildren(...marks(this.items).map((mark) => el("button", {
+    this.markList.replaceChildren(...thinned(marks(this.items)).map((mark) => el("button", {
       class: `timeline-mark ${mark.kind}`, testid: "timeline-mark", type: "button",
       "data-kind": mark.kind, "data-seq": mark.seq, text: mark.label,
       title: `Jump to item #${mark.seq}`, onclick: () => this.jumpTo(mark.index),
@@ -165,6 +183,7 @@ export class Timeline {
   forget() {
     this.pause();
     this.items = [];
+    this.seqs = new Set();
     this.delays = [];
     this.shown = 0;
     this.loaded = false;
