@@ -401,3 +401,44 @@ def test_switching_fast_while_both_conversations_stream_never_mixes_their_items(
                 context.close()
             host.process.stop()
     assert page_log.errors == []
+
+
+def test_the_list_answers_the_keyboard_and_names_each_close_button(page: Page) -> None:
+    with fake_relay(Scenario()) as relay:
+        page.goto(relay.page_url("drive"))
+        expect(page.get_by_test_id("connection-status")).to_have_attribute(
+            "data-state", "connected"
+        )
+        entry = {"state": "idle", "pending": 0, "last": 0.0, "started": 0.0}
+        relay.send(
+            {
+                "op": "conversations",
+                "agents": ["demo", "other"],
+                "max": 4,
+                "list": [
+                    {**entry, "id": "conv-1", "agent": "demo", "by": "ann"},
+                    {**entry, "id": "c-2", "agent": "other", "by": "bo"},
+                ],
+            }
+        )
+        entries = page.locator(ENTRY)
+        expect(entries).to_have_count(2)
+        # Each Close says which conversation it closes: a screen reader lists them by name.
+        for index, (agent, by) in enumerate((("demo", "ann"), ("other", "bo"))):
+            expect(entries.nth(index).get_by_test_id("conversation-close")).to_have_accessible_name(
+                f"Close the conversation with {agent}, started by {by}"
+            )
+        # Escape closes the New menu, and gives the focus back to New.
+        new = page.get_by_test_id("new-conversation")
+        new.click()
+        expect(page.get_by_test_id("new-menu")).to_be_visible()
+        page.keyboard.press("Escape")
+        expect(page.get_by_test_id("new-menu")).to_be_hidden()
+        expect(new).to_have_attribute("aria-expanded", "false")
+        expect(new).to_be_focused()
+        # On a phone the drawer the header button opens closes with Escape too.
+        page.set_viewport_size({"width": 390, "height": 800})
+        page.get_by_test_id("conversations-toggle").click()
+        expect(page.get_by_test_id("conversation-list")).to_be_visible()
+        page.keyboard.press("Escape")
+        expect(page.get_by_test_id("conversation-list")).to_be_hidden()

@@ -161,9 +161,16 @@ export class ConversationPanel {
       "aria-haspopup": "true", "aria-expanded": "false", hidden: true,
       onclick: () => this.toggleMenu(),
     }) : null;
-    this.element = el("section", { class: "conversations", testid: "conversations", hidden: true },
-      el("div", { class: "conversations-head" }, el("h2", { text: "Conversations" }), this.newButton),
-      this.menu, this.entries);
+    this.element = el("section", { class: "conversations", testid: "conversations", hidden: true,
+      // Escape closes the New menu first (and only it: the drawer stays open), back on New.
+      onkeydown: (event) => {
+        if (event.key !== "Escape" || this.menu.hidden) return;
+        event.stopPropagation();
+        this.toggleMenu(false);
+        this.newButton?.focus();
+      } },
+    el("div", { class: "conversations-head" }, el("h2", { text: "Conversations" }), this.newButton),
+    this.menu, this.entries);
     this.timer = setInterval(() => { if (this.list.length > 0) this.render(); }, RELATIVE_REFRESH_MS);
   }
 
@@ -277,6 +284,8 @@ export class ConversationPanel {
             } }))
         : el("button", { class: "conversation-close", testid: "conversation-close", type: "button",
           text: "Close", title: "Stop this conversation's agent; its log stays",
+          // Every entry has one: its name says which conversation it closes.
+          "aria-label": `Close the conversation with ${entry.agent}, started by ${entry.by}`,
           onclick: () => {
             this.confirming = entry.id;
             this.render();
