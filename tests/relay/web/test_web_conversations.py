@@ -9,6 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
@@ -16,7 +17,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from tunnel.e2e.opening import MAX_CONVERSATION_LENGTH
 
 from .conftest import BLANK_PATH, PageLog
-from .fake_relay import Scenario, fake_relay
+from .fake_relay import Scenario, fake_relay, link_fragment
 from .stack import Host, running_relay
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
@@ -442,3 +443,42 @@ def test_the_list_answers_the_keyboard_and_names_each_close_button(page: Page) -
         expect(page.get_by_test_id("conversation-list")).to_be_visible()
         page.keyboard.press("Escape")
         expect(page.get_by_test_id("conversation-list")).to_be_hidden()
+
+
+@pytest.mark.parametrize(
+    "named",
+    [
+        '"><img src=x onerror=window.__owned=1>',
+        "../../../v1/attach?x=1",
+        "\u202eevil\u202c\u2066",
+        "x" * (MAX_CONVERSATION_LENGTH + 1),
+        "%E0%A4%A",
+    ],
+)
+def test_a_hostile_conversation_in_the_fragment_breaks_nothing_and_leaks_no_secret(
+    page: Page, page_log: PageLog, named: str
+) -> None:
+    secret = link_fragment("drive").split(".", 1)[1]
+    sent: list[str] = []
+    page.on(
+        "request",
+        lambda request: sent.append(f"{request.url} {request.headers} {request.post_data}"),
+    )
+    page.on("console", lambda message: sent.append(message.text))
+    with fake_relay(Scenario()) as relay:
+        encoded = named if named.startswith("%") else quote(named, safe="")
+        page.goto(f"{relay.page_url('drive')}/{encoded}")
+        expect(page.get_by_test_id("connection-status")).to_have_attribute(
+            "data-state", "connected"
+        )
+        # The host serves the conversation it has, and the fragment follows it.
+        expect(page).to_have_url(re.compile(r"#drive\.[A-Za-z0-9_-]+/conv-1$"))
+        subscribe = relay.opens[-1]["meta"].get("sub", {})
+        fits = len(named) <= MAX_CONVERSATION_LENGTH and not named.startswith("%")
+        assert subscribe.get("conversation") == (named if fits else None)
+        assert page.evaluate("() => window.__owned") is None
+        # The secret stayed in the fragment: in no request, header, console line or open.
+        hellos = str(relay.hellos) + str(relay.opens)
+    assert not [line for line in sent if secret in line]
+    assert secret not in hellos
+    assert page_log.errors == []
