@@ -482,3 +482,50 @@ def test_a_hostile_conversation_in_the_fragment_breaks_nothing_and_leaks_no_secr
     assert not [line for line in sent if secret in line]
     assert secret not in hellos
     assert page_log.errors == []
+
+
+KEPT = """async () => {
+  const s = await import("/static/session.js");
+  const links = [];
+  const linkFactory = (options) => {
+    const link = { options, ended: false, start: async () => {}, send: () => true,
+      close() { this.ended = true; } };
+    links.push(link);
+    return link;
+  };
+  const view = new Proxy({}, { get: () => () => undefined });
+  const session = new s.Session({ location, hostId: "a".repeat(26), role: "view",
+    secret: new Uint8Array(32), name: "t", view, linkFactory, conversation: "c0" });
+  session.start();
+  const item = (id, seq) => ({ conversation_id: id, seq, type: "message", data: {} });
+  // Twelve conversations visited in turn, each holding 3 items (cursor 2) when left.
+  for (let n = 0; n < 12; n += 1) {
+    const id = `c${n}`;
+    if (n > 0) session.switchTo(id);
+    for (let seq = 0; seq < 3; seq += 1) session.acceptItem(item(id, seq));
+    session.lastSeq = 2;
+  }
+  const kept = [...session.kept.keys()];
+  // A late item on a link already left: dropped, in the view shown and in what is kept.
+  links[10].options.onMessage({ op: "item", item: item("c10", 3) });
+  const late = { shown: session.items.length, kept: session.kept.get("c10").items.length };
+  session.switchTo("c5");
+  const back = { ...links.at(-1).options.subscribe, items: session.items.length };
+  session.switchTo("c0");
+  const forgotten = { ...links.at(-1).options.subscribe, items: session.items.length };
+  return { most: s.KEPT_CONVERSATIONS, kept, late, back, forgotten };
+}"""
+
+
+def test_the_page_keeps_the_last_eight_conversations_it_left_and_nothing_late(
+    page: Page, static_server: str
+) -> None:
+    page.goto(static_server + BLANK_PATH)
+    got = page.evaluate(KEPT)
+    assert got["most"] == 8
+    assert got["kept"] == [f"c{n}" for n in range(3, 11)]
+    assert got["late"] == {"shown": 3, "kept": 3}
+    # One kept is shown from memory and asks only for what came after its cursor; one
+    # forgotten starts over.
+    assert got["back"] == {"after": 2, "tail": None, "conversation": "c5", "items": 3}
+    assert got["forgotten"] == {"after": None, "tail": None, "conversation": "c0", "items": 0}
