@@ -132,8 +132,10 @@ async (count) => {
   const t = await import("/static/timeline.js");
   const root = document.createElement("div");
   const footer = document.createElement("footer");
-  const view = { root, footer, shown: 0, ready() {}, item() {}, snapshotDone() {},
-    replayItems(list) { this.shown = list.length; }, resetConversation() {}, jumpToEnd() {} };
+  const view = { root, footer, shown: 0, rebuilds: 0, ready() {}, snapshotDone() {},
+    item() { this.shown += 1; },
+    replayItems(list) { this.shown = list.length; this.rebuilds += 1; },
+    resetConversation() {}, jumpToEnd() {} };
   const timeline = new t.Timeline();
   const watched = timeline.watch(view);
   watched.ready({ conversation_id: "main", replay: { conversation: "main", upto: count - 1 } });
@@ -143,7 +145,15 @@ async (count) => {
   watched.item(prompt(count - 1));
   watched.snapshotDone();
   const buttons = [...footer.querySelectorAll('[data-testid="timeline-mark"]')];
-  return { most: t.MAX_MARKS, held: timeline.items.length, shown: view.shown,
+  const shown = view.shown;
+  // Back to the start rebuilds the view; forward again only adds the items passed.
+  timeline.seek(0);
+  const rebuilds = view.rebuilds;
+  timeline.seek(count);
+  const forward = { shown: view.shown, rebuilds: view.rebuilds - rebuilds };
+  timeline.seek(count / 2);
+  const back = { shown: view.shown, rebuilds: view.rebuilds - rebuilds };
+  return { most: t.MAX_MARKS, held: timeline.items.length, shown, forward, back,
     marks: buttons.length, first: buttons[0]?.dataset.seq,
     spread: buttons.length > 1 ? Number(buttons.at(-1).dataset.seq) : null };
 }
@@ -163,3 +173,7 @@ def test_a_long_replay_is_held_once_and_offers_a_bounded_number_of_jumps(
     assert 0 < result["marks"] <= result["most"]
     assert result["first"] == "0"
     assert result["spread"] >= count - count // result["most"] - 1
+    # The slider forward shows the items passed, without rebuilding the view from the first
+    # (which, for a long replay, takes seconds); back, the view is rebuilt.
+    assert result["forward"] == {"shown": count, "rebuilds": 0}
+    assert result["back"] == {"shown": count // 2, "rebuilds": 1}

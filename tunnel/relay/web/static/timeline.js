@@ -191,8 +191,19 @@ export class Timeline {
 
   /** Show the first `count` items afresh. */
   seek(count) {
-    this.shown = Math.max(0, Math.min(this.items.length, count));
-    this.refresh();
+    const target = Math.max(0, Math.min(this.items.length, count));
+    if (!this.view || target < this.shown) {
+      this.shown = target;
+      this.refresh();
+      return;
+    }
+    // Forward, the view only adds the items passed, as play does: rebuilding a long replay
+    // from its first item at every step of the slider takes seconds.
+    while (this.shown < target) {
+      this.view.item(this.items[this.shown]);
+      this.shown += 1;
+    }
+    this.showPosition();
   }
 
   /** Show everything up to the item at `index`, and stop there. */
