@@ -139,7 +139,8 @@ async (count) => {
   const timeline = new t.Timeline();
   const watched = timeline.watch(view);
   watched.ready({ conversation_id: "main", replay: { conversation: "main", upto: count - 1 } });
-  const prompt = (seq) => ({ seq, type: "message", created_by: "ann",
+  const by = '<img src=x onerror="window.__owned=1">';
+  const prompt = (seq) => ({ seq, type: "message", created_by: by,
     created_at: "2026-01-05T09:00:00Z", data: { role: "user", text: `prompt ${seq}` } });
   for (let seq = 0; seq < count; seq += 1) watched.item(prompt(seq));
   watched.item(prompt(count - 1));
@@ -154,7 +155,8 @@ async (count) => {
   timeline.seek(count / 2);
   const back = { shown: view.shown, rebuilds: view.rebuilds - rebuilds };
   return { most: t.MAX_MARKS, held: timeline.items.length, shown, forward, back,
-    marks: buttons.length, first: buttons[0]?.dataset.seq,
+    marks: buttons.length, first: buttons[0]?.dataset.seq, label: buttons[0]?.textContent,
+    images: footer.querySelectorAll("img").length,
     spread: buttons.length > 1 ? Number(buttons.at(-1).dataset.seq) : null };
 }
 """
@@ -172,6 +174,9 @@ def test_a_long_replay_is_held_once_and_offers_a_bounded_number_of_jumps(
     # Not a button per prompt: at most MAX_MARKS, from the first to near the end.
     assert 0 < result["marks"] <= result["most"]
     assert result["first"] == "0"
+    # What the host's items say is text: a name with markup stays a name.
+    assert result["label"] == '<img src=x onerror="window.__owned=1">: prompt 0'
+    assert result["images"] == 0
     assert result["spread"] >= count - count // result["most"] - 1
     # The slider forward shows the items passed, without rebuilding the view from the first
     # (which, for a long replay, takes seconds); back, the view is rebuilt.
