@@ -4,12 +4,14 @@ drivers start, list, switch and close them; each keeps its own items; a viewer w
 from __future__ import annotations
 
 import dataclasses
+import shlex
+import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.host.conftest import _share, wait_online
+from tests.host.conftest import FAKE_ACP_AGENT, _share, wait_online
 from tests.host.host_process import HostProcess
 from tests.host.teammate import Teammate, attached
 from tests.support import RelayProcess, host_settings
@@ -34,6 +36,12 @@ def _replies(teammate: Teammate) -> list[str]:
         for item in teammate.items
         if item["type"] == "message" and item["created_by"] != "agent"
     ]
+
+
+def _pending(teammate: Teammate, conversation: str) -> int | None:
+    """How many requests wait in `conversation`, as the host's list last said."""
+    entry = None if teammate.listing is None else teammate.listing.find(conversation)
+    return None if entry is None else entry.pending
 
 
 def _host(relay: RelayProcess, tmp_path: Path, *extra: str) -> HostProcess:
@@ -265,3 +273,48 @@ async def test_on_a_relay_without_broadcast_groups_a_second_conversation_streams
                 )
                 assert "live without a group" not in _replies(vic)
             tg.cancel_scope.cancel()
+
+
+async def test_an_acp_agent_and_the_demo_in_one_host_a_waiting_approval_blocks_only_its_own(
+    tmp_path: Path,
+) -> None:
+    relay = RelayProcess(tmp_path).start()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    fake = shlex.join([sys.executable, str(FAKE_ACP_AGENT)])
+    host = HostProcess(
+        relay.url,
+        tmp_path,
+        agent=f"fake=acp:{fake}",
+        workspace=workspace,
+        log_db=tmp_path / "log.db",
+        interactive=False,
+        extra=("--agent", "demo=demo"),
+    )
+    try:
+        host.start()
+        async with attached(host.drive_link, "ann", conversation="main") as ann:
+            await ann.wait_for(lambda t: t.listing is not None and t.snapshot_done)
+            assert ann.listing is not None
+            assert ann.listing.agents == ("fake", "demo")
+            # The ACP agent asks, and nobody answers yet.
+            await ann.send(Prompt(text="ask"))
+            await ann.wait_for(lambda t: t.item_of("permission_request") is not None)
+            await ann.wait_for(
+                lambda t: t.listing is not None and t.listing.conversations[0].state == "waiting"
+            )
+            await ann.send(NewConversation(agent="demo"))
+            await ann.wait_for(lambda t: t.started)
+            async with attached(host.drive_link, "bo", conversation=ann.started[0]) as bo:
+                await bo.wait_for(lambda t: t.snapshot_done)
+                await bo.send(Prompt(text="while the other waits"))
+                # The demo's turn runs to its end while the ACP agent's request still waits.
+                await bo.wait_for(lambda t: any(i["created_by"] == "agent" for i in t.items))
+                await bo.wait_for(lambda t: _pending(t, "main") == 1)
+                assert bo.item_of("permission_request") is None
+            request = ann.item_of("permission_request")
+            assert request is not None
+            assert ann.item_of("permission_decision") is None
+    finally:
+        host.stop()
+        relay.stop()
