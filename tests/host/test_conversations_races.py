@@ -3,6 +3,8 @@ of them is refused leaves nothing behind that a restart would resume."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 from anyio.abc import TaskStatus
@@ -10,6 +12,7 @@ from anyio.abc import TaskStatus
 from tests.host.test_conversations import _Parts, _registry
 from tunnel.app.errors import AppError
 from tunnel.host.conversations import Conversation, Conversations
+from tunnel.host.presence import Presence
 from tunnel.log import Log, MemoryStore, NewItem
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -90,3 +93,73 @@ async def test_a_conversation_whose_agent_cannot_start_is_not_resumed_by_a_resta
             await again.start(restarted.run, "main")
             assert [c.id for c in restarted.open_conversations()] == ["main"]
             again.cancel_scope.cancel()
+
+
+class _SlowToStop:
+    """An agent that takes its time to stop, as an ACP agent's process may (shielded)."""
+
+    def __init__(self) -> None:
+        self.stopping = anyio.Event()
+        self.may_stop = anyio.Event()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                self.stopping.set()
+                await self.may_stop.wait()
+
+
+class _Quiet:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await anyio.sleep_forever()
+
+    async def close(self) -> None:
+        pass
+
+
+class _Broadcast(_Quiet):
+    def __init__(self) -> None:
+        self.parted = False
+
+    def part_all(self) -> None:
+        self.parted = True
+
+
+async def test_a_closed_conversations_channels_leave_its_group_before_its_agent_has_stopped() -> (
+    None
+):
+    """Its group is free for the next conversation as soon as it is closed: its channels must
+    be out of it then, not once its agent is done stopping."""
+    from tunnel.host.share import _Parts as SharedParts
+
+    session = _SlowToStop()
+    broadcast = _Broadcast()
+    parts: Any = SharedParts(
+        session=session,  # type: ignore[arg-type]
+        presence=Presence(),
+        broadcast=broadcast,  # type: ignore[arg-type]
+        signer=_Quiet(),  # type: ignore[arg-type]
+    )
+    async with anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+
+        async def serve() -> None:
+            with scope:
+                await parts.run()
+
+        tg.start_soon(serve)
+        await anyio.wait_all_tasks_blocked()
+        scope.cancel()
+        try:
+            with anyio.fail_after(5):
+                await session.stopping.wait()
+            await anyio.wait_all_tasks_blocked()
+            parted_while_stopping = broadcast.parted
+        finally:
+            session.may_stop.set()
+    assert parted_while_stopping
+    assert broadcast.parted

@@ -460,6 +460,12 @@ class _Parts:
                 await tg.start(self.session.run)
                 await tg.start(self.broadcast.run)
                 task_status.started()
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    # Closed: its group is free for the next conversation at once, while the
+                    # agent may take a while to stop, so its channels leave it now.
+                    self.broadcast.part_all()
         finally:
             # Its group may serve another conversation next: its channels leave it now.
             self.broadcast.part_all()
