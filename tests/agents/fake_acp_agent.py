@@ -14,6 +14,9 @@ What it does depends on the prompt:
 - `tool`: a finished tool call whose id, `call_1`, is the same in every turn.
 - `late`: ends its turn, then streams `late text` a moment later.
 - `weird`: sends a session update of a kind no schema has, then says `after weird`.
+- `unstable`: sends what the stable schema does not have: a markdown `plan_update`, a
+  `plan_removed`, and `elicitation/complete` (URL-mode elicitation, which the host does not
+  offer); says `after unstable`.
 - `term`: runs a command in a terminal (output, exit code 3), waits, reads the output, releases.
 - `term-outside`: asks for a terminal whose cwd is outside the workspace.
 - `term-sleep`: starts a long command, then kills and releases it.
@@ -384,6 +387,18 @@ class FakeAgent:
         elif text == "late":
             await self._say(session_id, "on time")
             self._soon(self._late(session_id))
+        elif text == "unstable":
+            conn = self.client._conn
+            plan = {"type": "markdown", "planId": "p1", "content": "# Steps"}
+            for update in (
+                {"sessionUpdate": "plan_update", "plan": plan},
+                {"sessionUpdate": "plan_removed", "planId": "p1"},
+            ):
+                await conn.send_notification(
+                    "session/update", {"sessionId": session_id, "update": update}
+                )
+            await conn.send_notification("elicitation/complete", {"elicitationId": "e1"})
+            await self._say(session_id, "after unstable")
         elif text == "weird":
             await self.client._conn.send_notification(
                 "session/update",

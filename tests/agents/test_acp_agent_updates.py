@@ -5,6 +5,7 @@ Driven through tests/agents/fake_acp_agent.py."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,25 @@ async def test_a_session_title_is_recorded_once_per_change_and_printed(
     assert not [i for i in stored if i.data.get("what") == "unsupported_update"]
     assert not [e for e in rec.events if e.data.get("update") == "session_info_update"]
     assert "the session is titled Fix the login test" in render_item(titles[0].to_wire()).plain
+
+
+async def test_what_the_stable_schema_lacks_is_passed_on_live_or_ignored_never_stored(
+    log: Log, workspace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A markdown `plan_update` and a `plan_removed` reach the teammates present as `usage`
+    events, stored nowhere; `elicitation/complete` (URL mode, never offered) is ignored; no
+    traceback, no unsupported-update note (docs/agents.md, the coverage table)."""
+    caplog.set_level(logging.INFO)
+    session = acp_session(log, workspace)
+    async with running(session, log) as rec:
+        await session.prompt("unstable", by="alice")
+        await rec.wait_item("message", text="after unstable")
+        await rec.wait_idle()
+    passed_on = [e.data for e in rec.events if e.kind == "usage"]
+    assert [d["update"] for d in passed_on] == ["plan_update", "plan_removed"]
+    assert passed_on[0]["plan"]["content"] == "# Steps"
+    assert passed_on[1]["plan_id"] == "p1"
+    stored = await log.query("c1", limit=1000)
+    assert not [i for i in stored if "# Steps" in str(i.data) or "plan_removed" in str(i.data)]
+    assert not [i for i in stored if i.data.get("what") == "unsupported_update"]
+    assert not [r for r in caplog.records if r.exc_info]
