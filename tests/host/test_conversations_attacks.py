@@ -11,7 +11,14 @@ import pytest
 from tests.host.host_process import HostProcess
 from tests.host.teammate import Teammate, attached
 from tests.support import RelayProcess, attach_proxy, via
-from tunnel.app.requests import CloseConversation, NewConversation, Prompt, Subscribe
+from tunnel.app.requests import (
+    CloseConversation,
+    Fork,
+    ListConversations,
+    NewConversation,
+    Prompt,
+    Subscribe,
+)
 from tunnel.e2e.crypto import ShareLink
 from tunnel.proto import Open, decode_frame, encode_frame
 from tunnel.teammate.client import DecryptionFailedError
@@ -180,6 +187,47 @@ async def test_a_relay_that_names_another_conversation_in_the_open_gets_no_chann
             assert served == []
             # The host checks the proof over the transcript as the relay forwarded it: 4003.
             assert caught.group_contains(DecryptionFailedError, match="proof does not verify")
+    finally:
+        host.stop()
+        relay.stop()
+
+
+async def test_a_view_link_starts_closes_and_forks_nothing_and_reads_only_what_it_follows(
+    tmp_path: Path,
+) -> None:
+    relay = RelayProcess(tmp_path).start()
+    host = _host(relay, tmp_path)
+    try:
+        host.start()
+        async with attached(host.drive_link, "ann", conversation="main") as ann:
+            await ann.wait_for(lambda t: t.listing is not None)
+            await ann.send(NewConversation(agent="other"))
+            await ann.wait_for(lambda t: len(t.started) == 1)
+            second = ann.started[0]
+            await ann.send(Prompt(text="secret of main"))
+            await ann.wait_for(lambda t: "secret of main" in _replies(t))
+            async with attached(host.view_link, "vic", conversation=second) as vic:
+                await vic.wait_for(lambda t: t.snapshot_done)
+                for request in (
+                    NewConversation(agent="demo"),
+                    CloseConversation(conversation=second),
+                    CloseConversation(conversation="main"),
+                    Fork(conversation="main", upto=0),
+                    Fork(conversation=second, upto=0),
+                ):
+                    await vic.send(request)
+                await vic.wait_for(lambda t: len(t.errors) == 5)
+                assert {e["code"] for e in vic.errors} == {"forbidden"}
+                # A cursor past its own conversation's end reads nothing of another one.
+                page = await vic.session.history(10**6, limit=200)
+                assert "secret of main" not in str(page.items)
+                assert {i["id"].rsplit(":", 1)[0] for i in page.items} == {second}
+            await ann.send(ListConversations())
+            await ann.wait_for(
+                lambda t: t.listing is not None and len(t.listing.conversations) == 2
+            )
+            assert ann.listing is not None
+            assert all(c.state != "closed" for c in ann.listing.conversations)
     finally:
         host.stop()
         relay.stop()
