@@ -127,6 +127,10 @@ def test_the_page_replays_a_conversation_on_its_timeline(page: Page, replay_link
     # It opens on the whole conversation, as it stood.
     expect(timeline).to_have_attribute("data-shown", str(total))
     expect(page.get_by_test_id("conversation")).to_contain_text("second answer")
+    # Nothing to drive with: no fork from a message, no list to start or close one from.
+    expect(page.get_by_test_id("fork-here")).to_have_count(0)
+    expect(page.get_by_test_id("new-conversation")).to_have_count(0)
+    expect(page.get_by_test_id("conversations-toggle")).to_be_hidden()
     everything = seqs(page)
 
     marks = page.get_by_test_id("timeline-mark")
