@@ -17,7 +17,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from tunnel.e2e.opening import MAX_CONVERSATION_LENGTH
 
 from .conftest import BLANK_PATH, PageLog
-from .fake_relay import Scenario, fake_relay, link_fragment
+from .fake_relay import Scenario, fake_relay, link_fragment, wire_item
 from .stack import Host, running_relay
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
@@ -529,3 +529,28 @@ def test_the_page_keeps_the_last_eight_conversations_it_left_and_nothing_late(
     # forgotten starts over.
     assert got["back"] == {"after": 2, "tail": None, "conversation": "c5", "items": 3}
     assert got["forgotten"] == {"after": None, "tail": None, "conversation": "c0", "items": 0}
+
+
+def test_an_entry_the_host_does_not_serve_brings_the_page_back_to_what_it_serves(
+    page: Page, page_log: PageLog
+) -> None:
+    said = [wire_item(seq, "message", {"role": "agent", "text": f"said {seq}"}) for seq in (0, 1)]
+    with fake_relay(Scenario(items=said)) as relay:
+        page.goto(relay.page_url("drive"))
+        expect(page.get_by_test_id("message")).to_have_count(2)
+        entry = {"agent": "demo", "by": "ann", "state": "idle", "pending": 0}
+        listing = {"op": "conversations", "agents": ["demo"], "max": 4}
+        ids = ["conv-1", "ghost"]
+        relay.send(
+            {**listing, "list": [{**entry, "id": id_, "last": 0.0, "started": 0.0} for id_ in ids]}
+        )
+        page.locator(f"{ENTRY}[data-id=ghost]").get_by_test_id("conversation-open").click()
+        # The open named it; the host served its own, and the page shows that one, each item once.
+        expect(page).to_have_url(re.compile(r"/conv-1$"))
+        expect(current(page)).to_have_attribute("data-id", "conv-1")
+        assert relay.opens[-1]["meta"]["sub"]["conversation"] == "ghost"
+        expect(page.get_by_test_id("message")).to_have_count(2)
+        expect(page.get_by_test_id("connection-status")).to_have_attribute(
+            "data-state", "connected"
+        )
+    assert page_log.errors == []
