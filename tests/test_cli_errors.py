@@ -125,6 +125,39 @@ MISTAKES = {
         EXIT_CONFIG,
         "no-such-program-here",
     ),
+    "host-named-agent-not-on-path": Mistake(
+        (
+            "host",
+            "--relay",
+            "http://127.0.0.1:9",
+            "--agent",
+            "a=demo",
+            "--agent",
+            "b=pty:no-such-x",
+        ),
+        EXIT_CONFIG,
+        "no-such-x",
+    ),
+    "host-agents-named-and-not": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--agent", "a=demo", "--agent", "demo"),
+        EXIT_CONFIG,
+        "NAME=SPEC",
+    ),
+    "host-agent-named-twice": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--agent", "a=demo", "--agent", "a=demo"),
+        EXIT_CONFIG,
+        "given twice",
+    ),
+    "host-agent-bad-name": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--agent", "Big=demo"),
+        EXIT_CONFIG,
+        "agent name",
+    ),
+    "host-max-conversations-zero": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--max-conversations", "0"),
+        EXIT_CONFIG,
+        "--max-conversations",
+    ),
     "host-sandbox-allow-without-sandbox": Mistake(
         ("host", "--relay", "http://127.0.0.1:9", "--sandbox-allow", "{tmp}"),
         EXIT_CONFIG,
