@@ -65,9 +65,11 @@ class ReplayLink:
 def replay_name(conversation: str, taken: set[str]) -> str:
     """`replay-<conversation>-<n>`, with the first n from 1 not in `taken`; the conversation
     id made one word of at most 40 characters, so the name is an invited person's kind of
-    name."""
+    name. Compared ignoring case, as names are: a conversation `Main` gets a second name,
+    never the first one again."""
     word = _UNSAFE.sub("_", conversation)[:_CONVERSATION_IN_NAME]
+    folded = {name.casefold() for name in taken}
     n = 1
-    while f"{REPLAY_PREFIX}{word}-{n}" in taken:
+    while f"{REPLAY_PREFIX}{word}-{n}".casefold() in folded:
         n += 1
     return f"{REPLAY_PREFIX}{word}-{n}"
