@@ -554,3 +554,33 @@ def test_an_entry_the_host_does_not_serve_brings_the_page_back_to_what_it_serves
             "data-state", "connected"
         )
     assert page_log.errors == []
+
+
+def test_the_focus_stays_on_its_entry_when_the_list_changes(page: Page) -> None:
+    with fake_relay(Scenario()) as relay:
+        page.goto(relay.page_url("drive"))
+        expect(page.get_by_test_id("connection-status")).to_have_attribute(
+            "data-state", "connected"
+        )
+        entry = {"agent": "demo", "by": "ann", "pending": 0, "last": 0.0, "started": 0.0}
+
+        def listing(state: str) -> None:
+            entries = [
+                {**entry, "id": "conv-1", "state": "idle"},
+                {**entry, "id": "c-2", "state": state},
+            ]
+            relay.send({"op": "conversations", "agents": ["demo"], "max": 4, "list": entries})
+
+        listing("idle")
+        other = page.locator(f"{ENTRY}[data-id=c-2]")
+        other.get_by_test_id("conversation-close").focus()
+        # Its agent starts working: the entry is drawn again, the keyboard stays where it was.
+        listing("working")
+        expect(other).to_have_attribute("data-state", "working")
+        expect(other.get_by_test_id("conversation-close")).to_be_focused()
+        # Close asks first, with the focus on Keep; Keep goes back to Close.
+        page.keyboard.press("Enter")
+        expect(other.get_by_test_id("conversation-close-cancel")).to_be_focused()
+        page.keyboard.press("Enter")
+        expect(other.get_by_test_id("conversation-close")).to_be_focused()
+        assert relay.ops("close_conversation") == []

@@ -225,6 +225,12 @@ export class ConversationPanel {
         },
       })));
     }
+    // The button the keyboard is on, by its entry and its kind: an entry drawn again (its state
+    // changed, or Close asks to confirm) gets the focus back on the same button, or on the one
+    // that took its place.
+    const focused = this.entries.contains(document.activeElement) ? document.activeElement : null;
+    const focusedId = focused?.closest("li")?.dataset.id;
+    const focusedKind = focused?.dataset.testid;
     const now = Date.now();
     const seen = new Set();
     const elements = this.list.map((entry) => {
@@ -244,6 +250,12 @@ export class ConversationPanel {
     const shown = this.entries.children;
     const same = elements.length === shown.length && elements.every((element, i) => shown[i] === element);
     if (!same) this.entries.replaceChildren(...elements);
+    if (focused && !focused.isConnected) {
+      const entry = elements.find((element) => element.dataset.id === focusedId);
+      const kinds = [focusedKind, "conversation-close-cancel", "conversation-close", "conversation-open"];
+      const buttons = kinds.map((kind) => entry?.querySelector(`[data-testid="${kind}"]`));
+      buttons.find(Boolean)?.focus();
+    }
   }
 
   renderEntry(entry, now) {
