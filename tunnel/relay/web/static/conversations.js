@@ -252,8 +252,8 @@ export class ConversationPanel {
     if (!same) this.entries.replaceChildren(...elements);
     if (focused && !focused.isConnected) {
       const entry = elements.find((element) => element.dataset.id === focusedId);
-      const kinds = [focusedKind, "conversation-close-cancel", "conversation-close", "conversation-open"];
-      const buttons = kinds.map((kind) => entry?.querySelector(`[data-testid="${kind}"]`));
+      const tried = [focusedKind, "conversation-close-cancel", "conversation-close", "conversation-open"];
+      const buttons = tried.map((kind) => entry?.querySelector(`[data-testid="${kind}"]`));
       buttons.find(Boolean)?.focus();
     }
   }
