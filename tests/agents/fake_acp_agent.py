@@ -42,6 +42,7 @@ Environment: FAKE_ACP_STATE=DIR keeps sessions there and advertises loadSession 
 replays the history; with FAKE_ACP_REPLAY=after it answers first and replays after, bit by bit,
 as Gemini CLI does); FAKE_ACP_RESUME=1 offers session/resume too (no replay); FAKE_ACP_FORK=1
 offers the unstable session/fork (a new session with a copy of the kept one's history);
+FAKE_ACP_LIST=1 offers session/list (the kept sessions, titled by their first prompt);
 FAKE_ACP_JOURNAL=FILE appends a JSON line per session/new, load, resume, fork and prompt it
 serves (with its pid; a prompt with its blocks); FAKE_ACP_AUTH=1
 requires a login first (methods `fake-key`, which needs FAKE_ACP_KEY set, `browser`, which
@@ -79,6 +80,7 @@ REPLAY_AFTER = os.environ.get("FAKE_ACP_REPLAY") == "after"
 RESUME = os.environ.get("FAKE_ACP_RESUME") == "1"
 FORK = os.environ.get("FAKE_ACP_FORK") == "1"
 JOURNAL = os.environ.get("FAKE_ACP_JOURNAL")
+LIST = os.environ.get("FAKE_ACP_LIST") == "1"
 
 MODES = schema.SessionModeState(
     current_mode_id="default",
@@ -168,6 +170,7 @@ class FakeAgent:
                 session_capabilities=schema.SessionCapabilities(
                     resume=schema.SessionResumeCapabilities() if RESUME else None,
                     fork=schema.SessionForkCapabilities() if FORK else None,
+                    list=schema.SessionListCapabilities() if LIST else None,
                 ),
             ),
             auth_methods=methods,
@@ -234,6 +237,22 @@ class FakeAgent:
         self._soon(self._advertise(session_id))
         # A plain map: the unstable `models` is not in the package's schema.
         return self._session_result(session_id)
+
+    async def list_sessions(self, cwd: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        _journal("session/list", cwd=cwd)
+        sessions = []
+        for name in sorted(os.listdir(STATE)) if STATE else ():
+            with open(os.path.join(STATE, name)) as file:
+                history = json.load(file)
+            sessions.append(
+                {
+                    "sessionId": name.removesuffix(".json"),
+                    "cwd": cwd or "/",
+                    "title": history[0] if history else None,
+                    "updatedAt": "2026-01-02T03:04:05Z",
+                }
+            )
+        return {"sessions": sessions}
 
     async def fork_session(self, cwd: str, session_id: str, **kwargs: Any) -> dict[str, Any]:
         self._restore(cwd, session_id)

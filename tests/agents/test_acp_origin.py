@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from tunnel.agents.acp_origin import ForkOrigin, Origin, OriginScan, OwnSession
+from tunnel.agents.acp_origin import AskedSession, ForkOrigin, Origin, OriginScan, OwnSession
 from tunnel.agents.transcript import render
 from tunnel.log import Item
 
@@ -119,3 +119,30 @@ def test_a_long_transcript_keeps_the_newest_entries_within_its_budget() -> None:
     assert transcript.summary()["entries"] == transcript.entries < 60
     # Only the end was read: said so even when all of it fits.
     assert render(log[-1:], header="H", earlier=True).left_out
+
+
+def asked(session_id: str) -> tuple[str, str, dict[str, Any]]:
+    data = {"what": "conversation_started", "agent": "fake", "resume": session_id}
+    return ("session_event", "hannah", data)
+
+
+def test_a_conversation_started_to_resume_a_past_session_resumes_it_until_it_starts_its_own() -> (
+    None
+):
+    # Nothing started yet: the past session the host user asked for.
+    assert scan(items(asked("old"))) == AskedSession(session_id="old")
+    # Another agent's start recorded before it changes nothing: the newest event rules.
+    assert scan(items(started("s0", agent_id="b"), asked("old"))) == AskedSession(session_id="old")
+    # Once its agent started (resuming it), that start rules, as any conversation's own.
+    log = items(asked("old"), started("old", resumed=True, resumed_with="session/load"))
+    origin = scan(log)
+    assert isinstance(origin, OwnSession)
+    assert origin.session_id == "old"
+    # A later new session of its own rules over the one asked for.
+    log = items(asked("old"), started("old", resumed=True), started("s2"))
+    origin = scan(log)
+    assert isinstance(origin, OwnSession)
+    assert origin.session_id == "s2"
+    # A plain start names no session: nothing to resume.
+    plain = ("session_event", "hannah", {"what": "conversation_started", "agent": "fake"})
+    assert scan(items(plain)) is None

@@ -15,9 +15,12 @@ from tunnel.terminal.commands import (
     Listing,
     New,
     Quit,
+    Resume,
     Revoke,
     Say,
+    Sessions,
     Switch,
+    parse_host_line,
     parse_line,
 )
 from tunnel.terminal.view import ConversationView
@@ -256,3 +259,22 @@ def test_the_conversation_commands_are_local_and_a_double_slash_sends_them_to_th
         assert word in LOCAL_COMMANDS
         assert word in HELP
         assert parse_line("/" + word, ConversationView()) == Prompt(text=word)
+
+
+def test_past_sessions_are_the_host_consoles_alone() -> None:
+    view = ConversationView()
+    assert parse_host_line("/sessions claude", view) == Sessions(agent="claude")
+    assert parse_host_line(" /resume claude s-1 ", view) == Resume(agent="claude", session_id="s-1")
+    for line in ("/sessions", "/sessions a b", "/resume claude", "/resume a b c"):
+        said = parse_host_line(line, view)
+        assert isinstance(said, Say)
+        assert said.text.startswith("usage: ")
+    # Anything else reads as it does everywhere.
+    assert parse_host_line("/list", view) == Listing()
+    assert parse_host_line("hello", view) == Prompt(text="hello")
+    # Elsewhere (tunnel attach) nothing is sent, not even to the agent: a line says why.
+    for line in ("/sessions claude", "/resume claude s-1"):
+        said = parse_line(line, view)
+        assert isinstance(said, Say)
+        assert "only the host" in said.text
+    assert parse_line("//sessions", view) == Prompt(text="/sessions")

@@ -39,6 +39,7 @@ def test_a_slash_offers_the_local_commands_then_the_agents() -> None:
 def test_a_prefix_narrows_and_descriptions_are_shown_escaped() -> None:
     assert _complete("/re") == [
         ("/revoke", "replace both links and disconnect everyone (host)"),
+        ("/resume", "start a conversation that resumes one of them (host)"),
         ("/review ", "Review a change"),
     ]
     ((_, description),) = _complete("/comp")
@@ -100,6 +101,8 @@ def test_new_completes_the_agents_and_switch_and_close_the_conversations() -> No
     options = {"conversations": _listing}
     assert [text for text, _ in _complete("/new ", **options)] == ["demo", "other"]
     assert _complete("/new o", **options) == [("other", "")]
+    assert _complete("/sessions o", **options) == [("other", "")]
+    assert [text for text, _ in _complete("/resume ", **options)] == ["demo", "other"]
     assert [text for text, _ in _complete("/switch ", **options)] == ["main", "c-1a2b3c4d"]
     assert _complete("/close c-", **options) == [("c-1a2b3c4d", "other, waiting")]
     # Nothing without a list, and nothing after the one word the command takes.

@@ -6,9 +6,10 @@ each message first. We send initialize, authenticate (when the agent needs a log
 session/resume or session/load (to resume the conversation's earlier ACP session when the agent
 can; what a load replays is not recorded again), session/fork (a forked conversation's first
 start, of the source's session: tunnel.agents.acp_origin) or session/new (cwd = the workspace),
-session/prompt, session/cancel, session/set_mode, session/set_config_option and the unstable
-session/set_model. We serve session/update, session/request_permission, the fs methods
-(inside the workspace only) and the terminal methods (commands run in the workspace). An agent
+session/prompt, session/cancel, session/set_mode, session/set_config_option, the unstable
+session/set_model, and session/list when the host console asks for the agent's past sessions.
+We serve session/update, session/request_permission, the fs methods (inside the workspace only)
+and the terminal methods (commands run in the workspace). An agent
 that exits or crashes is recorded (an `error` item and a `session_event`); the next prompt starts
 it again, resuming its session when it can, while the log keeps the whole conversation.
 docs/agents.md has the table of every method and update and how each is served and shown.
@@ -55,7 +56,15 @@ from tunnel.process.groups import unwrapped
 
 from .acp_context import attach, complete, mentions, scan_limiter
 from .acp_modes import asking_mode, mode_asks, policy_needs_asking
-from .acp_origin import BY_SESSION_FORK, BY_TRANSCRIPT, ForkOrigin, Origin, OriginScan, OwnSession
+from .acp_origin import (
+    BY_SESSION_FORK,
+    BY_TRANSCRIPT,
+    AskedSession,
+    ForkOrigin,
+    Origin,
+    OriginScan,
+    OwnSession,
+)
 from .acp_refusals import readable as readable_refusal
 from .acp_settings import Change, Settings, choices_of
 from .acp_terminals import Terminal, TerminalError, Terminals
@@ -127,6 +136,12 @@ REPLAY_WAIT = 5.0
 EXIT_POLL = 0.2
 """Seconds between looks at whether the agent's own process has exited (`_wait_exit`)."""
 
+LIST_TIMEOUT = 10.0
+"""Seconds the agent has to answer `session/list`."""
+
+MAX_PAST_SESSIONS = 50
+"""Past sessions of the agent's that `list_agent_sessions` returns at most (its first page)."""
+
 MINUTE_SESSION_FILES = frozenset({"gemini-cli"})
 """Agents (by `agentInfo.name`) that name a session's file after the minute it is opened in: a
 session/load in the minute the session was created overwrites its history (Gemini CLI 0.61), so
@@ -159,6 +174,20 @@ _STATE_UPDATES = (
 
 class _StartModeError(Exception):
     """`--agent-mode` names a mode the agent does not offer (the host user's to fix)."""
+
+
+class _ResumeRefused(Exception):
+    """The agent did not resume the past session the host user asked for (`/resume`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PastSession:
+    """One of the agent's own sessions as its `session/list` describes it; every field is the
+    agent's, to be printed escaped."""
+
+    session_id: str
+    title: str | None
+    updated_at: str | None
 
 
 class _AuthNeeded(Exception):
@@ -356,6 +385,7 @@ class AcpSession(ChatSession):
         self._recorded_usage: dict[str, Any] | None = None
         self._recorded_title: str | None = None
         self._embeds = False  # whether the agent takes embedded context in a prompt
+        self._lists_sessions = False  # whether it offers session/list
         self._images_ok = False  # and images
         # A forked conversation's transcript, for the first prompt of a session that did not
         # fork the source's (docs/agents.md, "Forks").
@@ -383,7 +413,8 @@ class AcpSession(ChatSession):
         await self._ensure_agent()
         problem, self._start_problem = self._start_problem, None
         if problem is not None:
-            # The host's own option named a mode the agent does not have: its user's mistake.
+            # The host's own option named a mode the agent does not have, or the host user
+            # asked for a past session the agent did not resume: their mistake, in one line.
             raise ValueError(problem)
 
     async def _begin_turn(self, prompt: Prompt) -> None:
@@ -755,8 +786,9 @@ class AcpSession(ChatSession):
                 started: _Live = await self._task_group.start(self._agent_lifetime)
             except Exception as exc:
                 problem = unwrapped(exc)
-                if isinstance(problem, _StartModeError):
-                    # Not recorded: the host stops, and the next run would show it again.
+                if isinstance(problem, _StartModeError | _ResumeRefused):
+                    # Not recorded: the host stops (or the conversation that asked for that
+                    # session closes), and the next run would show it again.
                     self._start_problem = str(problem)
                     return None
                 logger.warning("could not start %s: %s", self.info.name, exc)
@@ -892,8 +924,15 @@ class AcpSession(ChatSession):
         # session/resume does not replay the history (the log has it): preferred when offered.
         resume = bool(caps and caps.session_capabilities and caps.session_capabilities.resume)
         can_load = bool(caps and caps.load_session)
+        self._lists_sessions = bool(
+            caps and caps.session_capabilities and caps.session_capabilities.list
+        )
         self._owed_transcript = None
         origin = await self._origin(agent_id)
+        if isinstance(origin, AskedSession):
+            return await self._open_asked(
+                conn, screen, details, origin.session_id, resume, can_load
+            )
         if isinstance(origin, ForkOrigin):
             can_fork = bool(caps and caps.session_capabilities and caps.session_capabilities.fork)
             return await self._open_fork(conn, transport, methods, details, origin, can_fork)
@@ -917,29 +956,12 @@ class AcpSession(ChatSession):
                     deadline.deadline += wait
                     await anyio.sleep(wait)
             try:
-                if resume:
-                    loaded: Any = await conn.resume_session(
-                        cwd=self._workspace.root, session_id=session_id, mcp_servers=[]
-                    )
-                else:
-                    # Set before the answer is read: a replay may follow it at once.
-                    screen.hold_replay()
-                    loaded = await conn.load_session(
-                        cwd=self._workspace.root, session_id=session_id, mcp_servers=[]
-                    )
+                await self._reopen(conn, screen, method, session_id)
             except RequestError as exc:
                 # The agent forgot it (or never kept it): a new session it is, and everyone
                 # is told the agent does not remember the earlier turns.
-                screen.drop_replay()
                 details["load_failed"] = _error_text(exc)
             else:
-                if not resume:
-                    screen.hold_replay()  # the quiet is counted from the answer on
-                self._settings.start(
-                    loaded.modes if loaded else None,
-                    loaded.config_options if loaded else None,
-                    transport.results.get(method),
-                )
                 return session_id, {
                     **details,
                     "session_id": session_id,
@@ -951,6 +973,93 @@ class AcpSession(ChatSession):
             # finds it unprompted gives the transcript again.
             details["forked"] = BY_TRANSCRIPT
         return await self._new_session(conn, transport, methods, details)
+
+    async def _reopen(
+        self, conn: ClientSideConnection, screen: _Screen, method: str, session_id: str
+    ) -> None:
+        """session/resume or session/load of `session_id`, taking in the settings it reports;
+        what a load replays is held back, never recorded. RequestError when the agent refuses."""
+        assert screen.transport is not None
+        try:
+            if method == "session/resume":
+                loaded: Any = await conn.resume_session(
+                    cwd=self._workspace.root, session_id=session_id, mcp_servers=[]
+                )
+            else:
+                # Set before the answer is read: a replay may follow it at once.
+                screen.hold_replay()
+                loaded = await conn.load_session(
+                    cwd=self._workspace.root, session_id=session_id, mcp_servers=[]
+                )
+        except RequestError:
+            screen.drop_replay()
+            raise
+        if method == "session/load":
+            screen.hold_replay()  # the quiet is counted from the answer on
+        self._settings.start(
+            loaded.modes if loaded else None,
+            loaded.config_options if loaded else None,
+            screen.transport.results.get(method),
+        )
+
+    async def _open_asked(
+        self,
+        conn: ClientSideConnection,
+        screen: _Screen,
+        details: dict[str, Any],
+        session_id: str,
+        resume: bool,
+        can_load: bool,
+    ) -> tuple[str, dict[str, Any]]:
+        """The agent's past session the host user started this conversation to resume
+        (`/resume`), resumed or loaded as after a restart. No new session in its place when the
+        agent refuses: the start fails with the agent's words (_ResumeRefused)."""
+        if not (resume or can_load):
+            raise _ResumeRefused(f"{self.info.name} offers neither session/resume nor session/load")
+        method = "session/resume" if resume else "session/load"
+        try:
+            await self._reopen(conn, screen, method, session_id)
+        except RequestError as exc:
+            raise _ResumeRefused(
+                f"it did not resume session {session_id}: {_error_text(exc)}"
+            ) from None
+        return session_id, {
+            **details,
+            "session_id": session_id,
+            "resumed": True,
+            "resumed_with": method,
+        }
+
+    async def list_agent_sessions(self) -> list[PastSession]:
+        """The agent's own past sessions in the workspace (`session/list` with it as `cwd`): the
+        first page, at most MAX_PAST_SESSIONS. For the host user alone (the host console): they
+        may be sessions never shared. SessionError when the agent is not running or does not
+        list its sessions, or refuses."""
+        live = self._live
+        if live is None or live.exited.is_set():
+            raise SessionError(
+                "agent_unavailable", f"{self.info.name} is not running; a prompt starts it again"
+            )
+        if not self._lists_sessions:
+            raise SessionError(
+                "not_supported", f"{self.info.name} does not list its sessions (no session/list)"
+            )
+        try:
+            with anyio.fail_after(LIST_TIMEOUT):
+                answer = await live.conn.list_sessions(cwd=str(self._workspace.root))
+        except TimeoutError:
+            raise SessionError(
+                "agent_unavailable",
+                f"{self.info.name} did not answer session/list in {LIST_TIMEOUT:.0f} s",
+            ) from None
+        except RequestError as exc:
+            raise SessionError(
+                "agent_unavailable", f"{self.info.name} refused session/list: {_error_text(exc)}"
+            ) from None
+        return [
+            PastSession(session_id=s.session_id, title=s.title, updated_at=s.updated_at)
+            for s in answer.sessions[:MAX_PAST_SESSIONS]
+        ]
 
     async def _new_session(
         self,

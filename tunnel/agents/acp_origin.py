@@ -1,6 +1,8 @@
 """Which ACP session a conversation's agent continues when it starts: its own latest one (to
 resume or load), or, at the first start of a forked conversation, the session of the
-conversation it was forked from (to fork it, or to tell a fresh session what happened).
+conversation it was forked from (to fork it, or to tell a fresh session what happened), or, at
+the first start of a conversation the host user started to resume one of the agent's own past
+sessions (`/resume NAME SESSION_ID`), that session.
 
 A forked conversation's log begins with the source's items, its `agent_started` events among
 them, then a `session_fork` event with `from`: what came before that event is the source's, so
@@ -18,6 +20,9 @@ from tunnel.log import Item
 STARTED: Final = "agent_started"
 FORKED: Final = "session_fork"
 """The `what` of a fork's event; with `from` it is the boundary in the new conversation."""
+CONVERSATION_STARTED: Final = "conversation_started"
+"""The `what` of a conversation's start; with `resume` it names the agent's past session the
+conversation continues (docs/agents.md, "Several agents")."""
 BY_SESSION_FORK: Final = "session_fork"
 BY_TRANSCRIPT: Final = "transcript"
 """How a forked conversation's first agent session learnt the source's conversation: the
@@ -55,7 +60,15 @@ class ForkOrigin:
     boundary), None if it had none or another agent ran it."""
 
 
-Origin = OwnSession | ForkOrigin | None
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AskedSession:
+    """A past session of the agent's own that the host user asked the conversation to resume,
+    named by its `conversation_started`, before the conversation's agent started any."""
+
+    session_id: str
+
+
+Origin = OwnSession | ForkOrigin | AskedSession | None
 
 
 class OriginScan:
@@ -88,6 +101,9 @@ class OriginScan:
             self._feed_source(item, what, fork_boundary)
         elif fork_boundary:
             self._boundary = item
+        elif what == CONVERSATION_STARTED and isinstance(item.data.get("resume"), str):
+            # Started to resume that session, and no start of its own since: it is the one.
+            return self._finish(AskedSession(session_id=item.data["resume"]))
         elif what == STARTED:
             session_id = item.data.get("session_id")
             if not isinstance(session_id, str) or item.data.get("agent_id") != self._agent_id:

@@ -10,7 +10,8 @@ and messages come from others: all are printed through `printable()`
 
 On a host of several conversations the console shows one at a time: /new, /list, /switch,
 /close and /fork act on the host's registry (tunnel/host/conversations.py) directly, and the
-prompt counts the requests that wait in the others.
+prompt counts the requests that wait in the others. /sessions and /resume list and resume an ACP
+agent's own past sessions: here alone, since they are the host user's, perhaps never shared.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 import anyio
 from rich.console import Console
 from rich.text import Text
 
-from tunnel.agents import AgentSession
+from tunnel.agents import AgentSession, parse_spec
 from tunnel.app.conversation_list import ConversationList, parse_conversation_message
 from tunnel.app.errors import AppError, BadRequest
 from tunnel.app.host_messages import Member, PresenceMessage
@@ -54,13 +55,16 @@ from tunnel.terminal.commands import (
     Invite,
     Listing,
     New,
+    PastSessionCommand,
     People,
     Quit,
+    Resume,
     Revoke,
     Say,
+    Sessions,
     ShareReplay,
     Switch,
-    parse_line,
+    parse_host_line,
 )
 from tunnel.terminal.completion import CommandCompleter
 from tunnel.terminal.conversations import OtherWaiting, listing_lines, short
@@ -71,6 +75,9 @@ from tunnel.terminal.sanitize import printable
 from tunnel.terminal.screen import PlainScreen, PromptScreen, Screen, interactive_terminal
 from tunnel.terminal.transcript import Transcript
 from tunnel.terminal.view import ConversationView, PendingPermission
+
+if TYPE_CHECKING:
+    from tunnel.agents.acp_agent import AcpSession, PastSession
 
 logger = logging.getLogger("tunnel.console")
 
@@ -319,7 +326,7 @@ class HostConsole:
             if not self._questions:
                 self._refresh_prompt()
             return
-        command = parse_line(line, self._view())
+        command = parse_host_line(line, self._view())
         closed = self._conversation is not None and self._conversation.closed
         if closed and (
             isinstance(command, DRIVING_REQUESTS)
@@ -338,6 +345,8 @@ class HostConsole:
                     self.quit_requested.set()
                 case New() | Listing() | Switch() | Close() | ForkAt():
                     await self._conversation_command(command)
+                case Sessions() | Resume():
+                    await self._past_session_command(command)
                 case Revoke(name=None):
                     await self._revoke()
                 case Revoke(name=str(name)) if self.people is not None:
@@ -457,6 +466,65 @@ class HostConsole:
                 )
                 self._switch(started.id)
 
+    async def _past_session_command(self, command: PastSessionCommand) -> None:
+        """/sessions NAME and /resume NAME SESSION_ID: an ACP agent's own past sessions in the
+        workspace, listed by a running conversation's agent, resumed in a new conversation."""
+        conversations = self._conversations
+        if conversations is None:
+            self._screen.note("this host runs one conversation")
+            return
+        name = command.agent
+        spec = conversations.spec(name)
+        if spec is None:
+            offered = ", ".join(short(a) for a in conversations.agents)
+            self._screen.note(f"no agent {short(name)} here; this host offers {offered}", "red")
+            return
+        if parse_spec(spec)[0] != "acp":
+            self._screen.note(f"{name} is not an ACP agent: it keeps no sessions to resume", "red")
+            return
+        match command:
+            case Sessions():
+                session = self._running_acp(name)
+                if session is None:
+                    self._screen.note(
+                        f"start a conversation with {name} first (/new {name})", "red"
+                    )
+                    return
+                listed = await session.list_agent_sessions()
+                if not listed:
+                    self._screen.note(f"{name} lists no past session in this workspace")
+                    return
+                self._screen.note(
+                    f"{len(listed)} past sessions of {name} here (/resume {name} ID resumes one):"
+                )
+                for past in listed:
+                    self._screen.note(_past_line(past), "default")
+            case Resume(session_id=session_id):
+                started = await conversations.start(name, by=self._host_name, resume=session_id)
+                self._screen.note(
+                    f"started conversation {short(started.id)} with {name},"
+                    f" resuming its session {short(session_id, MAX_PAST_FIELD)}",
+                    "bold",
+                )
+                self._switch(started.id)
+
+    def _running_acp(self, agent: str) -> AcpSession | None:
+        """The ACP session of a running conversation of `agent`: the one shown if it is one."""
+        from tunnel.agents.acp_agent import AcpSession
+
+        assert self._conversations is not None
+        candidates = [self._conversation, *self._conversations.open_conversations()]
+        for conversation in candidates:
+            if (
+                conversation is not None
+                and conversation.agent == agent
+                and conversation.running
+                and not conversation.closed
+                and isinstance(conversation.session, AcpSession)
+            ):
+                return conversation.session
+        return None
+
     def _switch(self, conversation_id: str) -> None:
         """Show another conversation of the host's: its items, its people, its requests; typed
         lines drive it from now on."""
@@ -522,3 +590,14 @@ class HostConsole:
             commands=self._session.commands(),
             settings=self._session.settings(),
         )
+
+
+MAX_PAST_FIELD = 64
+"""Characters of a past session's id or time shown; its title gets twice as many."""
+
+
+def _past_line(past: PastSession) -> str:
+    """A past session on one line, every field the agent's: escaped and cut short."""
+    title = short(past.title, 2 * MAX_PAST_FIELD) if past.title else "(no title)"
+    updated = f", updated {short(past.updated_at, MAX_PAST_FIELD)}" if past.updated_at else ""
+    return f"{short(past.session_id, MAX_PAST_FIELD)}  {title}{updated}"

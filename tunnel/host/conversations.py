@@ -29,6 +29,7 @@ from tunnel.app.requests import MAX_AGENT_NAME_LENGTH
 from tunnel.host.limits import DEFAULT_MAX_CONVERSATIONS
 from tunnel.host.presence import Presence
 from tunnel.log import Item, Log, NewItem, StoreError
+from tunnel.process.groups import unwrapped
 from tunnel.proto import MAX_CAST_GROUPS
 
 logger = logging.getLogger("tunnel.conversations")
@@ -270,8 +271,14 @@ class Conversations:
         changed, self._changed = self._changed, anyio.Event()
         changed.set()
 
-    async def start(self, agent: str, *, by: str) -> Conversation:
-        """Start a conversation with the declared `agent`, recorded as started by `by`.
+    def spec(self, agent: str) -> str | None:
+        """The spec the declared `agent` runs (`acp:...`), None for a name not declared."""
+        return self._agents.get(agent)
+
+    async def start(self, agent: str, *, by: str, resume: str | None = None) -> Conversation:
+        """Start a conversation with the declared `agent`, recorded as started by `by`; with
+        `resume`, its agent resumes that past ACP session of its own (the host console's
+        `/resume`) instead of starting a new one.
 
         Raises AppError `unknown_request` for an agent not declared, `agent_unavailable` when
         `max_open` conversations are open already or the agent cannot start.
@@ -279,7 +286,9 @@ class Conversations:
         if agent not in self._agents:
             known = ", ".join(self._agents)
             raise AppError("unknown_request", f"no agent {agent!r} here; this host offers {known}")
-        return await self._driver_open(new_conversation_id(), agent, by=by, record=True)
+        return await self._driver_open(
+            new_conversation_id(), agent, by=by, record=True, resume=resume
+        )
 
     async def close(self, conversation_id: str, *, by: str) -> None:
         """Stop the conversation's agent; its log stays and its channels may read it.
@@ -354,12 +363,12 @@ class Conversations:
         return await self._driver_open(fork_id, source.agent, by=by, record=False)
 
     async def _driver_open(
-        self, conversation_id: str, agent: str, *, by: str, record: bool
+        self, conversation_id: str, agent: str, *, by: str, record: bool, resume: str | None = None
     ) -> Conversation:
         """`_open` for a driver's start or fork: one whose agent could not start is recorded
         closed, so the driver told so does not find it started by the next host."""
         try:
-            return await self._open(conversation_id, agent, by=by, record=record)
+            return await self._open(conversation_id, agent, by=by, record=record, resume=resume)
         except AppError:
             failed = self._all.get(conversation_id)
             if failed is not None and failed.closed:
@@ -396,7 +405,7 @@ class Conversations:
             await anyio.sleep_forever()
 
     async def _open(
-        self, conversation_id: str, agent: str, *, by: str, record: bool
+        self, conversation_id: str, agent: str, *, by: str, record: bool, resume: str | None = None
     ) -> Conversation:
         if self._is_full():
             raise AppError("agent_unavailable", self._full())
@@ -408,7 +417,8 @@ class Conversations:
         )
         self._all[conversation_id] = conversation
         if record:
-            await self._record(conversation_id, STARTED, by=by, agent=agent)
+            asked = {} if resume is None else {"resume": resume}
+            await self._record(conversation_id, STARTED, by=by, agent=agent, **asked)
         assert self._task_group is not None
         try:
             await self._task_group.start(self._serve, conversation)
@@ -417,8 +427,10 @@ class Conversations:
             self.touch()
             if self._first is None:
                 raise  # the host's own start: the command says why, in one line
-            logger.warning("conversation %s could not start: %s", conversation_id, exc)
-            raise AppError("agent_unavailable", f"the agent {agent} could not start") from None
+            logger.warning("conversation %s could not start: %s", conversation_id, unwrapped(exc))
+            # Only the host console resumes a past session: its user may read why not.
+            why = "" if resume is None else f": {unwrapped(exc)}"
+            raise AppError("agent_unavailable", f"the agent {agent} could not start{why}") from None
         logger.info("%s started conversation %s with %s", by, conversation_id, agent)
         if self.on_started is not None:
             await self.on_started(conversation)

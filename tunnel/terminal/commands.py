@@ -14,7 +14,9 @@ Permission answers never pick an "always" or bypass option unless the person nam
 `/deny always` always. A request id among the words picks that request instead of the latest.
 
 /new /list /switch /close /fork act on the host's conversations (`ConversationCommand`): each
-surface carries them out, attach through requests, the host console on its registry.
+surface carries them out, attach through requests, the host console on its registry. /sessions
+and /resume (`PastSessionCommand`) are the host console's alone: an agent's past sessions are the
+host user's own, so elsewhere they parse to a line saying so.
 """
 
 from __future__ import annotations
@@ -57,11 +59,14 @@ LOCAL_COMMANDS = (
     "/switch",
     "/close",
     "/fork",
+    "/sessions",
+    "/resume",
 )
 """Words handled here; any other `/word` goes to the agent."""
 
-HOST_COMMANDS = ("/revoke", "/invite", "/people", "/share-replay")
-"""The host console's alone: only the host mints and revokes links."""
+HOST_COMMANDS = ("/revoke", "/invite", "/people", "/share-replay", "/sessions", "/resume")
+"""The host console's alone: only the host mints and revokes links, and its agents' own past
+sessions are its user's."""
 
 HELP = (
     "type a prompt and press Enter. /allow answers the latest permission request with its"
@@ -71,7 +76,8 @@ HELP = (
     " running turn; /new NAME starts a conversation with that agent and shows it; /list lists the"
     " host's conversations; /switch ID|N shows another; /close [ID] stops one's agent (its log"
     " stays; default: the one shown); /fork [SEQ] starts a conversation from this one up to an"
-    " item (default: the last);"
+    " item (default: the last); /sessions NAME (host) lists the ACP agent NAME's own past"
+    " sessions, /resume NAME SESSION_ID (host) starts a conversation that resumes one;"
     " /mode and /model show or switch the agent's mode and model (/mode ID);"
     " /open PATH[:LINE] shows a workspace file around a line; /login METHOD_ID logs the agent in"
     " when it asks;"
@@ -131,6 +137,28 @@ ConversationCommand = New | Listing | Switch | Close | ForkAt
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Sessions:
+    """List the past sessions the declared ACP agent `agent` offers (host console only)."""
+
+    agent: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resume:
+    """Start a conversation with `agent` that resumes its past session `session_id` (host
+    console only)."""
+
+    agent: str
+    session_id: str
+
+
+PastSessionCommand = Sessions | Resume
+"""What acts on an agent's own past sessions: the host user's alone."""
+
+ONLY_THE_HOST_SESSIONS = "only the host lists and resumes its agents' own sessions"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Revoke:
     """Invalidate both share links at once, or one person's link (host console only)."""
 
@@ -176,6 +204,14 @@ HostCommand = Revoke | Invite | People | ShareReplay
 """What only the host console does (`HOST_COMMANDS`)."""
 
 
+def parse_host_line(line: str, view: ConversationView) -> Command | PastSessionCommand | None:
+    """`parse_line` at the host console, where /sessions and /resume work too."""
+    word, _, rest = line.strip().partition(" ")
+    if word in ("/sessions", "/resume"):
+        return _past_session_command(word, rest.split())
+    return parse_line(line, view)
+
+
 def parse_line(line: str, view: ConversationView) -> Command | None:
     """Interpret one typed line; None for a blank line."""
     text = line.strip()
@@ -194,6 +230,8 @@ def parse_line(line: str, view: ConversationView) -> Command | None:
         return Quit()
     if word in ("/new", "/list", "/switch", "/close", "/fork"):
         return _conversation_command(word, args)
+    if word in ("/sessions", "/resume"):
+        return Say(text=ONLY_THE_HOST_SESSIONS)
     if word == "/revoke":
         if len(args) > 1:
             return Say(text="usage: /revoke [NAME]")
@@ -247,6 +285,17 @@ def _conversation_command(word: str, args: list[str]) -> ConversationCommand | S
     ):
         return Say(text="usage: /fork [SEQ] (default: the last item)")
     return ForkAt(upto=int(args[0]) if args else None)
+
+
+def _past_session_command(word: str, args: list[str]) -> PastSessionCommand | Say:
+    """`/sessions NAME`, `/resume NAME SESSION_ID`."""
+    if word == "/sessions":
+        if len(args) != 1:
+            return Say(text="usage: /sessions NAME (an ACP agent this host declares)")
+        return Sessions(agent=args[0])
+    if len(args) != 2:
+        return Say(text="usage: /resume NAME SESSION_ID (/sessions NAME lists them)")
+    return Resume(agent=args[0], session_id=args[1])
 
 
 def help_text(view: ConversationView) -> str:

@@ -1,6 +1,7 @@
 """Completion of typed commands: the local ones (tunnel/terminal/commands.py) and the agent's own
 slash commands (its latest `commands` session event), as the page's composer completes them;
-after `/mode ` and `/model `, the ids the agent offers; after `/new ` the agents the host offers,
+after `/mode ` and `/model `, the ids the agent offers; after `/new ` (and the host console's
+`/sessions ` and `/resume `) the agents the host offers,
 after `/switch ` and `/close ` its conversations' ids (its `conversations` list).
 
 The agent chose its command names and descriptions: a name that is not printable as it is
@@ -47,6 +48,8 @@ LOCAL_DESCRIPTIONS = {
     "/switch": "show another conversation",
     "/close": "stop a conversation's agent (its log stays)",
     "/fork": "start a conversation from this one up to an item",
+    "/sessions": "list an ACP agent's own past sessions (host)",
+    "/resume": "start a conversation that resumes one of them (host)",
 }
 """Each local command with what it does, as the completion menu shows it."""
 
@@ -128,7 +131,7 @@ class CommandCompleter(Completer):
         view = self._view()
         word, space, rest = text.partition(" ")
         if space:
-            if word in ("/new", "/switch", "/close") and " " not in rest:
+            if word in ("/new", "/switch", "/close", "/sessions", "/resume") and " " not in rest:
                 yield from self._conversation_words(word, rest)
                 return
             if word in ("/mode", "/model") and " " not in rest:
@@ -172,7 +175,7 @@ class CommandCompleter(Completer):
         listing = self._conversations() if self._conversations is not None else None
         if listing is None:
             return
-        if word == "/new":
+        if word in ("/new", "/sessions", "/resume"):
             choices = [(agent, "") for agent in listing.agents]
         else:
             choices = [
