@@ -92,6 +92,10 @@ async def test_the_host_resumes_a_past_session_of_the_agents_in_a_new_conversati
         )
         resumed = found.group(1)
         await _output(host, rf"showing conversation {resumed} \(fake\)")
+        await _output(
+            host,
+            rf"hannah started this conversation with fake, resuming the agent's session {first}",
+        )
         loads = [e for e in _journal(journal) if e["method"] == "session/load"]
         assert [e["sessionId"] for e in loads] == ["s-nope", first]
         host.type("remember")

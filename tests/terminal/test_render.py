@@ -283,6 +283,11 @@ def test_a_conversations_start_close_and_forks_read_as_sentences() -> None:
     assert said("ann", what="conversation_started", agent="other") == (
         "ann started this conversation with other"
     )
+    resumed = said("ann", what="conversation_started", agent="fake", resume="s-\x1b[2J1")
+    assert (
+        resumed
+        == "ann started this conversation with fake, resuming the agent's session s-\\x1b[2J1"
+    )
     assert said("bo", what="conversation_closed") == (
         "bo closed this conversation: its agent stopped, its log stays"
     )

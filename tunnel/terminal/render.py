@@ -474,7 +474,12 @@ def _sentence(what: str, who: str, data: Mapping[str, Any]) -> str | None:
         )
     if what == "conversation_started":
         agent = _str(data, "agent")
-        return f"{who} started this conversation" + (f" with {_clip(agent, 64)}" if agent else "")
+        resume = _str(data, "resume")
+        return (
+            f"{who} started this conversation"
+            + (f" with {_clip(agent, 64)}" if agent else "")
+            + (f", resuming the agent's session {_clip(resume, 64)}" if resume else "")
+        )
     if what == "conversation_closed":
         return f"{who} closed this conversation: its agent stopped, its log stays"
     if what == "session_fork":
