@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,9 @@ from tests.terminal.pty_process import ScreenProcess, bells, screen_process
 from tunnel.app.conversation_list import parse_conversation_message
 from tunnel.app.follower import Follower
 from tunnel.app.host_messages import ItemMessage, Ready, Snapshot, decode_host_message, encode
-from tunnel.app.requests import NewConversation, PermissionAnswer, Prompt
+from tunnel.app.requests import MAX_AGENT_NAME_LENGTH, NewConversation, PermissionAnswer, Prompt
 from tunnel.e2e.crypto import ShareLink, new_secret
+from tunnel.e2e.opening import MAX_CONVERSATION_LENGTH
 from tunnel.teammate.attach import Attachment, AttachSettings
 from tunnel.terminal.notify import TerminalSignals
 
@@ -243,24 +243,29 @@ def test_new_names_a_declared_agent_and_fork_needs_an_item() -> None:
     assert "no conversation 7 here (/list shows them)" in out.getvalue()
 
 
-def test_a_hostile_list_is_printed_escaped_and_its_ids_are_not_opened() -> None:
+def test_a_hostile_list_is_printed_escaped() -> None:
     attachment, out = _attachment()
-    huge = "c-" + "\u202e" * 10 + "y" * 100_000
+    # As long as the host may send them: a longer list is refused whole (tests/app).
+    huge = "c-" + "\u202e" * 10 + "y" * (MAX_CONVERSATION_LENGTH - 12)
     entry = {"state": "waiting", "pending": 2, "last": 0.0, "started": 0.0}
     listing = parse_conversation_message(
         {
             "op": "conversations",
-            "agents": [WIRE],
+            "agents": [WIRE[:MAX_AGENT_NAME_LENGTH]],
             "max": 8,
             "list": [
-                {**entry, "id": huge, "agent": WIRE, "by": WIRE},
-                {**entry, "id": WIRE, "agent": "x" * 100_000, "by": "\x1b]52;c;eA==\x07"},
+                {**entry, "id": huge, "agent": WIRE[:MAX_AGENT_NAME_LENGTH], "by": WIRE[:64]},
+                {
+                    **entry,
+                    "id": WIRE[:MAX_CONVERSATION_LENGTH],
+                    "agent": "x" * MAX_AGENT_NAME_LENGTH,
+                    "by": "\x1b]52;c;eA==\x07",
+                },
             ],
         }
     )
     attachment._on_conversations(listing)
     assert attachment._request_for("/list") is None
-    assert attachment._request_for("/switch 1") is None  # too long to open
     shown = out.getvalue()
     assert dangerous(shown) == []
     assert "\\u202e" in shown
@@ -268,7 +273,6 @@ def test_a_hostile_list_is_printed_escaped_and_its_ids_are_not_opened() -> None:
     # No prompt line here: what waits elsewhere is said in a line.
     assert "[4 waiting in c-\\u202e" in shown
     assert len(shown) < 2000
-    assert re.search(r"that conversation's id is too long to open", shown)
 
 
 class _Terminal(io.StringIO):

@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from tests.terminal.hostile import WIRE, dangerous
-from tunnel.app.conversation_list import ConversationList, parse_conversation_message
+from tunnel.app.conversation_list import (
+    MAX_BY_LENGTH,
+    ConversationList,
+    parse_conversation_message,
+)
+from tunnel.app.requests import MAX_AGENT_NAME_LENGTH
+from tunnel.e2e.opening import MAX_CONVERSATION_LENGTH
 from tunnel.terminal.conversations import MAX_FIELD_SHOWN, OtherWaiting, ago, listing_lines
 
 
@@ -40,13 +46,14 @@ def test_list_says_each_conversation_in_words_numbered_as_switch_counts_them() -
 
 
 def test_a_hostile_list_prints_escaped_and_cut_short() -> None:
-    huge = "c-" + "\u202e" * 10 + "x" * 5000
+    # As long as the host may send them (the parser refuses longer: tests/app).
+    huge = "c-" + "\u202e" * 10 + "x" * (MAX_CONVERSATION_LENGTH - 12)
     listing = _listing(
-        {"id": huge, "agent": WIRE, "by": WIRE},
-        {"id": WIRE, "agent": "a\x1b]52;c;eA==\x07", "by": "\x9b2J"},
-        agents=[WIRE, "x" * 1000],
+        {"id": huge, "agent": WIRE[:MAX_AGENT_NAME_LENGTH], "by": WIRE[:MAX_BY_LENGTH]},
+        {"id": WIRE[:MAX_CONVERSATION_LENGTH], "agent": "a\x1b]52;c;eA==\x07", "by": "\x9b2J"},
+        agents=[WIRE[:MAX_AGENT_NAME_LENGTH], "x" * MAX_AGENT_NAME_LENGTH],
     )
-    lines = listing_lines(listing, current=WIRE, now=0.0)
+    lines = listing_lines(listing, current=WIRE[:MAX_CONVERSATION_LENGTH], now=0.0)
     for line in lines:
         assert dangerous(line) == []
         # Five fields at most, each cut to its bound, and the words around them.
