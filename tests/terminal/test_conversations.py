@@ -61,7 +61,10 @@ def test_a_hostile_list_prints_escaped_and_cut_short() -> None:
     assert "\\u202e" in lines[1]
     assert "(shown here)" in lines[2]
     waiting = OtherWaiting()
-    waiting.update(_listing({"id": huge, "pending": 1}, {"id": WIRE, "pending": 3}), "main")
+    waiting.update(
+        _listing({"id": huge, "pending": 1}, {"id": WIRE[:MAX_CONVERSATION_LENGTH], "pending": 3}),
+        "main",
+    )
     prompt = waiting.prompt("> ")
     assert dangerous(prompt) == []
     assert prompt.startswith("[4 waiting in c-\\u202e")
