@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,12 @@ settings.register_profile(
     "agent-tunnel", deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("agent-tunnel")
+
+# A suite started as a background job of a script has SIGINT ignored (POSIX, for asynchronous
+# lists), and every program it starts would inherit that: the sandboxed shells' job control and
+# Ctrl-C tests need Ctrl-C to mean what it means on a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REQUIRED_MARKERS = ("browser", "sandbox", "agents_real", "cluster", "service")
 _skipped: list[str] = []

@@ -58,9 +58,13 @@ START_TIMEOUT = 10.0
 STOP_GRACE = 1.0
 
 # Exec'd in the child: make the pty its controlling terminal (after start_new_session's setsid)
-# so job control, Ctrl-C and SIGWINCH work, then become the real program.
+# so job control, Ctrl-C and SIGWINCH work, then become the real program. Ctrl-C and Ctrl-\ get
+# their default action back: a host started with them ignored (a background job of a script, as
+# POSIX has it) would hand that on, and the program would never see a teammate's Ctrl-C.
 _SHIM = (
-    "import fcntl, os, sys, termios\n"
+    "import fcntl, os, signal, sys, termios\n"
+    "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+    "signal.signal(signal.SIGQUIT, signal.SIG_DFL)\n"
     "try:\n"
     "    fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
     "except OSError:\n"
