@@ -15,6 +15,7 @@ from tunnel.app.follower import (
     ITEM_WHILE_FOLLOWING,
     TRANSITIONS,
     CatchingUp,
+    Event,
     Follower,
     FollowerEvent,
     Following,
@@ -277,3 +278,39 @@ def test_following_starts_at_the_broadcast_messages_counter() -> None:
     follower = Follower(host_id=vectors.HOST.host_id)
     events = feed(follower, vectors.broadcast(counter=9))
     assert events[0] == Following(epoch=vectors.EPOCH.epoch, counter=9)
+
+
+def test_a_casts_messages_that_do_not_fit_are_skipped_each_saying_why_and_the_rest_taken() -> None:
+    follower, caster = following()
+    status = {"conversation_id": "c", "kind": "status", "data": {}}
+    cast = caster.cast(
+        {"op": "item", "item": [3]},
+        {"op": "item"},
+        {"op": "item", "item": {"seq": "x"}},
+        {"op": "item", "item": {"seq": -1}},
+        {"op": "event", "event": "status"},
+        {"op": "presence", "left": [-1], "joined": []},
+        {"op": "ready"},
+        {"op": "future"},
+        {"op": "event", "event": status},
+        {"op": "item", "item": vectors.item(1)},
+        {"op": "item", "item": vectors.item(3)},
+        {"op": "presence", "joined": [], "left": []},
+    )
+    events = follower.receive_cast(cast)
+    assert events[:9] == [
+        Skipped(op="item", reason="field 'item' must be dict"),
+        Skipped(op="item", reason="field 'item' must be dict"),
+        Skipped(op="item", reason="an item without a seq"),
+        Skipped(op="item", reason="an item without a seq"),
+        Skipped(op="event", reason="field 'event' must be dict"),
+        Skipped(op="presence", reason="field 'left' must be a list of member ids"),
+        Skipped(op="ready", reason="not a message a cast carries"),
+        Skipped(op="future", reason="not a message a cast carries"),
+        Event(event=status),
+    ]
+    assert events[9] == Item(item=vectors.item(3))
+    assert isinstance(events[10], Presence)
+    assert len(events) == 11
+    assert follower.statistics().duplicates == 1
+    assert (follower.cursor, follower.state) == (3, State.BROADCAST)
