@@ -73,7 +73,6 @@ class Teammate:
     last_item: float = 0.0
     presence: int = 0
     presence_bytes: int = 0
-    received_bytes: int = 0
     messages: int = 0
     conversation: str | None = None
     """The conversation it follows, when the bench names one."""
@@ -124,14 +123,16 @@ class Swarm:
 
     def _count(self, state: Teammate, event: FollowerEvent) -> None:
         state.messages += 1
-        # The size of what the host said, as it would be on the channel (events are decoded).
-        size = len(pack(_wire(event)))
-        state.received_bytes += size
         if isinstance(event, Item):
+            # Counted as a bare client counts its message: no work beyond the counters. The
+            # bytes on the wire are the relay's to count (`ss`), not the swarm's.
             state.items += 1
             state.last_item = time.monotonic()
             _check_item(state, event.item)
         elif isinstance(event, Presence):
+            # The size of what the host said, as it would be on the channel (events are
+            # decoded): only presence, whose bytes per join the attach bench reports.
+            size = len(pack(_wire(event)))
             state.presence += 1
             state.presence_bytes += size
             self.last_presence = time.monotonic()
@@ -153,12 +154,10 @@ class Swarm:
         async with gate:
             websocket = await connect(f"{url}/attach", compression=None, max_size=None)
         async with websocket:
-            greeting = await websocket.recv()
-            state.received_bytes += len(greeting)
+            await websocket.recv()  # the greeting
             state.ready = True
-            async for message in websocket:
+            async for _message in websocket:
                 state.messages += 1
-                state.received_bytes += len(message)
                 state.items += 1
                 state.last_item = time.monotonic()
 
@@ -232,7 +231,6 @@ class Swarm:
         return {
             "presence": sum(t.presence for t in self.teammates),
             "presence_bytes": sum(t.presence_bytes for t in self.teammates),
-            "received_bytes": sum(t.received_bytes for t in self.teammates),
             "messages": sum(t.messages for t in self.teammates),
         }
 

@@ -48,17 +48,17 @@ MAX_LISTED_MEMBERS = 800
 64 four-byte characters they fit one message (tests/host/test_broadcaster.py). A larger room's
 joiner learns of the others as they come and go."""
 
-CAST_INTERVAL = 0.005
-"""Seconds after a cast during which what the log gives joins the next cast: an idle session's
-entry is cast at once, a burst (a replayed turn, a fast stream) in a few casts. Every teammate
-verifies every cast's signature (about 0.1 ms in Python), so the number of casts, not of items,
-is what a burst costs each of them; 5 ms is far below what a reader notices."""
+BURST_PAUSE = 0.005
+"""Seconds between two of the log's entries that end a burst. An entry that comes this long
+after the one before it is cast at once (an idle session's entry, a slow stream's), and a burst
+that pauses this long is cast at once, so its last entries wait at most this long."""
 
-MAX_CAST_INTERVAL = 0.04
-"""While the log keeps giving (each cast's entries came within the interval after the last), the
-interval doubles after each cast up to this: a burst of any length is cast in a few casts plus
-one per 40 ms it lasts, not one per CAST_INTERVAL. A quiet moment as long as the interval brings
-it back to CAST_INTERVAL."""
+CAST_INTERVAL = 0.04
+"""While a burst goes on (its entries come closer than BURST_PAUSE), what the log gives joins
+one cast per this many seconds: a burst is cast in its first entry, one cast per 40 ms it lasts,
+and its end. Every teammate verifies every cast's signature (about 0.1 ms in Python), so the
+number of casts, not of items, is what a burst costs each of them; 40 ms is below what a reader
+of a stream notices."""
 
 PRESENCE_SHARE = 0.5
 """A presence cast waits until the changes it carries number this share of the joined channels
@@ -104,7 +104,7 @@ class Broadcaster:
         # Who is attached as of the last presence cast: what a joining channel is told.
         self._members: dict[int, Member] = presence.keyed()
         self._last_cast = float("-inf")
-        self._interval = CAST_INTERVAL
+        self._last_entry = float("-inf")
         # The channels that were handed over; while there is none, nothing is sealed.
         self._joined: set[object] = set()
         # Set (and replaced) each time last_seq moves: `wait_cast` waits on it.
@@ -184,16 +184,19 @@ class Broadcaster:
             task_status.started()
             while True:
                 entries = await sub.receive_batch(SNAPSHOT_PAGE_ITEMS)
-                # What comes within the interval after the last cast goes in the next one; the
-                # interval grows while a burst goes on (MAX_CAST_INTERVAL).
-                deadline = self._last_cast + self._interval
-                if anyio.current_time() >= deadline:
-                    self._interval = CAST_INTERVAL  # quiet since: cast now
-                else:
-                    self._interval = min(2 * self._interval, MAX_CAST_INTERVAL)
-                while len(entries) < SNAPSHOT_PAGE_ITEMS and anyio.current_time() < deadline:
-                    with anyio.move_on_after(deadline - anyio.current_time()):
+                now = anyio.current_time()
+                bursting = now - self._last_entry < BURST_PAUSE
+                self._last_entry = now
+                # In a burst, what comes until the interval after the last cast is over joins
+                # this cast, unless the burst pauses first.
+                deadline = self._last_cast + CAST_INTERVAL
+                while bursting and len(entries) < SNAPSHOT_PAGE_ITEMS and now < deadline:
+                    with anyio.move_on_after(min(deadline - now, BURST_PAUSE)) as paused:
                         entries += await sub.receive_batch(SNAPSHOT_PAGE_ITEMS - len(entries))
+                    now = anyio.current_time()
+                    if paused.cancelled_caught:
+                        break
+                    self._last_entry = now
                 await self._writable()
                 self._cast_entries(entries)
                 self._last_cast = anyio.current_time()
