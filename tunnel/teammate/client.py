@@ -299,14 +299,23 @@ class TeammateSession:
                     events = self.follower.receive_cast(message.data)
                 else:
                     events = self._on_message(message)
-                for event in events:
-                    if isinstance(event, CatchingUp):
-                        logger.info(
-                            "catching up on the channel after seq %d: %s", event.after, event.reason
-                        )
-                for request in self.follower.requests_to_send():
-                    await self.send(encode_request(request))
-                self._events.extend(event for event in events if not self._hand_over(event))
+                requests = self.follower.requests_to_send()
+                if requests:
+                    # Only a catch-up queues a request: the events need a look only then, not
+                    # once per item of every cast.
+                    for event in events:
+                        if isinstance(event, CatchingUp):
+                            logger.info(
+                                "catching up on the channel after seq %d: %s",
+                                event.after,
+                                event.reason,
+                            )
+                    for request in requests:
+                        await self.send(encode_request(request))
+                if self._history_wait is None:
+                    self._events.extend(events)
+                else:
+                    self._events.extend(event for event in events if not self._hand_over(event))
                 continue
             except ChannelClosedError as exc:
                 error = closed_error(exc)
