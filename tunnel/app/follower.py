@@ -28,6 +28,7 @@ from tunnel.app.host_messages import (
     Error,
     EventMessage,
     HistoryPage,
+    ItemMessage,
     Member,
     PresenceDelta,
     PresenceMessage,
@@ -407,6 +408,9 @@ class Follower:
         except BadRequest as exc:
             self._move(Input.BAD_BROADCAST if op == "broadcast" else Input.OTHER)
             return [Skipped(op=op, reason=str(exc))]
+        if isinstance(parsed, ItemMessage):
+            # Before the match: the live tail on the channel, the most common message by far.
+            return self._on_item(parsed.item)
         match parsed:
             case Snapshot():
                 return self._on_snapshot(parsed)
@@ -427,12 +431,13 @@ class Follower:
             case Error():
                 self._move(Input.ERROR)
                 return [parsed]
-        # An item: new, or held already.
-        item = parsed.item
+
+    def _on_item(self, item: Mapping[str, Any]) -> list[FollowerEvent]:
+        """A channel `item`: new, or held already."""
         seq = _seq(item)
         if seq is None:
             self._move(Input.OTHER)
-            return [Skipped(op=op, reason="an item without a seq")]
+            return [Skipped(op="item", reason="an item without a seq")]
         if self.cursor is not None and seq <= self.cursor:
             self._move(Input.HELD_ITEM)
             self._duplicates += 1
