@@ -243,14 +243,23 @@ async def cast_stream(gaps: list[float], link: FakeLink) -> Broadcaster:
 
 @pytest.mark.anyio
 @pytest.mark.timeout(60)
-async def test_entries_further_apart_than_a_pause_are_each_cast_at_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # With an interval of a minute, an entry that waited for the interval would fail the test.
-    monkeypatch.setattr(broadcast, "CAST_INTERVAL", 60.0)
+async def test_entries_further_apart_than_the_interval_are_each_cast_alone() -> None:
     link = FakeLink()
-    await cast_stream([BURST_PAUSE * 4] * 6, link)
+    await cast_stream([CAST_INTERVAL * 1.5] * 6, link)
     assert len(link.casts) == 6
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_a_stream_that_comes_in_clumps_is_cast_once_per_interval_not_per_clump() -> None:
+    # Clumps of two entries BURST_PAUSE * 2.4 apart, as each of ten conversations written at
+    # once gets them: a fixed pause of BURST_PAUSE would cast every clump (30).
+    link = FakeLink()
+    gaps = [BURST_PAUSE * 2.4 if n % 2 else 0.0 for n in range(60)]
+    started = anyio.current_time()
+    await cast_stream(gaps, link)
+    lasted = anyio.current_time() - started
+    assert len(link.casts) <= 1 + math.ceil(lasted / CAST_INTERVAL) + 2, (len(link.casts), lasted)
 
 
 @pytest.mark.anyio

@@ -48,17 +48,19 @@ MAX_LISTED_MEMBERS = 800
 64 four-byte characters they fit one message (tests/host/test_broadcaster.py). A larger room's
 joiner learns of the others as they come and go."""
 
-BURST_PAUSE = 0.005
-"""Seconds between two of the log's entries that end a burst. An entry that comes this long
-after the one before it is cast at once (an idle session's entry, a slow stream's), and a burst
-that pauses this long is cast at once, so its last entries wait at most this long."""
-
 CAST_INTERVAL = 0.04
-"""While a burst goes on (its entries come closer than BURST_PAUSE), what the log gives joins
-one cast per this many seconds: a burst is cast in its first entry, one cast per 40 ms it lasts,
-and its end. Every teammate verifies every cast's signature (about 0.1 ms in Python), so the
-number of casts, not of items, is what a burst costs each of them; 40 ms is below what a reader
-of a stream notices."""
+"""Seconds between casts while the log keeps giving. An entry that comes this long or longer
+after the one before it is cast at once (an idle session's); one that comes sooner belongs to a
+stream, whose entries are gathered into one cast per interval, so a stream is cast in its first
+entry, one cast per 40 ms it lasts, and its end. Every teammate verifies every cast's signature
+(about 0.1 ms in Python), so the number of casts, not of items, is what a burst costs each of
+them; 40 ms is below what a reader of a stream notices."""
+
+BURST_PAUSE = 0.005
+"""Seconds without an entry after which a stream is taken to have paused and what it gave is cast
+without waiting for the interval, or twice the longest gap seen in the stream when that is longer
+(a stream of ten conversations written at once comes to each in clumps): a fast burst's last
+entries wait about 5 ms, not up to the interval."""
 
 PRESENCE_SHARE = 0.5
 """A presence cast waits until the changes it carries number this share of the joined channels
@@ -105,6 +107,8 @@ class Broadcaster:
         self._members: dict[int, Member] = presence.keyed()
         self._last_cast = float("-inf")
         self._last_entry = float("-inf")
+        # The longest gap between two entries of the stream going on (0 after a quiet moment).
+        self._longest_gap = 0.0
         # The channels that were handed over; while there is none, nothing is sealed.
         self._joined: set[object] = set()
         # Set (and replaced) each time last_seq moves: `wait_cast` waits on it.
@@ -185,17 +189,22 @@ class Broadcaster:
             while True:
                 entries = await sub.receive_batch(SNAPSHOT_PAGE_ITEMS)
                 now = anyio.current_time()
-                bursting = now - self._last_entry < BURST_PAUSE
+                gap = now - self._last_entry
                 self._last_entry = now
-                # In a burst, what comes until the interval after the last cast is over joins
-                # this cast, unless the burst pauses first.
-                deadline = self._last_cast + CAST_INTERVAL
-                while bursting and len(entries) < SNAPSHOT_PAGE_ITEMS and now < deadline:
-                    with anyio.move_on_after(min(deadline - now, BURST_PAUSE)) as paused:
+                if gap >= CAST_INTERVAL:
+                    self._longest_gap = 0.0  # after a quiet moment: cast at once
+                    deadline = now
+                else:
+                    self._longest_gap = max(self._longest_gap, gap)
+                    deadline = self._last_cast + CAST_INTERVAL
+                while len(entries) < SNAPSHOT_PAGE_ITEMS and now < deadline:
+                    pause = min(CAST_INTERVAL, max(BURST_PAUSE, 2 * self._longest_gap))
+                    with anyio.move_on_after(min(deadline - now, pause)) as paused:
                         entries += await sub.receive_batch(SNAPSHOT_PAGE_ITEMS - len(entries))
                     now = anyio.current_time()
                     if paused.cancelled_caught:
                         break
+                    self._longest_gap = max(self._longest_gap, now - self._last_entry)
                     self._last_entry = now
                 await self._writable()
                 self._cast_entries(entries)
