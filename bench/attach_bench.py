@@ -14,7 +14,8 @@ Run: .venv/bin/python bench/attach_bench.py [--n 200] [--pairs 5] [--concurrency
   on as a `presence` message): the swarm counts those messages and their bytes until none
   arrived for half a second.
 - bare: the bare websockets relay of bench/peers.py; a client is attached once the relay's
-  greeting arrived.
+  greeting arrived. "bare-uvloop": the same relay and swarm on uvloop's event loop (when uvloop
+  is installed: the `bench` extra).
 
 At most --concurrency teammates connect at once, on both sides (the server's listen backlog is
 100). Per run: seconds from the first connect until the last teammate is attached; CPU seconds
@@ -36,11 +37,12 @@ from harness import (
     Setup,
     attach_swarm,
     bare_broadcast,
-    compared,
     crowd_options,
+    have_uvloop,
     in_pairs,
     our_session,
     print_table,
+    ratios,
     run_bench,
     swarm,
     workdir,
@@ -101,44 +103,67 @@ async def attach(side: Side, options: CrowdOptions) -> Run:
 
 async def bench(options: CrowdOptions) -> None:
     measures = ("seconds", "cpu", "teammates_cpu", "presence", "presence_bytes")
-    samples = {kind: {m: Samples() for m in measures} for kind in ("ours", "bare")}
+    kinds = ["ours", "bare", *(["bare-uvloop"] if have_uvloop() else [])]
+    samples = {kind: {m: Samples() for m in measures} for kind in kinds}
     with workdir("attach-bench-") as wd:
         async with contextlib.AsyncExitStack() as stack:
-            ours = Side(
-                await stack.enter_async_context(our_session(wd)),
-                await stack.enter_async_context(swarm("swarm-ours", wd)),
-            )
-            bare = Side(
-                await stack.enter_async_context(bare_broadcast(wd, with_host=False)),
-                await stack.enter_async_context(swarm("swarm-bare", wd)),
-            )
-            for sides in in_pairs(options.pairs, (ours, bare)):
-                for side in sides:
+            sides = [
+                Side(
+                    await stack.enter_async_context(our_session(wd)),
+                    await stack.enter_async_context(swarm("swarm-ours", wd)),
+                ),
+                Side(
+                    await stack.enter_async_context(bare_broadcast(wd, with_host=False)),
+                    await stack.enter_async_context(swarm("swarm-bare", wd)),
+                ),
+            ]
+            if "bare-uvloop" in kinds:
+                relay = bare_broadcast(wd, with_host=False, uvloop=True)
+                sides.append(
+                    Side(
+                        await stack.enter_async_context(relay),
+                        await stack.enter_async_context(
+                            swarm("swarm-bare-uvloop", wd, uvloop=True)
+                        ),
+                    )
+                )
+            for in_order in in_pairs(options.pairs, sides):
+                for side in in_order:
                     run = await attach(side, options)
                     for measure in measures:
                         samples[side.setup.kind][measure].add(getattr(run, measure))
-    ours_s, bare_s = samples["ours"], samples["bare"]
+    ours_s = samples["ours"]
     n = options.n
 
+    def against(label: str, measure: str, fmt: str, goal: str = "") -> list[str]:
+        cells = [label, ours_s[measure].spread(fmt)]
+        for base in kinds[1:]:
+            base_s = samples[base][measure]
+            cells += [base_s.spread(fmt), ratios(ours_s[measure], base_s).spread(".2f")]
+        return [*cells, goal]
+
     def presence(label: str, measure: str, per: float, fmt: str, goal: str = "") -> list[str]:
-        """A row of `measure` divided by `per`, without a ratio: bare sends no presence."""
-        sides = [Samples([v / per for v in samples[kind][measure].values]) for kind in samples]
-        return [label, *(side.spread(fmt) for side in sides), "", goal]
+        """A row of `measure` divided by `per`, ours only: bare sends no presence."""
+        ours = Samples([v / per for v in ours_s[measure].values])
+        return [label, ours.spread(fmt), *([""] * (2 * len(kinds) - 2)), goal]
 
     about = f"O(N): about {n / 2:.0f} at N={n}"
     rows = [
-        compared("all attached s", ours_s["seconds"], bare_s["seconds"], ".3f", "< 2"),
-        compared("relay+host CPU s", ours_s["cpu"], bare_s["cpu"], ".2f", ""),
-        compared("teammates CPU s", ours_s["teammates_cpu"], bare_s["teammates_cpu"], ".2f", ""),
+        against("all attached s", "seconds", ".3f", "ours/bare < 2"),
+        against("relay+host CPU s", "cpu", ".2f"),
+        against("teammates CPU s", "teammates_cpu", ".2f"),
         presence("presence msgs, all", "presence", 1, ".0f"),
         presence("presence msgs per join", "presence", n, ".1f", about),
         presence("presence MiB, all", "presence_bytes", 2**20, ".2f"),
         presence("presence KiB per join", "presence_bytes", 1024 * n, ".1f"),
     ]
+    header = ["measure", "ours"]
+    for base in kinds[1:]:
+        header += [base, f"ours/{base}"]
     print_table(
         f"{n} teammates attach to one host, {options.pairs} pairs, at most "
         f"{options.concurrency} connecting at once: median [min-max]",
-        ["measure", "ours", "bare", "ours/bare", "goal"],
+        [*header, "goal"],
         rows,
     )
 
