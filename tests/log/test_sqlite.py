@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 from pathlib import Path
 
 import anyio
@@ -10,7 +12,7 @@ import anyio.lowlevel
 import pytest
 
 from tunnel.log import Item, SchemaError, SQLiteStore, StoreError
-from tunnel.log.sqlite import SCHEMA_VERSION, select_sql
+from tunnel.log.sqlite import SCHEMA_VERSION, open_host_store, select_sql
 
 from .helpers import new, news
 
@@ -160,6 +162,41 @@ async def test_aclose_lets_accepted_appends_finish(tmp_path: Path) -> None:
         assert sorted(i.seq for i in await store.query("c", limit=100)) == list(range(50))
     finally:
         await store.aclose()
+
+
+async def test_writes_and_syncs_run_in_threads_of_the_store_that_end_when_it_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await open_host_store(tmp_path / "log.db")
+    loop_thread = threading.current_thread()
+    used: dict[str, set[threading.Thread]] = {"write": set(), "sync": set()}
+    fsync = os.fsync
+
+    def observed(fd: int) -> None:
+        used["sync"].add(threading.current_thread())
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", observed)
+    assert store._writer is not None
+    store._writer.set_trace_callback(lambda _: used["write"].add(threading.current_thread()))
+    try:
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(store.append, "c", news(1, start=i))
+        await store.extend([])
+        await store.sync()
+        await store.append("c", news(1, start=20))
+        await store.sync()
+    finally:
+        await store.aclose()
+    # The event loop never touches the disk; each kind of job keeps one thread of its own.
+    assert len(used["write"]) == 1
+    assert len(used["sync"]) == 1
+    assert loop_thread not in used["write"] | used["sync"]
+    assert used["write"] != used["sync"]
+    with anyio.fail_after(10):
+        while any(t.is_alive() for t in used["write"] | used["sync"]):
+            await anyio.sleep(0.01)
 
 
 async def test_reads_run_beside_the_writer_on_a_bounded_pool(tmp_path: Path) -> None:

@@ -10,9 +10,10 @@ commit made so far, one fsync for however many commits: the `Log` calls it befor
 leaves the process (docs/log.md, "Durability"). Such a store syncs the WAL once when it opens
 too, so what an earlier process committed and never synced is on the disk before it is read.
 
-Threads: the event loop never touches the disk. Writes run in a worker thread, one transaction
-at a time, driven by whichever appending task is the current "leader" (the others wait on an
-event and are answered by it). Reads run in worker threads on a small pool of read-only
+Threads: the event loop never touches the disk. Writes run in a thread of the store's own
+(`tunnel.log.disk_thread`), one transaction at a time, driven by whichever appending task is the
+current "leader" (the others wait on an event and are answered by it); `sync()`'s fsyncs run in
+a second one, beside the writes. Reads run in worker threads on a small pool of read-only
 connections, concurrently with the writer (WAL lets readers see the last commit).
 
 Schema (version 2, `PRAGMA user_version`): `items` keyed by (conversation_id, seq), so a page
@@ -51,6 +52,7 @@ import anyio.lowlevel
 
 from tunnel.log.chain import SignedHead
 from tunnel.log.check import CheckReport, check_rows
+from tunnel.log.disk_thread import DiskThread
 from tunnel.log.errors import LogClosedError, SchemaError, SeqConflictError, StoreError
 from tunnel.log.item import (
     Item,
@@ -272,6 +274,10 @@ class SQLiteStore:
         self._reader_uri = _uri(self.path, immutable=False)
         self._writer: sqlite3.Connection | None = None
         self._writer_closed = readonly
+        # The writer's transactions and the syncs each run in a thread of their own, so a sync
+        # never waits for a commit, nor a commit for an fsync.
+        self._write_thread = DiskThread("tunnel.log writer")
+        self._sync_thread = DiskThread("tunnel.log sync")
         if readonly:
             self._readers.append(self._open_readonly())
             self._reader_count = 1
@@ -307,7 +313,9 @@ class SQLiteStore:
         cancelled caller leaves, the fsync finishes. Raises `StoreError` if the fsync fails.
         """
         target = self._transactions
+        waited = False
         while self._synced < target and not self.syncs_on_commit:
+            waited = True
             running = self._syncing
             if running is not None:
                 await running.wait()
@@ -318,7 +326,7 @@ class SQLiteStore:
             heads = dict(self._heads_committed)
             try:
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(self._sync_wal)
+                    await self._sync_thread.run(self._sync_wal)
                 self._synced = max(self._synced, reached)
                 self._syncs += 1
                 for cid, seq in heads.items():
@@ -327,7 +335,11 @@ class SQLiteStore:
             finally:
                 self._syncing = None
                 done.set()
-        await anyio.lowlevel.checkpoint()
+        if waited:
+            # It has let the loop run already: one more pass would only delay the caller.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        else:
+            await anyio.lowlevel.checkpoint()
 
     def synced(self, conversation_id: str, seq: int) -> bool:
         """False while item `seq` is being committed, or committed, by this store and no
@@ -453,15 +465,15 @@ class SQLiteStore:
             write.state = _State.WRITING
         try:
             if batch[0].imported is not None:
-                outcome: list[list[Item]] | int = await anyio.to_thread.run_sync(
-                    self._write_import, batch[0].imported
+                outcome: list[list[Item]] | int = await self._write_thread.run(
+                    partial(self._write_import, batch[0].imported)
                 )
             elif batch[0].signatures is not None:
-                outcome = await anyio.to_thread.run_sync(
-                    self._write_signatures, batch[0].signatures
+                outcome = await self._write_thread.run(
+                    partial(self._write_signatures, batch[0].signatures)
                 )
             else:
-                outcome = await anyio.to_thread.run_sync(self._write_appends, batch)
+                outcome = await self._write_thread.run(partial(self._write_appends, batch))
         except BaseException as exc:
             error = exc if isinstance(exc, Exception) else StoreError("the write was interrupted")
             for write in batch:
@@ -715,6 +727,7 @@ class SQLiteStore:
         as soon as it is free. `aclose()` also waits for them.
         """
         self._closed = True
+        self._sync_thread.stop()  # after the sync under way, if any: none starts once closed
         with self._reader_lock:
             readers, self._readers = self._readers, []
             self._reader_count -= len(readers)
@@ -724,6 +737,7 @@ class SQLiteStore:
             self._close_writer()
 
     def _close_writer(self) -> None:
+        self._write_thread.stop()  # its last transaction is done: it answered the leader
         if not self._writer_closed:
             self._writer_closed = True
             if self._writer is not None:
