@@ -243,6 +243,9 @@ MISTAKES = {
     "host-approvals-unknown": Mistake(
         ("host", "--relay", "http://127.0.0.1:9", "--approvals", "yolo"), EXIT_CONFIG, "yolo"
     ),
+    "host-unknown-framing": Mistake(
+        ("host", "--relay", "http://127.0.0.1:9", "--framing", "aiohttp"), EXIT_CONFIG, "--framing"
+    ),
     "host-policy-pty-agent": Mistake(
         ("host", "--relay", "http://127.0.0.1:9", "--agent", "pty:sh", "--approvals", "ask"),
         EXIT_CONFIG,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tunnel.host.limits import DEFAULT_MAX_CONVERSATIONS
+from tunnel.link.framings import FramingName, check_framing
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
 
@@ -296,6 +297,14 @@ def host_command(
             envvar="TUNNEL_HOST_PING_TIMEOUT", metavar="SECONDS", help="Seconds to wait for a pong."
         ),
     ] = 20.0,
+    framing: Annotated[
+        FramingName,
+        typer.Option(
+            envvar="TUNNEL_HOST_FRAMING",
+            help="The WebSocket library to dial the relay with: picows (pip install"
+            " 'agent-tunnel[fast]') spends less CPU per message received (docs/performance.md).",
+        ),
+    ] = FramingName.websockets,
     echo: Annotated[bool, typer.Option("--echo", hidden=True)] = False,
     log_level: Annotated[
         LogLevel, typer.Option(envvar="TUNNEL_HOST_LOG_LEVEL", help="Log verbosity.")
@@ -325,6 +334,7 @@ def host_command(
             replace=replace,
             ping_interval=ping_interval,
             ping_timeout=ping_timeout,
+            framing=check_framing(framing.value),
         )
     except ValueError as exc:
         typer.echo(f"tunnel host: {exc}", err=True)

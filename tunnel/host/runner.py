@@ -21,7 +21,6 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
-from websockets.protocol import State
 
 from tunnel.e2e.crypto import DecryptionError, ShareLink, ShareSecrets, e2e_root
 from tunnel.e2e.identity import HostIdentity
@@ -358,17 +357,22 @@ class Host:
 
     async def _shutdown(self) -> None:
         link = self._link
-        if link is None or link.websocket.state is State.CLOSED:
+        if link is None or link.framing.is_closed:
             return
         for channel in list(self._channels):
             close_quietly(channel, CloseCode.GOING_AWAY, "host stopped")
         # The link's own tasks are being cancelled with ours: close the socket directly.
-        await link.websocket.close(CloseCode.GOING_AWAY, "host stopped")
+        await link.framing.close(CloseCode.GOING_AWAY, "host stopped")
 
     async def _serve_link(self, *, task_status: TaskStatus[Link]) -> None:
         """Dial, hello, then serve channels until the link closes. Started once registered."""
         async with dial(
-            self.settings.relay_url, "/v1/host", self._hello, self.settings.dial, backlog=64
+            self.settings.relay_url,
+            "/v1/host",
+            self._hello,
+            self.settings.dial,
+            backlog=64,
+            framing=self.settings.framing,
         ) as mux:
             await _confirm_admission(mux, self.settings.hello_timeout)
             previous, self._link = self._link, mux.link

@@ -8,6 +8,7 @@ from pathlib import Path
 from tunnel.e2e.crypto import default_secrets_path
 from tunnel.e2e.identity import default_key_path
 from tunnel.link import DialSettings, http_base_url
+from tunnel.link.framings import FramingName, check_framing
 from tunnel.process.backoff import BACKOFF_INITIAL, HOST_MAX_BACKOFF
 from tunnel.proto import Limits
 
@@ -66,8 +67,13 @@ class HostSettings:
     limits: Limits = field(default_factory=lambda: DEFAULT_HOST_LIMITS)
     """Link protocol limits enforced on what the relay sends."""
 
+    framing: str = FramingName.websockets
+    """The WebSocket library to dial the relay with: "websockets", or "picows" (the `fast`
+    extra; a ValueError if it is not installed), which spends less CPU per message."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "relay_url", http_base_url(self.relay_url))
+        check_framing(self.framing, "framing")
 
     @property
     def dial(self) -> DialSettings:

@@ -2,7 +2,8 @@
 
 Open the WebSocket, wait for the relay's hello, adopt the limits it advertises, send our hello,
 and run the link in a task of its own while the caller uses its channels (docs/relay.md, "Hello
-and admission").
+and admission"). The WebSocket is python-websockets', or picows' when the settings ask for it
+(tunnel/link/framing_picows.py): the same errors and close codes either way.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from websockets.exceptions import InvalidHandshake, InvalidURI
 from tunnel.handshake import HelloError, RelayHello, agreed_limits, parse_relay_hello
 from tunnel.link.core import Link
 from tunnel.link.errors import LinkClosedError
+from tunnel.link.framing import Framing
+from tunnel.link.framings import FramingName, check_framing
 from tunnel.link.mux import ChannelMux
 from tunnel.link.urls import websocket_url
 from tunnel.proto import DEFAULT_LIMITS, Connection, Limits, Side
@@ -65,6 +68,7 @@ async def dial(
     settings: DialSettings,
     *,
     backlog: int,
+    framing: str = FramingName.websockets,
 ) -> AsyncIterator[ChannelMux]:
     """Reach the relay at `relay_url` + `path`, say hello, and yield the running link's mux.
 
@@ -73,20 +77,13 @@ async def dial(
     LinkClosedError when it closed the link before or during the hellos (a refused host key or
     token is refused only after our hello: it arrives as the link's close). An exception raised
     by the block leaves as itself, never inside an ExceptionGroup.
+
+    `framing` is the WebSocket library to dial with: "websockets", or "picows" (the `fast`
+    extra; ValueError if it is not installed), which spends less CPU per message received
+    (docs/performance.md, "The relay on picows and on uvloop").
     """
-    try:
-        websocket = await connect(
-            websocket_url(relay_url, path),
-            open_timeout=settings.open_timeout,
-            ping_interval=settings.ping_interval,
-            ping_timeout=settings.ping_timeout,
-            max_size=settings.limits.max_message_size,
-            compression=None,
-            close_timeout=CLOSE_GRACE,
-        )
-    except (InvalidHandshake, InvalidURI) as exc:
-        raise RelayUnreachableError(f"the relay refused the connection: {exc}") from None
-    link = Link(websocket, Connection(Side.DIALER, limits=settings.limits), label="relay")
+    check_framing(framing, "framing")
+    link = await _open(websocket_url(relay_url, path), settings, framing)
     mux = ChannelMux(link, backlog=backlog)
     failure: BaseException | None = None
     async with anyio.create_task_group() as tg:
@@ -118,3 +115,45 @@ async def dial(
         tg.cancel_scope.cancel()
     if failure is not None:
         raise failure
+
+
+async def _open(url: str, settings: DialSettings, framing: str) -> Link:
+    """The link over a WebSocket opened to `url` with `framing`, not started yet."""
+    connection = Connection(Side.DIALER, limits=settings.limits)
+    if framing == FramingName.picows:
+        return Link(None, connection, label="relay", framing=await _open_picows(url, settings))
+    try:
+        websocket = await connect(
+            url,
+            open_timeout=settings.open_timeout,
+            ping_interval=settings.ping_interval,
+            ping_timeout=settings.ping_timeout,
+            max_size=settings.limits.max_message_size,
+            compression=None,
+            close_timeout=CLOSE_GRACE,
+        )
+    except (InvalidHandshake, InvalidURI) as exc:
+        raise RelayUnreachableError(f"the relay refused the connection: {exc}") from None
+    return Link(websocket, connection, label="relay")
+
+
+async def _open_picows(url: str, settings: DialSettings) -> Framing:
+    """picows' WebSocket to `url`, with websockets' errors: an OSError (a TimeoutError for the
+    open timeout) when the relay cannot be reached, RelayUnreachableError when it refuses."""
+    # Installed: dial() checked it.
+    from picows import WSError
+
+    from tunnel.link.framing_picows import connect as picows_connect
+
+    try:
+        return await picows_connect(
+            url,
+            max_size=settings.limits.max_message_size,
+            ping_interval=settings.ping_interval,
+            ping_timeout=settings.ping_timeout,
+            open_timeout=settings.open_timeout,
+            close_timeout=CLOSE_GRACE,
+        )
+    except (WSError, ValueError) as exc:
+        # A refused upgrade (an HTTP error), a broken answer, or a URL picows cannot dial.
+        raise RelayUnreachableError(f"the relay refused the connection: {exc}") from None

@@ -441,6 +441,7 @@ async def connect(
     ping_interval: float | None = None,
     ping_timeout: float | None = None,
     open_timeout: float | None = 10.0,
+    close_timeout: float | None = CLOSE_TIMEOUT,
     extra_headers: Iterable[tuple[str, str]] = (),
 ) -> PicowsFraming:
     """Open a WebSocket to `url` (ws:// or wss://) with picows; return it as a `Framing`."""
@@ -451,7 +452,10 @@ async def connect(
     def listener() -> PicowsFraming:
         nonlocal framing
         framing = PicowsFraming(
-            max_size=max_size, ping_interval=ping_interval, ping_timeout=ping_timeout
+            max_size=max_size,
+            ping_interval=ping_interval,
+            ping_timeout=ping_timeout,
+            close_timeout=close_timeout,
         )
         return framing
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tunnel.link.framings import FramingName, check_framing
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
 from tunnel.relay.limits import MAX_CAST_BACKLOG
@@ -76,25 +76,6 @@ def _cluster(
     return ClusterSettings(
         redis_url=redis_url, node_url=node_url, secret=_cluster_secret(secret_file)
     )
-
-
-class Framing(enum.StrEnum):
-    """`--framing`: the WebSocket library the relay serves with (tunnel/link/framing.py)."""
-
-    websockets = "websockets"
-    picows = "picows"
-
-
-def _framing(framing: Framing) -> str:
-    """The framing's name; ValueError if its library is not installed."""
-    if framing is Framing.picows:
-        try:
-            import picows  # noqa: F401
-        except ImportError:
-            raise ValueError(
-                "--framing picows needs the picows package: pip install 'agent-tunnel[fast]'"
-            ) from None
-    return framing.value
 
 
 def relay_command(
@@ -292,14 +273,14 @@ def relay_command(
         ),
     ] = None,
     framing: Annotated[
-        Framing,
+        FramingName,
         typer.Option(
             envvar="TUNNEL_RELAY_FRAMING",
             help="The WebSocket library to serve with: picows (pip install"
             " 'agent-tunnel[fast]') spends a quarter of websockets' CPU per message relayed"
             " (docs/performance.md); not with --cluster.",
         ),
-    ] = Framing.websockets,
+    ] = FramingName.websockets,
     log_level: Annotated[
         LogLevel, typer.Option(envvar="TUNNEL_RELAY_LOG_LEVEL", help="Log verbosity.")
     ] = LogLevel.info,
@@ -336,7 +317,7 @@ def relay_command(
             limits=Limits(max_channels=_limit(max_channels_per_link)),
             log_level=log_level.value,
             cluster=_cluster(cluster, node_url, cluster_secret_file),
-            framing=_framing(framing),
+            framing=check_framing(framing.value),
         )
     except ValueError as exc:
         typer.echo(f"tunnel relay: {exc}", err=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tunnel.link.framings import FRAMINGS
 from tunnel.link.urls import http_base_url, normalize_relay_url
 from tunnel.proto import Limits
 from tunnel.relay.limits import MAX_CAST_BACKLOG
@@ -74,10 +75,6 @@ class ClusterSettings:
             return parts.path
         host = parts.hostname or "localhost"
         return f"{host}:{parts.port or 6379}{parts.path or '/0'}"
-
-
-FRAMINGS = ("websockets", "picows")
-"""The WebSocket libraries the relay can serve with (tunnel/link/framing.py)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
