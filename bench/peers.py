@@ -7,7 +7,7 @@ on stdin, and exits when stdin closes (so nothing outlives a bench that died).
 
 Roles:
 - `host`: our host (`tunnel.host.Host`, end-to-end encrypted channels) whose channels run the
-  bench protocol below.
+  bench protocol below; `--framing picows` dials the relay with picows.
 - `session-host`: our host as `tunnel host` serves a session: a `SessionChannelHandler` per
   channel over one log (the SQLite file `tunnel host` writes, opened as it opens it:
   `open_host_store`), the demo agent's session, presence, and the host's broadcast
@@ -153,7 +153,9 @@ def run_host(args: argparse.Namespace) -> None:
             return
 
     async def main(tg: anyio.abc.TaskGroup) -> None:
-        settings = HostSettings(relay_url=args.relay, key_file=Path(args.workdir) / "host_key")
+        settings = HostSettings(
+            relay_url=args.relay, key_file=Path(args.workdir) / "host_key", framing=args.framing
+        )
         host = Host(settings, handler)
         await tg.start(host.run)
         say(link=str(host.view_link))
@@ -565,6 +567,12 @@ def main() -> None:
         "--list-interval",
         type=float,
         help="share-host: seconds between two `conversations` lists to a channel, at least",
+    )
+    parser.add_argument(
+        "--framing",
+        choices=("websockets", "picows"),
+        default="websockets",
+        help="host: the WebSocket library it dials our relay with",
     )
     parser.add_argument("--url", help="the bare relay's ws:// URL")
     parser.add_argument("--port", type=int, help="the TCP relay's port")

@@ -1,12 +1,15 @@
 """Our relay path against bare baselines, one teammate and one host, measured in the same run.
 
-Run: .venv/bin/python bench/relay_bench.py [--pairs 5] [--size 4K --size 64K] [--mib 64] [--quick]
+Run: .venv/bin/python bench/relay_bench.py [--pairs 5] [--size 4K --size 64K] [--mib 64] [--ends]
+[--quick]
 
 Up to five systems, each a relay process, a host process and a teammate in this process:
 - ours: `tunnel relay` (options: harness.RELAY_LOAD_OPTIONS; the limits do not bite with one
   teammate), a `tunnel.host.Host` (bench/peers.py `host`) and `connect_teammate`, end-to-end
   encrypted as in production;
 - ours-picows: the same with `tunnel relay --framing picows` (needs picows: the `fast` extra);
+- ours-ends, ours-picows-ends (--ends): ours and ours-picows with the host and the teammate
+  dialing the relay with picows (`tunnel host --framing picows`), not websockets;
 - ws: a bare websockets relay that pairs the host socket with the teammate socket and forwards
   messages both ways (no mux, no crypto), a bare websockets host and client;
 - picows: the same bare relay on picows (bench/peers.py `picows-relay`), the same bare host and
@@ -14,7 +17,7 @@ Up to five systems, each a relay process, a host process and a teammate in this 
 - tcp: a plain asyncio TCP relay copying bytes between two sockets, length-prefixed messages.
 With --loop uvloop every relay process but the TCP one (ours too) runs on uvloop's event loop,
 the hosts and the teammate on asyncio's; --loop both runs each relay on both loops, interleaved
-(a system on uvloop is named NAME@uvloop); --no-picows leaves out the two picows systems.
+(a system on uvloop is named NAME@uvloop); --no-picows leaves out the picows systems.
 
 Measures, each run once per system per pair, the systems in turn (order reversed every other
 pair): bulk host->teammate ("down") and teammate->host ("up") for each message size (MiB/s, and
@@ -32,9 +35,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import functools
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +62,7 @@ from harness import (
 from peers import DONE, Framed, control
 from websockets.asyncio.client import connect
 
+import tunnel.teammate.client
 from tunnel.teammate.client import connect_teammate
 
 RTT_SIZE = 100
@@ -76,18 +81,47 @@ class System:
 
 
 @contextlib.asynccontextmanager
-async def ours(wd: Path, framing: str, uvloop: bool) -> AsyncIterator[System]:
-    name = ("ours" if framing == "websockets" else f"ours-{framing}") + UVLOOP * uvloop
+async def ours(
+    wd: Path, framing: str, uvloop: bool, ends: str = "websockets"
+) -> AsyncIterator[System]:
+    """Ours with the relay serving on `framing` and the host and the teammate dialing on `ends`."""
+    name = "ours" if framing == "websockets" else f"ours-{framing}"
+    name += ("-ends" if ends != "websockets" else "") + UVLOOP * uvloop
     async with (
         tunnel_relay(wd, "--framing", framing, name=f"{name}-relay", uvloop=uvloop) as (
             relay,
             url,
         ),
-        peer(f"{name}-host", "host", wd, "--relay", url, "--workdir", str(wd / name)) as host,
+        peer(
+            f"{name}-host",
+            "host",
+            wd,
+            "--relay",
+            url,
+            "--workdir",
+            str(wd / name),
+            "--framing",
+            ends,
+        ) as host,
     ):
         link = (await ready(host))["link"]
-        async with connect_teammate(link, name="bench") as session:
+        async with contextlib.AsyncExitStack() as stack:
+            with teammate_dialing_with(ends):
+                session = await stack.enter_async_context(connect_teammate(link, name="bench"))
             yield System(name, session.send, session.receive_plaintext, [relay.pid, host.pid])
+
+
+@contextlib.contextmanager
+def teammate_dialing_with(framing: str) -> Iterator[None]:
+    """`connect_teammate` dials with `framing` inside the block: it takes no framing of its own
+    yet, so its `dial` is given one (the teammate dials once, as the block starts)."""
+    module = tunnel.teammate.client
+    original = getattr(module, "dial")  # noqa: B009 - not exported: mypy would refuse module.dial
+    setattr(module, "dial", functools.partial(original, framing=framing))  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(module, "dial", original)  # noqa: B010
 
 
 @contextlib.asynccontextmanager
@@ -207,6 +241,8 @@ class Options:
     tcp: bool
     split: bool
     picows: bool
+    ends: bool
+    """Also ours with the host and the teammate on picows."""
     loops: tuple[bool, ...]
     """For each loop the relays run on: whether it is uvloop."""
 
@@ -215,8 +251,10 @@ class Options:
         """The systems, in the order of the table's columns."""
         names = []
         for uvloop in self.loops:
-            picows = ["ours-picows", "picows"] if self.picows else []
-            for name in ["ours", *picows[:1], "ws", *picows[1:]]:
+            ours = ["ours", "ours-ends"] if self.ends else ["ours"]
+            if self.picows:
+                ours += ["ours-picows", "ours-picows-ends"] if self.ends else ["ours-picows"]
+            for name in [*ours, "ws", *(["picows"] if self.picows else [])]:
                 names.append(name + UVLOOP * uvloop)
         return names + (["tcp"] if self.tcp else [])
 
@@ -284,7 +322,11 @@ def goal(measure: str) -> str:
 
 RATIOS = (
     ("ours", "ws"),
+    ("ours-ends", "ws"),
+    ("ours-ends", "ours"),
     ("ours-picows", "ws"),
+    ("ours-picows-ends", "ws"),
+    ("ours-picows-ends", "ours-picows"),
     ("ours-picows", "ours"),
     ("picows", "ws"),
     ("ours", "tcp"),
@@ -330,8 +372,12 @@ async def bench(options: Options) -> None:
             started = []
             for uvloop in options.loops:
                 started.append(await enter(ours(wd, "websockets", uvloop)))
+                if options.ends:
+                    started.append(await enter(ours(wd, "websockets", uvloop, "picows")))
                 if options.picows:
                     started.append(await enter(ours(wd, "picows", uvloop)))
+                    if options.ends:
+                        started.append(await enter(ours(wd, "picows", uvloop, "picows")))
                 started.append(await enter(bare_ws(wd, "ws", uvloop)))
                 if options.picows:
                     started.append(await enter(bare_ws(wd, "picows", uvloop)))
@@ -370,6 +416,12 @@ def main() -> None:
     )
     parser.add_argument("--no-picows", action="store_true", help="skip the picows systems")
     parser.add_argument(
+        "--ends",
+        action="store_true",
+        help="also ours with the host and the teammate dialing with picows (ours-ends,"
+        " ours-picows-ends)",
+    )
+    parser.add_argument(
         "--loop",
         choices=("asyncio", "uvloop", "both"),
         default="asyncio",
@@ -390,6 +442,7 @@ def main() -> None:
         tcp=not args.no_tcp,
         split=args.split,
         picows=not args.no_picows,
+        ends=args.ends,
         loops={"asyncio": (False,), "uvloop": (True,), "both": (False, True)}[args.loop],
     )
     if options.pairs < 1:
