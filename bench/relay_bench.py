@@ -35,10 +35,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import functools
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,7 +61,6 @@ from harness import (
 from peers import DONE, Framed, control
 from websockets.asyncio.client import connect
 
-import tunnel.teammate.client
 from tunnel.teammate.client import connect_teammate
 
 RTT_SIZE = 100
@@ -105,23 +103,8 @@ async def ours(
         ) as host,
     ):
         link = (await ready(host))["link"]
-        async with contextlib.AsyncExitStack() as stack:
-            with teammate_dialing_with(ends):
-                session = await stack.enter_async_context(connect_teammate(link, name="bench"))
+        async with connect_teammate(link, name="bench", framing=ends) as session:
             yield System(name, session.send, session.receive_plaintext, [relay.pid, host.pid])
-
-
-@contextlib.contextmanager
-def teammate_dialing_with(framing: str) -> Iterator[None]:
-    """`connect_teammate` dials with `framing` inside the block: it takes no framing of its own
-    yet, so its `dial` is given one (the teammate dials once, as the block starts)."""
-    module = tunnel.teammate.client
-    original = getattr(module, "dial")  # noqa: B009 - not exported: mypy would refuse module.dial
-    setattr(module, "dial", functools.partial(original, framing=framing))  # noqa: B010
-    try:
-        yield
-    finally:
-        setattr(module, "dial", original)  # noqa: B010
 
 
 @contextlib.asynccontextmanager

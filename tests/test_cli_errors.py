@@ -243,6 +243,9 @@ MISTAKES = {
     "host-approvals-unknown": Mistake(
         ("host", "--relay", "http://127.0.0.1:9", "--approvals", "yolo"), EXIT_CONFIG, "yolo"
     ),
+    "attach-unknown-framing": Mistake(
+        ("attach", "--framing", "aiohttp", "{link}"), EXIT_CONFIG, "--framing"
+    ),
     "host-unknown-framing": Mistake(
         ("host", "--relay", "http://127.0.0.1:9", "--framing", "aiohttp"), EXIT_CONFIG, "--framing"
     ),

@@ -56,10 +56,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.returncode
 
 
-def _start_attach(link: str, name: str) -> subprocess.Popen[bytes]:
+def _start_attach(link: str, name: str, *args: str) -> subprocess.Popen[bytes]:
     """`tunnel attach` as a subprocess: the link in its environment, stdin and stdout piped."""
     return subprocess.Popen(
-        [*TUNNEL, "attach", "--name", name],
+        [*TUNNEL, "attach", "--name", name, *args],
         cwd=ROOT,
         env=dict(ENV, TUNNEL_LINK=link),
         stdin=subprocess.PIPE,
@@ -144,10 +144,22 @@ async def test_tunnel_attach_prompts_from_the_keyboard_and_shows_the_reply(
         assert _stop(host) == 0
 
 
-async def prompt_from_attach(link: str, name: str, *, shown_as: str) -> None:
-    """`tunnel attach LINK --name NAME` types a prompt, sees it under `shown_as` and the demo
-    agent's reply, and quits with 0."""
-    attach = _start_attach(link, name)
+async def test_host_and_attach_dial_with_picows_when_asked(
+    relay: RelayProcess, tmp_path: Path, workspace: Path
+) -> None:
+    # The `fast` extra, which the suite installs: both ends' links then read with picows.
+    host = _start_host(relay, tmp_path, workspace, "--no-interactive", "--framing", "picows")
+    try:
+        drive_link = (await _read_until(host, r"drive link: (\S+)")).group(1)
+        await prompt_from_attach(drive_link, "alice", "--framing", "picows", shown_as="alice")
+    finally:
+        assert _stop(host) == 0
+
+
+async def prompt_from_attach(link: str, name: str, *args: str, shown_as: str) -> None:
+    """`tunnel attach LINK --name NAME ARGS` types a prompt, sees it under `shown_as` and the
+    demo agent's reply, and quits with 0."""
+    attach = _start_attach(link, name, *args)
     try:
         assert attach.stdin is not None
         await _read_until(attach, rf"attached as {shown_as} \(drive\)")

@@ -45,7 +45,7 @@ async def test_host_and_teammate_use_the_window_and_frame_size_the_relay_adverti
             url = f"http://127.0.0.1:{port}"
             async with (
                 running_host(host_settings(url, tmp_path, framing=framing)) as host,
-                connect_teammate(host.drive_link, name="ana") as session,
+                connect_teammate(host.drive_link, name="ana", framing=framing) as session,
             ):
                 largest = RELAY_LIMITS.max_data_size - TAG_SIZE
                 assert session.max_message_size == largest

@@ -50,6 +50,7 @@ from tunnel.link import (
     RelayUnreachableError,
     dial,
 )
+from tunnel.link.framings import FramingName
 from tunnel.proto import Limits
 from tunnel.proto.codes import CloseCode
 
@@ -441,11 +442,13 @@ async def connect_teammate(
     ping_timeout: float | None = 20.0,
     limits: Limits | None = None,
     subscribe: EarlySubscribe | None = None,
+    framing: str = FramingName.websockets,
 ) -> AsyncIterator[TeammateSession]:
     """Attach to the host of `link` and yield the session; close it on exit.
 
     With `subscribe`, the `open` carries it and the host's first answer holds the snapshot
     (docs/protocol.md, "Application messages"): do not `subscribe()` again, read `receive()`.
+    `framing` is the WebSocket library to dial with ("websockets" or "picows": `dial()`).
 
     Raises ValueError for a malformed link or name, RelayUnreachableError (an OSError) when the
     relay cannot be reached, and TeammateError (with the close code) when the relay or host
@@ -466,7 +469,9 @@ async def connect_teammate(
         return teammate_hello(host_id=share.host_id, token=share.token, name=name)
 
     try:
-        async with dial(share.relay_url, "/v1/attach", hello, settings, backlog=1) as mux:
+        async with dial(
+            share.relay_url, "/v1/attach", hello, settings, backlog=1, framing=framing
+        ) as mux:
             opening = TeammateOpening(
                 root=e2e_root(share.secret, share.host_id),
                 host_id=share.host_id,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tunnel.link.framings import FramingName
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import configure_logging
 
@@ -92,6 +93,14 @@ def attach_command(
             show_default=False,
         ),
     ] = None,
+    framing: Annotated[
+        FramingName,
+        typer.Option(
+            envvar="TUNNEL_ATTACH_FRAMING",
+            help="The WebSocket library to dial the relay with: picows (pip install"
+            " 'agent-tunnel[fast]') spends less CPU per message received (docs/performance.md).",
+        ),
+    ] = FramingName.websockets,
 ) -> None:
     """Attach to a shared session from this terminal: watch, and drive with a drive link."""
     # The client loads only now, so that `tunnel --help` and the other commands never do.
@@ -110,8 +119,20 @@ def attach_command(
         history=history,
         bell=not no_bell,
         conversation=_conversation(conversation),
+        framing=_framing(framing),
     )
     raise typer.Exit(anyio.run(run_attach, settings))
+
+
+def _framing(value: FramingName) -> str:
+    """`--framing`, once its library is installed: else one line on stderr and exit code 2."""
+    from tunnel.link.framings import check_framing
+
+    try:
+        return check_framing(value.value)
+    except ValueError as exc:
+        typer.echo(f"tunnel attach: {exc}", err=True)
+        raise typer.Exit(EXIT_CONFIG) from None
 
 
 def _conversation(value: str | None) -> str | None:
