@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import re
 
 import msgpack
 import pytest
@@ -260,3 +262,77 @@ def test_malformed_host_messages_are_bad_requests(wire: object) -> None:
 def test_parse_raises_nothing_but_bad_request(data: bytes) -> None:
     with contextlib.suppress(BadRequest):
         parse(data)
+
+
+def test_presence_members_are_the_members_their_constructor_makes() -> None:
+    # The parser builds each Member through its slots' setters, past the frozen __init__: every
+    # field set, and the same values, equality, hash and repr.
+    assert [field.name for field in dataclasses.fields(Member)] == [
+        "name",
+        "role",
+        "id",
+        "verified",
+    ]
+    wire = {
+        "op": "presence",
+        "members": [
+            {"name": "ana", "role": "drive", "id": 3, "verified": True},
+            {"name": "bo", "role": "view", "verified": 1},
+        ],
+    }
+    parsed = parse(pack(wire))
+    expected = [
+        Member(name="ana", role="drive", id=3, verified=True),
+        Member(name="bo", role="view"),
+    ]
+    assert parsed == PresenceMessage(members=expected)
+    assert isinstance(parsed, PresenceMessage)
+    assert [(hash(m), repr(m)) for m in parsed.members] == [(hash(m), repr(m)) for m in expected]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parsed.members[0].name = "cy"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("wire", "reason"),
+    [
+        ({"op": "presence", "members": {}}, "field 'members' must be list"),
+        ({"op": "presence", "members": [1]}, "a presence member must be a map"),
+        (
+            {"op": "presence", "members": [{"name": "a", "role": "view"}, {"name": "b"}]},
+            "a presence member's name and role must be str",
+        ),
+        (
+            {"op": "presence", "members": [{"name": "a", "role": "view", "id": 1.0}, 1]},
+            "field 'id' must be a non-negative integer",
+        ),
+        (
+            {"op": "presence", "joined": [{"name": "a", "role": "view"}], "left": []},
+            "field 'id' must be a non-negative integer",
+        ),
+        (
+            {"op": "presence", "joined": [{"name": "a", "role": "view", "id": False}], "left": []},
+            "field 'id' must be a non-negative integer",
+        ),
+        (
+            {"op": "presence", "joined": [{"name": "a", "role": b"view", "id": 1}], "left": []},
+            "a presence member's name and role must be str",
+        ),
+        (
+            {
+                "op": "broadcast",
+                "epoch": b"e",
+                "key": b"k",
+                "public_key": b"p",
+                "counter": 0,
+                "members": [{"name": "a", "role": "view", "id": 0}, {"name": "b", "role": "view"}],
+                "you": 0,
+            },
+            "field 'id' must be a non-negative integer",
+        ),
+    ],
+)
+def test_a_bad_presence_member_list_says_what_is_wrong_with_its_first_bad_member(
+    wire: object, reason: str
+) -> None:
+    with pytest.raises(BadRequest, match=f"^{re.escape(reason)}$"):
+        parse(msgpack.packb(wire))

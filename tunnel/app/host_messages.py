@@ -385,7 +385,7 @@ def parse_map(message: Mapping[str, Any]) -> HostMessage:
             key=_get(message, "key", bytes),
             public_key=_get(message, "public_key", bytes),
             counter=_seq(message, "counter"),
-            members=[_presence_member(m, id_required=True) for m in _get(message, "members", list)],
+            members=_presence_members(message, "members", id_required=True),
             you=_seq(message, "you"),
         )
     if op == "error":
@@ -426,10 +426,10 @@ def _presence(message: Mapping[str, Any]) -> PresenceMessage | PresenceDelta:
     applied as a list, or the reverse, would show the wrong people."""
     if "members" in message:
         _expect_absent(message, ("joined", "left"))
-        members = [_presence_member(m, id_required=False) for m in _get(message, "members", list)]
+        members = _presence_members(message, "members", id_required=False)
         you = None if message.get("you") is None else _seq(message, "you")
         return PresenceMessage(members=members, you=you)
-    joined = [_presence_member(m, id_required=True) for m in _get(message, "joined", list)]
+    joined = _presence_members(message, "joined", id_required=True)
     left = _get(message, "left", list)
     if not all(type(member_id) is int and member_id >= 0 for member_id in left):
         raise BadRequest("field 'left' must be a list of member ids")
@@ -437,20 +437,43 @@ def _presence(message: Mapping[str, Any]) -> PresenceMessage | PresenceDelta:
     return PresenceDelta(joined=joined, left=left)
 
 
-def _presence_member(value: Any, *, id_required: bool) -> Member:
-    # The same checks as `_get` and `_seq`, written out: a joiner's list holds everyone
-    # attached, so this runs once per member per join.
-    if not isinstance(value, dict):
-        raise BadRequest("a presence member must be a map")
-    name, role, member_id = value.get("name"), value.get("role"), value.get("id")
-    if type(name) is not str or type(role) is not str:
-        raise BadRequest("a presence member's name and role must be str")
-    verified = value.get("verified") is True
-    if member_id is None and not id_required:
-        return Member(name=name, role=role, verified=verified)
-    if type(member_id) is not int or member_id < 0:
-        raise BadRequest("field 'id' must be a non-negative integer")
-    return Member(name=name, role=role, id=member_id, verified=verified)
+def _presence_members(message: Mapping[str, Any], field: str, *, id_required: bool) -> list[Member]:
+    """The member list in `field`, each member checked as `_get` and `_seq` check a field.
+
+    A joiner's list holds everyone attached, so this runs once per member per join: one loop
+    with the checks written out, and each `Member` built by `_member_of`.
+    """
+    members = []
+    for value in _get(message, field, list):
+        if not isinstance(value, dict):
+            raise BadRequest("a presence member must be a map")
+        get = value.get
+        name, role, member_id = get("name"), get("role"), get("id")
+        if type(name) is not str or type(role) is not str:
+            raise BadRequest("a presence member's name and role must be str")
+        if (member_id is not None or id_required) and (type(member_id) is not int or member_id < 0):
+            raise BadRequest("field 'id' must be a non-negative integer")
+        members.append(_member_of(name, role, member_id, get("verified") is True))
+    return members
+
+
+# `Member` is frozen: its generated `__init__` sets each field through `object.__setattr__` and
+# takes keywords, which costs more than the checks of a presence member together. Its slots'
+# own setters do the same without either (tests/app/test_host_messages.py holds the two equal).
+_new_object = object.__new__
+_set_name, _set_role, _set_id, _set_verified = (
+    Member.__dict__[field].__set__ for field in ("name", "role", "id", "verified")
+)
+
+
+def _member_of(name: str, role: str, member_id: int | None, verified: bool) -> Member:
+    """`Member(name=name, role=role, id=member_id, verified=verified)`, for values checked."""
+    member: Member = _new_object(Member)
+    _set_name(member, name)
+    _set_role(member, role)
+    _set_id(member, member_id)
+    _set_verified(member, verified)
+    return member
 
 
 def _expect_absent(message: Mapping[str, Any], names: Sequence[str]) -> None:
