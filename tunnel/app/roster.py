@@ -35,17 +35,22 @@ class Roster:
         """Take in one presence message; returns who it added and who it removed."""
         if isinstance(message, PresenceMessage):
             before = self._members
-            self._members = {
+            members = self._members = {
                 m.id if m.id is not None else -1 - n: m for n, m in enumerate(message.members)
             }
             self.you = message.you
-            joined = [m for key, m in self._members.items() if key not in before]
-            left = [m for key, m in before.items() if key not in self._members]
+            if not before:
+                # A joiner's first list, the one every join brings: everyone in it is new.
+                return Change(list(members.values()), [])
+            joined = [m for key, m in members.items() if key not in before]
+            left = [m for key, m in before.items() if key not in members]
             return Change(joined, left)
-        left = [m for key in message.left if (m := self._members.pop(key, None)) is not None]
+        members = self._members
+        left = [m for key in message.left if (m := members.pop(key, None)) is not None]
         joined = []
         for member in message.joined:
-            if member.id is not None and member.id not in self._members:
+            member_id = member.id
+            if member_id is not None and member_id not in members:
                 joined.append(member)
-                self._members[member.id] = member
+                members[member_id] = member
         return Change(joined, left)
