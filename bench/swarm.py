@@ -14,7 +14,9 @@ Commands:
   `kind` "bare": a websockets connection to `target`/attach, ready once the bare relay's greeting
   arrived. Every message after that counts as an item.
 - `settle(quiet, limit)`: wait until no presence message arrived for `quiet` seconds; answer the
-  presence messages and bytes received so far.
+  presence messages and bytes received so far: the size of each decrypted message or opened
+  cast a presence came in (the joiner's list comes in its `broadcast` message; during an
+  attach, casts carry only presence).
 - `mark()`: count items from now on: `expect` counts those received since.
 - `expect(items, conversations)`: wait until every teammate (of those `conversations`, if
   given) has received `items` items in all (since `mark`);
@@ -48,9 +50,10 @@ from websockets.asyncio.client import connect
 
 from tunnel.app.conversation_list import ConversationList, ConversationStarted
 from tunnel.app.follower import CatchingUp, FollowerEvent, Item, Presence, SnapshotPage
-from tunnel.app.host_messages import Member, pack
+from tunnel.e2e.broadcast import CAST_OVERHEAD
 from tunnel.e2e.opening import EarlySubscribe
-from tunnel.teammate.client import connect_teammate
+from tunnel.link import Casted
+from tunnel.teammate.client import TeammateSession, connect_teammate
 
 RELAY_CUT = "the relay cut"
 ANOTHER_EPOCH = "a cast of another epoch"
@@ -73,6 +76,8 @@ class Teammate:
     last_item: float = 0.0
     presence: int = 0
     presence_bytes: int = 0
+    received_bytes: int = 0
+    """The size of the last decrypted message or opened cast, until a presence counts it."""
     messages: int = 0
     conversation: str | None = None
     """The conversation it follows, when the bench names one."""
@@ -103,6 +108,7 @@ class Swarm:
             early = None if mode == "echo" else EarlySubscribe(conversation=state.conversation)
             async with connect_teammate(link, name=name, subscribe=early) as session:
                 session.on_conversations = functools.partial(_count_list, state)
+                _measure_messages(session, state)
                 if mode == "echo":
                     await session.send(control("echo", n=1))
                     await session.send(b"x")
@@ -130,11 +136,11 @@ class Swarm:
             state.last_item = time.monotonic()
             _check_item(state, event.item)
         elif isinstance(event, Presence):
-            # The size of what the host said, as it would be on the channel (events are
-            # decoded): only presence, whose bytes per join the attach bench reports.
-            size = len(pack(_wire(event)))
+            # The size of what the host said (only presence, whose bytes per join the attach
+            # bench reports): the message it came in, counted once however many it held.
             state.presence += 1
-            state.presence_bytes += size
+            state.presence_bytes += state.received_bytes
+            state.received_bytes = 0
             self.last_presence = time.monotonic()
         elif isinstance(event, SnapshotPage):
             state.items += len(event.items)
@@ -312,23 +318,22 @@ def _count_list(state: Teammate, message: ConversationList | ConversationStarted
         state.lists += 1
 
 
-def _wire(event: FollowerEvent) -> dict[str, Any]:
-    """The map `event` came as, near enough to count its bytes."""
-    if isinstance(event, Item):
-        return {"op": "item", "item": event.item}
-    if isinstance(event, Presence):
-        if event.whole:
-            members = [_member(m) for m in event.members]
-            return {"op": "presence", "members": members, "you": event.you}
-        joined = [_member(m) for m in event.joined]
-        return {"op": "presence", "joined": joined, "left": [m.id for m in event.left]}
-    if isinstance(event, SnapshotPage):
-        return {"op": "snapshot", "items": list(event.items), "last_seq": event.last_seq}
-    return {"op": type(event).__name__}
+def _measure_messages(session: TeammateSession, state: Teammate) -> None:
+    """Keep in `state.received_bytes` the size of what `session` received last: a decrypted
+    message, or a cast less its fixed overhead (its opened size). `receive()` returns every
+    event of a message before it receives the next, so an event came in the last one."""
+    sealed = session._sealed
+    receive_any = sealed.receive_any
 
+    async def measured() -> bytes | Casted:
+        message = await receive_any()
+        if not isinstance(message, Casted):
+            state.received_bytes = len(message)
+        elif message.data is not None:
+            state.received_bytes = len(message.data) - CAST_OVERHEAD
+        return message
 
-def _member(member: Member) -> dict[str, Any]:
-    return {"id": member.id, "name": member.name, "role": member.role}
+    sealed.receive_any = measured  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":
