@@ -15,14 +15,13 @@ cast, not per item), so a change to the per-item path shows on its own.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
 
 import anyio
 import msgpack
+from harness import print_timed
 
 from tunnel.app import follower_vectors as vectors
 from tunnel.app.follower import Follower, Item
@@ -151,12 +150,7 @@ def main() -> None:
         f"{args.items} items of ~{args.size} B, {args.per_cast} per cast,"
         f" {args.rounds} rounds: CPU us/item, median [min-max]"
     )
-    for name, timed in rows:
-        timed()  # warm up
-        samples: list[Any] = [timed() * 1e6 for _ in range(args.rounds)]
-        print(
-            f"{name:<28} {statistics.median(samples):6.2f} [{min(samples):.2f}-{max(samples):.2f}]"
-        )
+    print_timed(rows, args.rounds, 2)
 
 
 if __name__ == "__main__":

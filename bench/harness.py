@@ -398,6 +398,16 @@ def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]
         print(line(row))
 
 
+def print_timed(rows: Sequence[tuple[str, Callable[[], float]]], rounds: int, digits: int) -> None:
+    """For an in-process micro-bench: run each row's timer once to warm up, then `rounds`
+    times, and print its median and [min-max] in microseconds with `digits` decimals."""
+    for name, timed in rows:
+        timed()
+        samples = [timed() * 1e6 for _ in range(rounds)]
+        low, median, high = min(samples), statistics.median(samples), max(samples)
+        print(f"{name:<28} {median:6.{digits}f} [{low:.{digits}f}-{high:.{digits}f}]")
+
+
 def parse_size(text: str) -> int:
     """`4096`, `4K`, `4KiB`, `64k` -> bytes."""
     match = re.fullmatch(r"\s*(\d+)\s*([kKmM]?)(?:i?[bB])?\s*", text)

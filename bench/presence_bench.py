@@ -18,10 +18,11 @@ Prints, per path, the median and [min-max] over the rounds of the process CPU ti
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+
+from harness import print_timed
 
 from tunnel.app import follower_vectors as vectors
 from tunnel.app.follower import Follower, Presence
@@ -112,12 +113,7 @@ def main() -> None:
         f"{n} members, {args.per_delta} per delta, {args.rounds} rounds:"
         " CPU us/member, median [min-max]"
     )
-    for name, timed in rows:
-        timed()  # warm up
-        samples: list[Any] = [timed() * 1e6 for _ in range(args.rounds)]
-        print(
-            f"{name:<28} {statistics.median(samples):6.3f} [{min(samples):.3f}-{max(samples):.3f}]"
-        )
+    print_timed(rows, args.rounds, 3)
 
 
 if __name__ == "__main__":
