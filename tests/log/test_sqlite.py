@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import threading
@@ -212,3 +213,107 @@ async def test_reads_run_beside_the_writer_on_a_bounded_pool(tmp_path: Path) -> 
     finally:
         await store.aclose()
     assert store.statistics().read_connections == 0
+
+
+class Gate:
+    """Holds the writer thread at the start of chosen transactions until released (for good
+    if never: a connection closed under a running transaction can crash the process)."""
+
+    def __init__(self, store: SQLiteStore, *transactions: int) -> None:
+        self.held = set(transactions)
+        self.begun = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        assert store._writer is not None
+        store._writer.set_trace_callback(self._statement)
+
+    def _statement(self, sql: str) -> None:
+        if sql.startswith("BEGIN"):
+            self.begun += 1
+            if self.begun in self.held:
+                self.entered.set()
+                self.release.wait()
+                self.release.clear()
+
+    async def wait_entered(self) -> None:
+        with anyio.fail_after(10):
+            while not self.entered.is_set():
+                await anyio.sleep(0.001)
+        self.entered.clear()
+
+
+@pytest.mark.timeout(30)
+async def test_a_batch_whose_leader_is_cancelled_natively_is_answered_with_what_it_stored(
+    tmp_path: Path,
+) -> None:
+    # asyncio's Task.cancel() (Ctrl-C on anyio.run's main task, asyncio.timeout) passes through
+    # anyio's shield: the appends the leader was writing must still hear their outcome.
+    store = await SQLiteStore.open(tmp_path / "log.db")
+    gate = Gate(store, 1, 2)
+    answers: dict[str, list[int] | str] = {}
+
+    async def append(name: str) -> None:
+        try:
+            answers[name] = [item.seq for item in await store.append("c", [new(who=name)])]
+        except StoreError as exc:
+            answers[name] = str(exc)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(append, "first")
+            await gate.wait_entered()  # the first transaction is held: the next ones queue
+            leader = asyncio.ensure_future(append("leader"))
+            await anyio.sleep(0.01)
+            for name in ("second", "third"):
+                tg.start_soon(append, name)
+            await anyio.sleep(0.01)
+            gate.release.set()
+            await gate.wait_entered()  # the leader's batch, held in its transaction
+            leader.cancel()
+            await anyio.sleep(0.01)
+            gate.release.set()
+            await asyncio.wait([leader])
+        stored = await store.query("c")
+    finally:
+        gate.release.set()
+        await store._write_thread.run(lambda: None)  # its transactions are done
+        await store.aclose()
+    by_name = {item.data["who"]: item.seq for item in stored}
+    assert [item.seq for item in stored] == [0, 1, 2, 3]
+    assert "leader" in by_name  # in a transaction when cancelled: stored all the same
+    assert answers["first"] == [0]
+    assert answers["second"] == [by_name["second"]]
+    assert answers["third"] == [by_name["third"]]
+
+
+# Closing the connection under the held transaction would block the event loop inside SQLite,
+# where only the timeout's thread can still report it.
+@pytest.mark.timeout(30, method="thread")
+async def test_closing_waits_for_the_transaction_of_a_natively_cancelled_import(
+    tmp_path: Path,
+) -> None:
+    source = await SQLiteStore.open(tmp_path / "source.db")
+    try:
+        items = await source.append("c", news(50))
+    finally:
+        await source.aclose()
+    store = await SQLiteStore.open(tmp_path / "log.db")
+    gate = Gate(store, 1)
+    task = asyncio.ensure_future(store.extend(items))
+    await gate.wait_entered()
+    task.cancel()
+    await anyio.sleep(0.01)
+    closing = asyncio.ensure_future(store.aclose())
+    await anyio.sleep(0.05)
+    # Not closed under the transaction the writer thread is running: it waits for it.
+    assert not closing.done()
+    gate.release.set()
+    with anyio.fail_after(10):
+        await asyncio.wait([task, closing])
+    assert task.cancelled()  # the cancellation reaches it once the import is answered
+    assert closing.result() is None
+    reopened = await SQLiteStore.open(tmp_path / "log.db", readonly=True)
+    try:
+        assert [item.seq for item in await reopened.query("c")] == list(range(50))
+    finally:
+        await reopened.aclose()

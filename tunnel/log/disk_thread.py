@@ -54,18 +54,23 @@ class DiskThread:
         self._jobs: queue.SimpleQueue[_Job | None] | None = None
         self._thread: threading.Thread | None = None
 
-    async def run(self, fn: Callable[[], T]) -> T:
+    async def run(self, fn: Callable[[], T], *, finish: bool = False) -> T:
         """Run `fn` in the thread and return its result, or raise its exception.
 
         Not shielded: a cancelled caller leaves at once and `fn` still runs, its outcome lost.
-        A caller that must have the outcome (what a transaction did is always answered) calls
-        this in a shielded scope, as the store's writer and syncer both do anyway.
+        With `finish`, the caller has the outcome whatever happens (what a transaction did is
+        always answered): it waits for `fn` through anyio's cancellation, as in a shielded scope,
+        and through asyncio's own (`Task.cancel()`, which no shield stops: what Ctrl-C does to
+        `anyio.run`'s main task), which it then hands back to the task at its next await.
         """
         jobs = self._start()
         done = anyio.Event()
         outcome: _Outcome[T] = _Outcome()
         jobs.put(partial(_run_job, fn, outcome, _caller(done.set)))
-        await done.wait()
+        if finish:
+            await _wait_out(done)
+        else:
+            await done.wait()
         if outcome.error is not None:
             raise outcome.error
         assert outcome.result is not None
@@ -111,6 +116,24 @@ def _run_job(fn: Callable[[], T], outcome: _Outcome[T], wake: Callable[[], objec
     except RuntimeError:
         # The event loop is closed: nobody is left to wait for the outcome.
         logger.debug("a disk job finished after its event loop closed")
+
+
+async def _wait_out(done: anyio.Event) -> None:
+    """Wait for `done` through every cancellation; one that came from asyncio itself is
+    delivered again once it is set."""
+    interrupted = False
+    with anyio.CancelScope(shield=True):
+        while not done.is_set():
+            try:
+                await done.wait()
+            except anyio.get_cancelled_exc_class():
+                # Only asyncio's Task.cancel() reaches in here; anyio's is held off.
+                interrupted = True
+    task = asyncio.current_task() if interrupted else None
+    if task is not None:
+        # The same one request again (not a second: `asyncio.timeout` counts them).
+        task.uncancel()
+        task.cancel()
 
 
 def _caller(fn: Callable[[], object]) -> Callable[[], object]:

@@ -326,7 +326,7 @@ class SQLiteStore:
             heads = dict(self._heads_committed)
             try:
                 with anyio.CancelScope(shield=True):
-                    await self._sync_thread.run(self._sync_wal)
+                    await self._sync_thread.run(self._sync_wal, finish=True)
                 self._synced = max(self._synced, reached)
                 self._syncs += 1
                 for cid, seq in heads.items():
@@ -466,14 +466,16 @@ class SQLiteStore:
         try:
             if batch[0].imported is not None:
                 outcome: list[list[Item]] | int = await self._write_thread.run(
-                    partial(self._write_import, batch[0].imported)
+                    partial(self._write_import, batch[0].imported), finish=True
                 )
             elif batch[0].signatures is not None:
                 outcome = await self._write_thread.run(
-                    partial(self._write_signatures, batch[0].signatures)
+                    partial(self._write_signatures, batch[0].signatures), finish=True
                 )
             else:
-                outcome = await self._write_thread.run(partial(self._write_appends, batch))
+                outcome = await self._write_thread.run(
+                    partial(self._write_appends, batch), finish=True
+                )
         except BaseException as exc:
             error = exc if isinstance(exc, Exception) else StoreError("the write was interrupted")
             for write in batch:
