@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tunnel.app import follower_vectors as vectors
+from tunnel.app.errors import BadRequest
 from tunnel.app.follower import (
     ITEM_WHILE_FOLLOWING,
     TRANSITIONS,
@@ -30,8 +32,17 @@ from tunnel.app.follower import (
     SnapshotStarted,
     State,
 )
-from tunnel.app.host_messages import decode_host_message, pack
+from tunnel.app.host_messages import (
+    EventMessage,
+    ItemMessage,
+    PresenceDelta,
+    PresenceMessage,
+    decode_host_message,
+    pack,
+    parse_map,
+)
 from tunnel.app.requests import Subscribe
+from tunnel.app.roster import Roster
 from tunnel.proto.codes import CloseCode
 
 SESSION_JSON = Path(__file__).parent.parent / "vectors" / "session.json"
@@ -314,3 +325,120 @@ def test_a_casts_messages_that_do_not_fit_are_skipped_each_saying_why_and_the_re
     assert len(events) == 11
     assert follower.statistics().duplicates == 1
     assert (follower.cursor, follower.state) == (3, State.BROADCAST)
+
+
+# -- a cast's shortcuts, held to parse_map -----------------------------------------------------
+
+
+def _read_one_by_one(
+    follower: Follower, messages: list[dict[str, Any]]
+) -> tuple[list[FollowerEvent], int | None, int, Roster]:
+    """What a cast of `messages` must give a following `follower`, each message read by
+    `parse_map` as a channel message is: the events, the cursor, the duplicates dropped and the
+    roster after it. `receive_cast` takes items and events by a shorter path; this is its oracle."""
+    roster = copy.deepcopy(follower.roster)
+    cursor, duplicates = follower.cursor, 0
+    events: list[FollowerEvent] = []
+    for message in messages:
+        op = message["op"]
+        if op not in ("item", "event", "presence"):
+            events.append(Skipped(op=op, reason="not a message a cast carries"))
+            continue
+        try:
+            parsed = parse_map(message)
+        except BadRequest as exc:
+            events.append(Skipped(op=op, reason=str(exc)))
+            continue
+        if isinstance(parsed, EventMessage):
+            events.append(Event(event=parsed.event))
+        elif isinstance(parsed, PresenceMessage | PresenceDelta):
+            change = roster.apply(parsed)
+            events.append(
+                Presence(
+                    members=tuple(roster.members),
+                    whole=isinstance(parsed, PresenceMessage),
+                    you=roster.you,
+                    joined=tuple(change.joined),
+                    left=tuple(change.left),
+                )
+            )
+        else:
+            assert isinstance(parsed, ItemMessage)
+            seq = parsed.item.get("seq")
+            if type(seq) is not int or seq < 0:
+                events.append(Skipped(op="item", reason="an item without a seq"))
+            elif cursor is not None and seq <= cursor:
+                duplicates += 1
+            elif cursor is not None and seq > cursor + 1:
+                reason = "an item missing from the broadcast"
+                events.append(CatchingUp(reason=reason, after=cursor))
+                break
+            else:
+                cursor = seq
+                events.append(Item(item=parsed.item))
+    return events, cursor, duplicates, roster
+
+
+_wrong = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.floats(),
+    st.text(max_size=3),
+    st.binary(max_size=3),
+    st.lists(st.integers(-2, 2), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(-2, 2), max_size=2),
+)
+_member = st.fixed_dictionaries(
+    {
+        "name": st.one_of(st.text(max_size=4), st.text(max_size=4), _wrong),
+        "role": st.sampled_from(["view", "drive"]),
+    },
+    optional={
+        "id": st.one_of(st.integers(0, 5), _wrong),
+        "verified": st.one_of(st.booleans(), _wrong),
+    },
+)
+_cast_message = st.one_of(
+    # Mostly the next item, held ones and items one past it; some without a usable seq.
+    st.builds(lambda step: ("next", step), st.sampled_from([-1, 0, 0, 0, 0, 1])),
+    st.builds(lambda seq: {"op": "item", "item": {"seq": seq}}, _wrong),
+    st.builds(lambda item: {"op": "item", "item": item}, _wrong),
+    st.just({"op": "item"}),
+    st.builds(lambda event: {"op": "event", "event": event}, st.one_of(_wrong, st.just({}))),
+    st.just({"op": "event"}),
+    st.builds(
+        lambda joined, left: {"op": "presence", "joined": joined, "left": left},
+        st.one_of(st.lists(_member, max_size=3), _wrong),
+        st.one_of(st.lists(st.one_of(st.integers(0, 5), _wrong), max_size=3), _wrong),
+    ),
+    st.builds(
+        lambda members, extra: {"op": "presence", "members": members, **extra},
+        st.one_of(st.lists(_member, max_size=4), _wrong),
+        st.fixed_dictionaries({}, optional={"you": _wrong, "left": _wrong}),
+    ),
+    st.builds(lambda op: {"op": op}, st.sampled_from(["snapshot", "ready", "broadcast", "x"])),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_cast_message, max_size=8), min_size=1, max_size=4))
+def test_a_casts_items_and_events_are_taken_as_parse_map_reads_them(
+    casts: list[list[Any]],
+) -> None:
+    follower, caster = following()
+    for drawn in casts:
+        if follower.state is not State.BROADCAST:
+            break  # a gap ended the broadcast for this channel
+        messages, upto = [], follower.cursor
+        for message in drawn:
+            if isinstance(message, tuple):  # ("next", step): an item near the cursor
+                upto = max(0, (upto if upto is not None else -1) + 1 + message[1])
+                message = vectors.cast_item(upto)
+            messages.append(message)
+        expected, cursor, duplicates, roster = _read_one_by_one(follower, messages)
+        before = follower.statistics().duplicates
+        assert follower.receive_cast(caster.cast(*messages)) == expected
+        assert follower.cursor == cursor
+        assert follower.statistics().duplicates - before == duplicates
+        assert (follower.roster.members, follower.roster.you) == (roster.members, roster.you)

@@ -8,7 +8,7 @@ import re
 
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tunnel.app.errors import ERROR_CODES, BadRequest
@@ -336,3 +336,66 @@ def test_a_bad_presence_member_list_says_what_is_wrong_with_its_first_bad_member
 ) -> None:
     with pytest.raises(BadRequest, match=f"^{re.escape(reason)}$"):
         parse(msgpack.packb(wire))
+
+
+def _members_by_constructor(wire: list[object], *, id_required: bool) -> list[Member] | str:
+    """A member list read one member at a time, each built by `Member(...)`: the parser's
+    oracle. The members, or the reason the first bad one gives."""
+    members = []
+    for value in wire:
+        if not isinstance(value, dict):
+            return "a presence member must be a map"
+        name, role, member_id = value.get("name"), value.get("role"), value.get("id")
+        if type(name) is not str or type(role) is not str:
+            return "a presence member's name and role must be str"
+        verified = value.get("verified") is True
+        if member_id is None and not id_required:
+            members.append(Member(name=name, role=role, verified=verified))
+        elif type(member_id) is not int or member_id < 0:
+            return "field 'id' must be a non-negative integer"
+        else:
+            members.append(Member(name=name, role=role, id=member_id, verified=verified))
+    return members
+
+
+# Each kind a field may wrongly hold, and the values a lax check would let through.
+_odd: st.SearchStrategy[object] = st.sampled_from(
+    [None, True, False, 0, 1, -1, 2**64 - 1, -(2**63), 1.0, "", "1", b"", [], {}]
+)
+_valid_member = st.fixed_dictionaries(
+    {"name": st.text(max_size=3), "role": st.sampled_from(["view", "drive", "host"])},
+    optional={"id": st.integers(0, 9), "verified": st.booleans()},
+)
+
+
+@st.composite
+def _member_wire(draw: st.DrawFn) -> object:
+    """A valid member, mostly; else one with a field of the wrong kind, or not a map."""
+    member: dict[str, object] = dict(draw(_valid_member))
+    spoil = draw(st.sampled_from([None, None, None, "name", "role", "id", "verified", "whole"]))
+    if spoil == "whole":
+        return draw(_odd)
+    if spoil is not None:
+        member[spoil] = draw(_odd)
+    return member
+
+
+@settings(max_examples=400)
+@given(st.lists(_member_wire(), max_size=4), st.booleans())
+def test_a_presence_member_list_parses_as_the_member_constructor_reads_it(
+    wire: list[object], full: bool
+) -> None:
+    field = "members" if full else "joined"
+    message = (
+        {"op": "presence", field: wire} if full else {"op": "presence", field: wire, "left": []}
+    )
+    expected = _members_by_constructor(wire, id_required=not full)
+    if isinstance(expected, str):
+        with pytest.raises(BadRequest, match=f"^{re.escape(expected)}$"):
+            parse(msgpack.packb(message))
+        return
+    parsed = parse(msgpack.packb(message))
+    assert isinstance(parsed, PresenceMessage | PresenceDelta)
+    got = parsed.members if isinstance(parsed, PresenceMessage) else parsed.joined
+    assert list(got) == expected
+    assert [(hash(m), repr(m)) for m in got] == [(hash(m), repr(m)) for m in expected]
