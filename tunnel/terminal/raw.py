@@ -125,7 +125,9 @@ class RawTerminal:
         """Pass keys through until the escape key or the end of input; restores the terminal."""
         saved = termios.tcgetattr(self._in)
         try:
-            tty.setraw(self._in)
+            # TCSADRAIN, not setraw's default TCSAFLUSH: keys typed before raw mode began (a
+            # Ctrl-] pressed as the screen appeared) are read, not discarded.
+            tty.setraw(self._in, termios.TCSADRAIN)
             self._running = True
             # Before the first stroke: the replay draws the screen at the host's size.
             self._fit_margins()
