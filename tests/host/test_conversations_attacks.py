@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.host_process import HostProcess
+from tests.host.conversations_host import replies, serving, start_conversation
 from tests.host.teammate import Teammate, attached
-from tests.support import RelayProcess, attach_proxy, via
+from tests.support import attach_proxy, via
 from tunnel.app.requests import (
     CloseConversation,
     Fork,
@@ -26,42 +26,15 @@ from tunnel.teammate.client import DecryptionFailedError
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 
-def _replies(teammate: Teammate) -> list[str]:
-    return [
-        str(item["data"].get("text", ""))
-        for item in teammate.items
-        if item["type"] == "message" and item["created_by"] != "agent"
-    ]
-
-
-def _host(relay: RelayProcess, tmp_path: Path) -> HostProcess:
-    workspace = tmp_path / "ws"
-    workspace.mkdir(exist_ok=True)
-    return HostProcess(
-        relay.url,
-        tmp_path,
-        agent="demo=demo",
-        workspace=workspace,
-        log_db=tmp_path / "log.db",
-        interactive=False,
-        extra=("--agent", "other=demo", "--max-conversations", "2"),
-    )
-
-
 async def test_a_closed_conversations_channels_never_join_the_group_another_took(
     tmp_path: Path,
 ) -> None:
     """A channel opened to a closed conversation, or one of its channels subscribing again,
     gets no cast of the conversation that took its broadcast group since."""
-    relay = RelayProcess(tmp_path).start()
-    host = _host(relay, tmp_path)
-    try:
-        host.start()
+    with serving(tmp_path, "--max-conversations", "2") as (_relay, host):
         async with attached(host.drive_link, "ann", conversation="main") as ann:
             await ann.wait_for(lambda t: t.listing is not None)
-            await ann.send(NewConversation(agent="other"))
-            await ann.wait_for(lambda t: len(t.started) == 1)
-            closed = ann.started[0]
+            closed = await start_conversation(ann)
             async with attached(host.view_link, "old", conversation=closed) as old:
                 await old.wait_for(lambda t: t.snapshot_done)
                 await ann.send(CloseConversation(conversation=closed))
@@ -69,9 +42,7 @@ async def test_a_closed_conversations_channels_never_join_the_group_another_took
                     lambda t: t.item_of("session_event", what="conversation_closed") is not None
                 )
                 # The next conversation takes the closed one's group (max 2: main and it).
-                await ann.send(NewConversation(agent="other"))
-                await ann.wait_for(lambda t: len(t.started) == 2)
-                newest = ann.started[1]
+                newest = await start_conversation(ann)
                 # The attacker: a channel opened to the closed conversation now, and one of
                 # its channels asking for its snapshot again.
                 async with attached(host.view_link, "late", conversation=closed) as late:
@@ -82,20 +53,17 @@ async def test_a_closed_conversations_channels_never_join_the_group_another_took
                         await cy.wait_for(lambda t: t.snapshot_done)
                         for n in range(3):
                             await cy.send(Prompt(text=f"in the newest {n}"))
-                            await cy.wait_for(lambda t, n=n: f"in the newest {n}" in _replies(t))
+                            await cy.wait_for(lambda t, n=n: f"in the newest {n}" in replies(t))
                         # A round trip on each after the casts: what was cast reached them.
                         for teammate in (late, old):
                             seen = len(teammate.errors)
                             await teammate.send(NewConversation(agent="demo"))
                             await teammate.wait_for(lambda t, s=seen: len(t.errors) > s)
                     for teammate in (late, old):
-                        assert not [r for r in _replies(teammate) if "newest" in r]
+                        assert not [r for r in replies(teammate) if "newest" in r]
                         # Not even sealed casts of another key reached them: each would break
                         # their broadcast and make them catch up.
                         assert teammate.session.follower.statistics().breaks == 0
-    finally:
-        host.stop()
-        relay.stop()
 
 
 async def test_closing_a_conversation_cancels_its_waiting_request_where_its_channels_see_it(
@@ -104,15 +72,10 @@ async def test_closing_a_conversation_cancels_its_waiting_request_where_its_chan
     """A permission request that waits when its conversation is closed ends cancelled in the
     log, before the close, so every channel still open there gets the decision, and a page no
     longer offers an answer nobody can give."""
-    relay = RelayProcess(tmp_path).start()
-    host = _host(relay, tmp_path)
-    try:
-        host.start()
+    with serving(tmp_path, "--max-conversations", "2") as (_relay, host):
         async with attached(host.drive_link, "ann", conversation="main") as ann:
             await ann.wait_for(lambda t: t.listing is not None)
-            await ann.send(NewConversation(agent="other"))
-            await ann.wait_for(lambda t: len(t.started) == 1)
-            second = ann.started[0]
+            second = await start_conversation(ann)
             async with attached(host.view_link, "vic", conversation=second) as vic:
                 await vic.wait_for(lambda t: t.snapshot_done)
                 await ann.send(Prompt(text="ask me"))  # in main: stays untouched
@@ -138,9 +101,6 @@ async def test_closing_a_conversation_cancels_its_waiting_request_where_its_chan
             # The other conversation's request still waits.
             await ann.wait_for(lambda t: t.item_of("permission_request") is not None)
             assert ann.item_of("permission_decision") is None
-    finally:
-        host.stop()
-        relay.stop()
 
 
 async def test_a_relay_that_names_another_conversation_in_the_open_gets_no_channel(
@@ -148,17 +108,12 @@ async def test_a_relay_that_names_another_conversation_in_the_open_gets_no_chann
 ) -> None:
     """The early subscribe's conversation is bound into the transcript: a relay that rewrites
     it makes the open fail, and the teammate sees nothing of either conversation."""
-    relay = RelayProcess(tmp_path).start()
-    host = _host(relay, tmp_path)
-    try:
-        host.start()
+    with serving(tmp_path, "--max-conversations", "2") as (relay, host):
         async with attached(host.drive_link, "ann", conversation="main") as ann:
             await ann.wait_for(lambda t: t.listing is not None)
-            await ann.send(NewConversation(agent="other"))
-            await ann.wait_for(lambda t: len(t.started) == 1)
-            other = ann.started[0]
+            other = await start_conversation(ann)
             await ann.send(Prompt(text="only in main"))
-            await ann.wait_for(lambda t: "only in main" in _replies(t))
+            await ann.wait_for(lambda t: "only in main" in replies(t))
             rewritten: list[str] = []
 
             def move(message: bytes) -> bytes:
@@ -187,25 +142,17 @@ async def test_a_relay_that_names_another_conversation_in_the_open_gets_no_chann
             assert served == []
             # The host checks the proof over the transcript as the relay forwarded it: 4003.
             assert caught.group_contains(DecryptionFailedError, match="proof does not verify")
-    finally:
-        host.stop()
-        relay.stop()
 
 
 async def test_a_view_link_starts_closes_and_forks_nothing_and_reads_only_what_it_follows(
     tmp_path: Path,
 ) -> None:
-    relay = RelayProcess(tmp_path).start()
-    host = _host(relay, tmp_path)
-    try:
-        host.start()
+    with serving(tmp_path, "--max-conversations", "2") as (_relay, host):
         async with attached(host.drive_link, "ann", conversation="main") as ann:
             await ann.wait_for(lambda t: t.listing is not None)
-            await ann.send(NewConversation(agent="other"))
-            await ann.wait_for(lambda t: len(t.started) == 1)
-            second = ann.started[0]
+            second = await start_conversation(ann)
             await ann.send(Prompt(text="secret of main"))
-            await ann.wait_for(lambda t: "secret of main" in _replies(t))
+            await ann.wait_for(lambda t: "secret of main" in replies(t))
             async with attached(host.view_link, "vic", conversation=second) as vic:
                 await vic.wait_for(lambda t: t.snapshot_done)
                 for request in (
@@ -228,6 +175,3 @@ async def test_a_view_link_starts_closes_and_forks_nothing_and_reads_only_what_i
             )
             assert ann.listing is not None
             assert all(c.state != "closed" for c in ann.listing.conversations)
-    finally:
-        host.stop()
-        relay.stop()

@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from tests.host.conftest import FAKE_ACP_AGENT, _share, wait_online
+from tests.host.conversations_host import replies, serving, start_conversation
 from tests.host.host_process import HostProcess
 from tests.host.teammate import Teammate, attached
 from tests.support import RelayProcess, host_settings
@@ -30,41 +31,16 @@ from tunnel.relay.settings import RelaySettings
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 
-def _replies(teammate: Teammate) -> list[str]:
-    return [
-        str(item["data"].get("text", ""))
-        for item in teammate.items
-        if item["type"] == "message" and item["created_by"] != "agent"
-    ]
-
-
 def _pending(teammate: Teammate, conversation: str) -> int | None:
     """How many requests wait in `conversation`, as the host's list last said."""
     entry = None if teammate.listing is None else teammate.listing.find(conversation)
     return None if entry is None else entry.pending
 
 
-def _host(relay: RelayProcess, tmp_path: Path, *extra: str) -> HostProcess:
-    workspace = tmp_path / "ws"
-    workspace.mkdir(exist_ok=True)
-    return HostProcess(
-        relay.url,
-        tmp_path,
-        agent="demo=demo",
-        workspace=workspace,
-        log_db=tmp_path / "log.db",
-        interactive=False,
-        extra=("--agent", "other=demo", "--max-conversations", "3", *extra),
-    )
-
-
 async def test_drivers_start_switch_and_close_conversations_and_items_stay_apart(
     tmp_path: Path,
 ) -> None:
-    relay = RelayProcess(tmp_path).start()
-    host = _host(relay, tmp_path)
-    try:
-        host.start()
+    with serving(tmp_path, "--max-conversations", "3") as (_relay, host):
         async with attached(host.drive_link, "ann", conversation="main") as ann:
             await ann.wait_for(lambda t: t.listing is not None)
             assert ann.listing is not None
@@ -73,9 +49,7 @@ async def test_drivers_start_switch_and_close_conversations_and_items_stay_apart
             assert ann.ready is not None
             assert ann.ready["conversation_id"] == "main"
 
-            await ann.send(NewConversation(agent="other"))
-            await ann.wait_for(lambda t: t.started)
-            second = ann.started[0]
+            second = await start_conversation(ann)
             assert second.startswith("c-")
             await ann.wait_for(
                 lambda t: t.listing is not None and len(t.listing.conversations) == 2
@@ -95,12 +69,12 @@ async def test_drivers_start_switch_and_close_conversations_and_items_stay_apart
                     await bo.wait_for(lambda t: t.snapshot_done)
                     await bo.send(Prompt(text="only in the second"))
                     await ann.send(Prompt(text="only in main"))
-                    await bo.wait_for(lambda t: "only in the second" in _replies(t))
-                    await vic.wait_for(lambda t: "only in the second" in _replies(t))
-                    await ann.wait_for(lambda t: "only in main" in _replies(t))
+                    await bo.wait_for(lambda t: "only in the second" in replies(t))
+                    await vic.wait_for(lambda t: "only in the second" in replies(t))
+                    await ann.wait_for(lambda t: "only in main" in replies(t))
                     # Each conversation's items reach only its own channels.
-                    assert "only in main" not in _replies(bo) + _replies(vic)
-                    assert "only in the second" not in _replies(ann)
+                    assert "only in main" not in replies(bo) + replies(vic)
+                    assert "only in the second" not in replies(ann)
 
                     # Unknown agent; too many conversations (max 3).
                     await ann.send(NewConversation(agent="nobody"))
@@ -136,37 +110,29 @@ async def test_drivers_start_switch_and_close_conversations_and_items_stay_apart
                     async with attached(host.drive_link, "cy", conversation=ann.started[2]) as cy:
                         await cy.wait_for(lambda t: t.snapshot_done)
                         await cy.send(Prompt(text="in the newest"))
-                        await cy.wait_for(lambda t: "in the newest" in _replies(t))
+                        await cy.wait_for(lambda t: "in the newest" in replies(t))
                         await ann.send(ListConversations())
-                        await ann.wait_for(lambda t: "in the newest" not in _replies(t))
-                    assert "in the newest" not in _replies(bo) + _replies(vic)
+                        await ann.wait_for(lambda t: "in the newest" not in replies(t))
+                    assert "in the newest" not in replies(bo) + replies(vic)
                     assert bo.errors[-1]["code"] == "conversation_closed"
                     # Not even sealed casts of another key reached them (each would break their
                     # broadcast and make them catch up).
                     assert bo.session.follower.statistics().breaks == breaks
-    finally:
-        host.stop()
-        relay.stop()
 
 
 async def test_an_unknown_conversation_is_served_as_the_first_and_a_restart_resumes_the_others(
     tmp_path: Path,
 ) -> None:
-    relay = RelayProcess(tmp_path).start()
-    host = _host(relay, tmp_path)
-    try:
-        host.start()
+    with serving(tmp_path, "--max-conversations", "3") as (_relay, host):
         async with attached(host.drive_link, "ann", conversation="no-such") as ann:
             await ann.wait_for(lambda t: t.ready is not None and t.listing is not None)
             assert ann.ready is not None
             assert ann.ready["conversation_id"] == "main"
-            await ann.send(NewConversation(agent="other"))
-            await ann.wait_for(lambda t: t.started)
-            second = ann.started[0]
+            second = await start_conversation(ann)
         async with attached(host.drive_link, "ann", conversation=second) as ann:
             await ann.wait_for(lambda t: t.snapshot_done)
             await ann.send(Prompt(text="before the restart"))
-            await ann.wait_for(lambda t: "before the restart" in _replies(t))
+            await ann.wait_for(lambda t: "before the restart" in replies(t))
             seqs = ann.seqs()
         host.stop()
         host.start()
@@ -182,33 +148,27 @@ async def test_an_unknown_conversation_is_served_as_the_first_and_a_restart_resu
             assert ann.seqs()[: len(seqs)] == seqs
             assert len(set(ann.seqs())) == len(ann.seqs())
             await ann.send(Prompt(text="after the restart"))
-            await ann.wait_for(lambda t: "after the restart" in _replies(t))
+            await ann.wait_for(lambda t: "after the restart" in replies(t))
             listing = ann.listing
             assert listing is not None
             entry = listing.find(second)
             assert entry is not None
             assert entry.agent == "other"
             assert entry.by == "ann"
-    finally:
-        host.stop()
-        relay.stop()
 
 
 async def test_a_fork_copies_the_log_up_to_its_seq_and_records_the_fork_in_both(
     tmp_path: Path,
 ) -> None:
-    relay = RelayProcess(tmp_path).start()
-    host = _host(relay, tmp_path)
-    try:
-        host.start()
+    with serving(tmp_path, "--max-conversations", "3") as (_relay, host):
         async with attached(host.drive_link, "ann", conversation="main") as ann:
             await ann.wait_for(lambda t: t.snapshot_done)
             await ann.send(Prompt(text="first question"))
-            await ann.wait_for(lambda t: "first question" in _replies(t))
+            await ann.wait_for(lambda t: "first question" in replies(t))
             await ann.wait_for(lambda t: any(i["created_by"] == "agent" for i in t.items))
             upto = max(ann.seqs())
             await ann.send(Prompt(text="second question"))
-            await ann.wait_for(lambda t: "second question" in _replies(t))
+            await ann.wait_for(lambda t: "second question" in replies(t))
             await ann.send(Fork(conversation="main", upto=upto))
             await ann.wait_for(lambda t: t.started)
             fork = ann.started[0]
@@ -228,10 +188,7 @@ async def test_a_fork_copies_the_log_up_to_its_seq_and_records_the_fork_in_both(
             assert event["data"]["what"] == "session_fork"
             assert event["data"]["from"] == "main"
             assert event["data"]["upto"] == upto
-            assert "second question" not in _replies(forked)
-    finally:
-        host.stop()
-        relay.stop()
+            assert "second question" not in replies(forked)
 
 
 async def test_on_a_relay_without_broadcast_groups_a_second_conversation_streams_on_its_channel(
@@ -265,13 +222,13 @@ async def test_on_a_relay_without_broadcast_groups_a_second_conversation_streams
                 await ann.wait_for(lambda t: t.snapshot_done)
                 await vic.wait_for(lambda t: t.snapshot_done)
                 await ann.send(Prompt(text="live without a group"))
-                await ann.wait_for(lambda t: "live without a group" in _replies(t))
+                await ann.wait_for(lambda t: "live without a group" in replies(t))
                 await ann.wait_for(lambda t: any(i["created_by"] == "agent" for i in t.items))
                 # Presence came on the channel too.
                 await ann.wait_for(
                     lambda t: bool(t.presence) and "ann" in {m["name"] for m in t.presence[-1]}
                 )
-                assert "live without a group" not in _replies(vic)
+                assert "live without a group" not in replies(vic)
             tg.cancel_scope.cancel()
 
 
