@@ -19,6 +19,7 @@ import anyio
 import pytest
 from rich.console import Console
 
+from tests.host.conversations_host import two_agent_host
 from tests.host.host_process import HostProcess
 from tests.host.teammate import Teammate, attached
 from tests.support import RelayProcess
@@ -41,18 +42,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
 
 def _host(relay: RelayProcess, tmp_path: Path) -> HostProcess:
-    workspace = tmp_path / "ws"
-    workspace.mkdir(exist_ok=True)
-    (workspace / "notes.txt").write_text("milk\n")
-    return HostProcess(
-        relay.url,
-        tmp_path,
-        agent="demo=demo",
-        workspace=workspace,
-        log_db=tmp_path / "log.db",
-        interactive=False,
-        extra=("--agent", "other=demo"),
-    )
+    host = two_agent_host(relay, tmp_path)
+    (tmp_path / "ws" / "notes.txt").write_text("milk\n")
+    return host
 
 
 def _attach(link: str, *args: str) -> Any:
