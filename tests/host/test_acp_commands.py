@@ -105,4 +105,10 @@ async def test_a_viewer_cannot_switch_the_mode(
         changed = alice.item_of("session_event", what="settings", change={"mode": "plan"})
         assert changed is not None
         assert changed["created_by"] == "alice"
-    assert vera.item_of("session_event", what="settings", change={"mode": "plan"}) is not None
+        # The viewer is told too: the same cast, read by its own task (waited for, not assumed
+        # read by the time alice's was).
+        await vera.wait_for(
+            lambda t: (
+                t.item_of("session_event", what="settings", change={"mode": "plan"}) is not None
+            )
+        )
