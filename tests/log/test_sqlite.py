@@ -6,7 +6,9 @@ import asyncio
 import os
 import sqlite3
 import threading
+from functools import partial
 from pathlib import Path
+from typing import ClassVar
 
 import anyio
 import anyio.lowlevel
@@ -200,6 +202,66 @@ async def test_writes_and_syncs_run_in_threads_of_the_store_that_end_when_it_clo
             await anyio.sleep(0.01)
 
 
+class RecordedConnection(sqlite3.Connection):
+    """A connection that records the thread it is closed in."""
+
+    closed_in: ClassVar[dict[int, list[int]]] = {}  # id(connection): the threads' idents
+
+    def close(self) -> None:
+        RecordedConnection.closed_in.setdefault(id(self), []).append(threading.get_ident())
+        super().close()
+
+
+async def test_aclose_closes_the_writer_in_its_thread_last_which_checkpoints_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", partial(connect, factory=RecordedConnection))
+    monkeypatch.setattr(RecordedConnection, "closed_in", {})
+    path = tmp_path / "log.db"
+    store = await open_host_store(path)
+    writer = store._writer
+    assert isinstance(writer, RecordedConnection)
+    writes: set[int] = set()
+    writer.set_trace_callback(lambda _: writes.add(threading.get_ident()))
+    await store.append("c", news(200))
+    await store.query("c")  # a read connection is open, idle in the pool
+    assert store.statistics().read_connections == 1
+    wal = Path(f"{path}-wal")
+    assert wal.stat().st_size > 0
+    async with anyio.create_task_group() as tg:
+        for _ in range(2):
+            tg.start_soon(store.aclose)  # both return once it is closed
+    await store.aclose()
+    # Closed once, in the thread that ran the transactions, not in the event loop's.
+    (writer_thread,) = writes
+    assert RecordedConnection.closed_in[id(writer)] == [writer_thread]
+    assert writer_thread != threading.get_ident()
+    # The last connection to close (the reader closed first): SQLite checkpointed the WAL
+    # into the database and removed it.
+    assert not wal.exists() or wal.stat().st_size == 0
+    reopened = await SQLiteStore.open(path, readonly=True)
+    try:
+        assert len(await reopened.query("c", limit=500)) == 200
+    finally:
+        await reopened.aclose()
+
+
+def test_close_without_an_event_loop_closes_the_writer_in_the_calling_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", partial(connect, factory=RecordedConnection))
+    monkeypatch.setattr(RecordedConnection, "closed_in", {})
+    path = tmp_path / "log.db"
+    store = SQLiteStore(path)
+    writer = store._writer
+    store.close()
+    store.close()
+    assert RecordedConnection.closed_in[id(writer)] == [threading.get_ident()]
+    assert not Path(f"{path}-wal").exists()
+
+
 async def test_reads_run_beside_the_writer_on_a_bounded_pool(tmp_path: Path) -> None:
     store = await SQLiteStore.open(tmp_path / "log.db", max_readers=2)
     try:
@@ -315,5 +377,33 @@ async def test_closing_waits_for_the_transaction_of_a_natively_cancelled_import(
     reopened = await SQLiteStore.open(tmp_path / "log.db", readonly=True)
     try:
         assert [item.seq for item in await reopened.query("c")] == list(range(50))
+    finally:
+        await reopened.aclose()
+
+
+@pytest.mark.timeout(30)
+async def test_close_during_a_transaction_leaves_the_writer_to_the_task_that_wrote_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", partial(connect, factory=RecordedConnection))
+    monkeypatch.setattr(RecordedConnection, "closed_in", {})
+    path = tmp_path / "log.db"
+    store = await SQLiteStore.open(path)
+    writer = store._writer
+    gate = Gate(store, 1)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.append, "c", news(3))
+            await gate.wait_entered()
+            store.close()  # not under the running transaction: it is left open for it
+            assert id(writer) not in RecordedConnection.closed_in
+            gate.release.set()
+    finally:
+        gate.release.set()
+    assert RecordedConnection.closed_in[id(writer)] == [threading.get_ident()]
+    reopened = await SQLiteStore.open(path, readonly=True)
+    try:
+        assert [item.seq for item in await reopened.query("c")] == [0, 1, 2]
     finally:
         await reopened.aclose()

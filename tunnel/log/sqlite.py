@@ -14,7 +14,9 @@ Threads: the event loop never touches the disk. Writes run in a thread of the st
 (`tunnel.log.disk_thread`), one transaction at a time, driven by whichever appending task is the
 current "leader" (the others wait on an event and are answered by it); `sync()`'s fsyncs run in
 a second one, beside the writes. Reads run in worker threads on a small pool of read-only
-connections, concurrently with the writer (WAL lets readers see the last commit).
+connections, concurrently with the writer (WAL lets readers see the last commit). `aclose()`
+closes the writer connection as the writer thread's last job, after the read connections, so
+SQLite's final checkpoint of the WAL (and its fsyncs) runs there too.
 
 Schema (version 2, `PRAGMA user_version`): `items` keyed by (conversation_id, seq), so a page
 is one index range scan whatever the log's size; `items_by_type` on (conversation_id, type,
@@ -274,6 +276,11 @@ class SQLiteStore:
         self._reader_uri = _uri(self.path, immutable=False)
         self._writer: sqlite3.Connection | None = None
         self._writer_closed = readonly
+        # `close()` came while a transaction was being written: the last leader closes the
+        # writer. Never set by `aclose()`, which closes it in the writer thread itself.
+        self._close_after_writes = False
+        # `aclose()` closing the writer in its thread: set once closed (a second caller waits).
+        self._writer_gone: anyio.Event | None = None
         # The writer's transactions and the syncs each run in a thread of their own, so a sync
         # never waits for a commit, nor a commit for an fsync.
         self._write_thread = DiskThread("tunnel.log writer")
@@ -455,7 +462,7 @@ class SQLiteStore:
             successor.wake.set()
         else:
             self._leading = False
-            if self._closed:
+            if self._close_after_writes:
                 self._close_writer()
             self._signal_if_idle()
 
@@ -723,11 +730,60 @@ class SQLiteStore:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Refuse new calls and release the files; idempotent.
+        """Refuse new calls and release the files; idempotent. Synchronous: from async code,
+        `aclose()`.
 
         Appends and reads already running still finish; each connection they use is closed
-        as soon as it is free. `aclose()` also waits for them.
+        as soon as it is free. The writer connection is closed here, in the calling thread (the
+        event loop's, when called from it), unless a transaction is being written: then by the
+        task that wrote the last one queued, once it is answered. Either way SQLite's final
+        checkpoint of the WAL runs in that thread. Nothing here needs an event loop.
         """
+        self._release()
+        if self._leading:
+            self._close_after_writes = True
+        else:
+            self._close_writer()
+
+    async def aclose(self) -> None:
+        """Refuse new calls, let accepted appends and running reads finish, then close.
+
+        The read connections close first, then the writer connection, as the last job of the
+        writer thread: being the last connection, it checkpoints the WAL into the database and
+        removes it (fsyncs included) there, never in the event loop. Idempotent, and shielded:
+        a cancelled caller still closes the store. asyncio's own `Task.cancel()`, which no
+        shield stops, interrupts the wait for running work: the store is then closed as
+        `close()` does, and the cancellation goes on.
+        """
+        self._closed = True
+        try:
+            with anyio.CancelScope(shield=True):
+                while self._leading or self._reads_running:
+                    # One event for every caller waiting (aclose may be called twice at once).
+                    if self._idle is None:
+                        self._idle = anyio.Event()
+                    await self._idle.wait()
+        except BaseException:
+            self.close()
+            raise
+        self._release()
+        if self._writer_gone is not None:
+            await self._writer_gone.wait()  # closed, or being closed, by another aclose()
+            return
+        if self._writer_closed or self._writer is None:
+            self._write_thread.stop()
+            return
+        self._writer_closed = True  # from here on no one else closes it
+        gone = self._writer_gone = anyio.Event()
+        try:
+            # `finish`: waits for the close through any cancellation (it cannot be undone).
+            await self._write_thread.run(self._writer.close, finish=True)
+        finally:
+            self._write_thread.stop()
+            gone.set()
+
+    def _release(self) -> None:
+        """Refuse new calls, end the sync thread and close the idle read connections."""
         self._closed = True
         self._sync_thread.stop()  # after the sync under way, if any: none starts once closed
         with self._reader_lock:
@@ -735,24 +791,14 @@ class SQLiteStore:
             self._reader_count -= len(readers)
         for conn in readers:
             conn.close()
-        if not self._leading:
-            self._close_writer()
 
     def _close_writer(self) -> None:
+        """Close the writer connection in this thread (see `close()`)."""
         self._write_thread.stop()  # its last transaction is done: it answered the leader
         if not self._writer_closed:
             self._writer_closed = True
             if self._writer is not None:
                 self._writer.close()
-
-    async def aclose(self) -> None:
-        """Refuse new calls, let accepted appends and running reads finish, then close."""
-        self._closed = True
-        with anyio.CancelScope(shield=True):
-            while self._leading or self._reads_running:
-                self._idle = anyio.Event()
-                await self._idle.wait()
-        self.close()
 
     def _signal_if_idle(self) -> None:
         if self._idle is not None and not self._leading and not self._reads_running:
