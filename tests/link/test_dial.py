@@ -1,6 +1,7 @@
 """`dial()` through a real relay, on each framing the dial can use (`framing=`, `tunnel host
---framing`): both ends adopt the limits the relay advertises in its hello, and a relay that
-cannot be reached, refuses the upgrade or stops answering pings fails the dial the same way."""
+--framing`): both ends adopt the limits the relay advertises in its hello, a relay that cannot be
+reached, refuses the upgrade or stops answering pings fails the dial the same way, and both dial
+through the proxy the environment names (HTTPS_PROXY, NO_PROXY), the one websockets picks."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ import asyncio
 import base64
 import errno
 import hashlib
+import os
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
 
+from tests.link.proxies import ForwardProxy, http_connect_proxy, socks5_proxy
 from tests.link.socket_pair import FRAMINGS
-from tests.support import host_settings, running_host
+from tests.support import echo_roundtrip, host_settings, running_host
 from tunnel.e2e.channel import MessageTooLargeError
 from tunnel.e2e.crypto import TAG_SIZE
 from tunnel.link import DialSettings, LinkClosedError, RelayUnreachableError, dial
@@ -187,3 +190,128 @@ def test_a_framing_whose_library_is_missing_is_refused_in_one_line(
     assert str(raised.value) == (
         "framing picows needs the picows package: pip install 'agent-tunnel[fast]'"
     )
+
+
+def name_proxy(monkeypatch: pytest.MonkeyPatch, proxy: str, no_proxy: str | None = None) -> None:
+    """The environment names `proxy` as HTTPS_PROXY (and `no_proxy` as NO_PROXY), and no other."""
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HTTPS_PROXY", proxy)
+    if no_proxy is not None:
+        monkeypatch.setenv("NO_PROXY", no_proxy)
+
+
+def a_free_port() -> int:
+    with socket.socket() as probe:  # a free port, closed again
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize(
+    "open_proxy",
+    [
+        pytest.param(http_connect_proxy, id="http-proxy"),
+        pytest.param(socks5_proxy, id="socks5h-proxy"),
+    ],
+)
+async def test_host_and_teammate_dial_the_relay_through_the_proxy_the_environment_names(
+    tmp_path: Path,
+    framing: str,
+    monkeypatch: pytest.MonkeyPatch,
+    open_proxy: Callable[[], AbstractAsyncContextManager[ForwardProxy]],
+) -> None:
+    attach = "GET /v1/attach HTTP/1.1"
+    with anyio.fail_after(30):
+        async with open_proxy() as proxy, anyio.create_task_group() as tg:
+            name_proxy(monkeypatch, proxy.url)
+            port = await tg.start(run_relay, RelaySettings(host="127.0.0.1", port=0))
+            url = f"http://127.0.0.1:{port}"
+            async with running_host(host_settings(url, tmp_path, framing=framing)) as host:
+                # running_host waited for the host with teammates of its own (websockets').
+                attached_before = proxy.requests().count(attach)
+                async with connect_teammate(host.drive_link, name="ana", framing=framing) as ana:
+                    assert await echo_roundtrip(ana, b"via the proxy") == b"via the proxy"
+                assert proxy.requests().count(attach) == attached_before + 1
+            tg.cancel_scope.cancel()
+    assert "GET /v1/host HTTP/1.1" in proxy.requests()
+    assert {(tunnel.target, tunnel.opened) for tunnel in proxy.tunnels} == {
+        (f"127.0.0.1:{port}", True)
+    }
+
+
+async def test_a_relay_no_proxy_names_is_dialed_directly(
+    framing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = a_free_port()
+    async with http_connect_proxy() as proxy:
+        name_proxy(monkeypatch, proxy.url, no_proxy="127.0.0.1")
+        # Refused by nobody listening on the relay's port, not by the proxy.
+        with anyio.fail_after(10), pytest.raises(ConnectionRefusedError):
+            async with dial(
+                f"http://127.0.0.1:{port}",
+                "/v1/host",
+                no_hello,
+                DialSettings(),
+                backlog=1,
+                framing=framing,
+            ):
+                pass
+    assert proxy.tunnels == []
+
+
+async def test_a_tunnel_the_proxy_refuses_is_relay_unreachable(
+    framing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = a_free_port()
+    async with http_connect_proxy(answer="refuse") as proxy:
+        name_proxy(monkeypatch, proxy.url)
+        with anyio.fail_after(10), pytest.raises(RelayUnreachableError, match="403"):
+            async with dial(
+                f"http://127.0.0.1:{port}",
+                "/v1/host",
+                no_hello,
+                DialSettings(),
+                backlog=1,
+                framing=framing,
+            ):
+                pass
+    assert [(tunnel.target, tunnel.opened) for tunnel in proxy.tunnels] == [
+        (f"127.0.0.1:{port}", False)
+    ]
+
+
+async def test_a_proxy_that_never_answers_fails_the_dial_at_the_open_timeout(
+    framing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with http_connect_proxy(answer="nothing") as proxy:
+        name_proxy(monkeypatch, proxy.url)
+        with anyio.fail_after(10), pytest.raises(TimeoutError):
+            async with dial(
+                f"http://127.0.0.1:{a_free_port()}",
+                "/v1/host",
+                no_hello,
+                DialSettings(open_timeout=0.5),
+                backlog=1,
+                framing=framing,
+            ):
+                pass
+    assert len(proxy.tunnels) == 1
+
+
+async def test_a_proxy_the_environment_misnames_fails_the_dial_without_showing_its_url(
+    framing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name_proxy(monkeypatch, "ftp://user:secret@127.0.0.1:1")
+    with anyio.fail_after(10), pytest.raises(RelayUnreachableError) as raised:
+        async with dial(
+            f"http://127.0.0.1:{a_free_port()}",
+            "/v1/host",
+            no_hello,
+            DialSettings(),
+            backlog=1,
+            framing=framing,
+        ):
+            pass
+    assert str(raised.value) == "the environment's proxy cannot be used: scheme ftp isn't supported"

@@ -3,7 +3,8 @@
 Open the WebSocket, wait for the relay's hello, adopt the limits it advertises, send our hello,
 and run the link in a task of its own while the caller uses its channels (docs/relay.md, "Hello
 and admission"). The WebSocket is python-websockets', or picows' when the settings ask for it
-(tunnel/link/framing_picows.py): the same errors and close codes either way.
+(tunnel/link/framing_picows.py): through the same proxy, with the same errors and close codes
+either way.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 
 import anyio
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidHandshake, InvalidURI
+from websockets.exceptions import InvalidHandshake, InvalidProxy, InvalidURI
+from websockets.proxy import get_proxy
+from websockets.uri import parse_uri
 
 from tunnel.handshake import HelloError, RelayHello, agreed_limits, parse_relay_hello
 from tunnel.link.core import Link
@@ -120,11 +123,16 @@ async def dial(
 async def _open(url: str, settings: DialSettings, framing: str) -> Link:
     """The link over a WebSocket opened to `url` with `framing`, not started yet."""
     connection = Connection(Side.DIALER, limits=settings.limits)
-    if framing == FramingName.picows:
-        return Link(None, connection, label="relay", framing=await _open_picows(url, settings))
     try:
+        # The proxy websockets' connect() would choose from the environment (https_proxy,
+        # no_proxy...: docs/relay.md), by its own rule, so that either framing takes it.
+        proxy = get_proxy(parse_uri(url))
+        if framing == FramingName.picows:
+            picows = await _open_picows(url, proxy, settings)
+            return Link(None, connection, label="relay", framing=picows)
         websocket = await connect(
             url,
+            proxy=proxy,
             open_timeout=settings.open_timeout,
             ping_interval=settings.ping_interval,
             ping_timeout=settings.ping_timeout,
@@ -133,15 +141,21 @@ async def _open(url: str, settings: DialSettings, framing: str) -> Link:
             close_timeout=CLOSE_GRACE,
         )
     except (InvalidHandshake, InvalidURI) as exc:
+        # A refused upgrade, a broken answer, a proxy that refused the tunnel.
         raise RelayUnreachableError(f"the relay refused the connection: {exc}") from None
+    except InvalidProxy as exc:
+        # Not the proxy's URL itself: it may hold a password.
+        raise RelayUnreachableError(f"the environment's proxy cannot be used: {exc.msg}") from None
     return Link(websocket, connection, label="relay")
 
 
-async def _open_picows(url: str, settings: DialSettings) -> Framing:
-    """picows' WebSocket to `url`, with websockets' errors: an OSError (a TimeoutError for the
-    open timeout) when the relay cannot be reached, RelayUnreachableError when it refuses."""
-    # Installed: dial() checked it.
+async def _open_picows(url: str, proxy: str | None, settings: DialSettings) -> Framing:
+    """picows' WebSocket to `url` through `proxy`, with websockets' errors: an OSError (a
+    TimeoutError for the open timeout) when the relay or the proxy cannot be reached,
+    RelayUnreachableError when either refuses."""
+    # Installed: dial() checked it, and picows depends on python-socks.
     from picows import WSError
+    from python_socks import ProxyError
 
     from tunnel.link.framing_picows import connect as picows_connect
 
@@ -153,7 +167,9 @@ async def _open_picows(url: str, settings: DialSettings) -> Framing:
             ping_timeout=settings.ping_timeout,
             open_timeout=settings.open_timeout,
             close_timeout=CLOSE_GRACE,
+            proxy=proxy,
         )
-    except (WSError, ValueError) as exc:
-        # A refused upgrade (an HTTP error), a broken answer, or a URL picows cannot dial.
+    except (WSError, ProxyError, ValueError) as exc:
+        # A refused upgrade (an HTTP error), a broken answer, a URL picows cannot dial, or an
+        # HTTP proxy that refused the tunnel or answered nonsense.
         raise RelayUnreachableError(f"the relay refused the connection: {exc}") from None

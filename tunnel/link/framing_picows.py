@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -27,10 +28,14 @@ from picows import (
     WSFrame,
     WSListener,
     WSMsgType,
+    WSParsedURL,
     WSTransport,
     WSUpgradeRequest,
     WSUpgradeResponseWithListener,
 )
+from picows.proxy import WSSocketFactory
+from websockets.proxy import Proxy, parse_proxy
+from websockets.uri import parse_uri
 
 from tunnel.link.framing import frame_pieces
 from tunnel.proto import Outgoing
@@ -443,9 +448,21 @@ async def connect(
     open_timeout: float | None = 10.0,
     close_timeout: float | None = CLOSE_TIMEOUT,
     extra_headers: Iterable[tuple[str, str]] = (),
+    proxy: str | None = None,
 ) -> PicowsFraming:
-    """Open a WebSocket to `url` (ws:// or wss://) with picows; return it as a `Framing`."""
+    """Open a WebSocket to `url` (ws:// or wss://) with picows; return it as a `Framing`.
+
+    `proxy` is a proxy URL as websockets' `connect(proxy=...)` takes it: http:// or https://
+    (an HTTP CONNECT tunnel), or socks5h://, socks5://, socks4a:// or socks4:// (websockets'
+    InvalidProxy for anything else). `open_timeout` bounds the whole opening, as websockets'
+    does: TCP, proxy, TLS and upgrade."""
     from picows import ws_connect
+
+    socks: WSSocketFactory | None = None
+    if proxy is not None:
+        parsed = parse_proxy(proxy)
+        if parsed.scheme.startswith("socks"):
+            socks, proxy = _socks_dial(url, parsed), None
 
     framing: PicowsFraming | None = None
 
@@ -459,19 +476,39 @@ async def connect(
         )
         return framing
 
-    await ws_connect(
-        listener,
-        url,
-        websocket_handshake_timeout=open_timeout,
-        logger_name=PICOWS_LOGGER,
-        max_frame_size=max_size if max_size is not None else 2**62,
-        extra_headers=list(extra_headers),
-        max_redirects=0,
-        read_buffer_init_size=READ_BUFFER_SIZE,
-        use_aiofastnet=False,
-    )
+    # picows bounds only the upgrade itself; a proxy that never answers its CONNECT would hang.
+    async with asyncio.timeout(open_timeout):
+        await ws_connect(
+            listener,
+            url,
+            websocket_handshake_timeout=open_timeout,
+            logger_name=PICOWS_LOGGER,
+            max_frame_size=max_size if max_size is not None else 2**62,
+            extra_headers=list(extra_headers),
+            max_redirects=0,
+            read_buffer_init_size=READ_BUFFER_SIZE,
+            use_aiofastnet=False,
+            proxy=proxy,
+            socket_factory=socks,
+        )
     assert framing is not None
     return framing
+
+
+def _socks_dial(url: str, proxy: Proxy) -> WSSocketFactory:
+    """The socket to `url` through the SOCKS `proxy`, for picows to open its WebSocket over.
+
+    websockets' own SOCKS dial, so that both framings dial alike: picows' takes neither
+    socks5h:// nor socks4a://, and for socks5:// has the proxy resolve the relay's name, which
+    websockets resolves here (as the scheme says: socks5h:// is the one resolved by the proxy)."""
+    from websockets.asyncio.client import connect_socks_proxy
+
+    target = parse_uri(url)
+
+    async def dial(_relay: WSParsedURL) -> socket.socket:
+        return await connect_socks_proxy(proxy, target)
+
+    return dial
 
 
 async def create_server(
