@@ -9,11 +9,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import pytest
 
 from tunnel.agents import AcpSession, DemoSession, SessionError
 from tunnel.agents.writer import OUTAGE_EVENT, STORAGE_EVENT, LogWriter
-from tunnel.log import Event, Log, NewItem, StoreError
+from tunnel.log import Event, Item, Log, NewItem, StoreError
+from tunnel.log.sqlite import open_host_store
 
 from ..log.test_sync import GatedSyncStore
 from .conftest import Recording, running
@@ -318,3 +320,161 @@ async def test_an_agent_flooding_a_log_that_cannot_be_written_has_its_turn_cance
     record = next(i for i in rec.of_type("session_event") if i.data["what"] == OUTAGE_EVENT)
     assert record.data["turn_cancelled"] is True
     assert record.data["dropped"] > 0
+
+
+# -- the queue: the agent's output committed in groups, in order --------------------------------
+
+
+async def test_the_agents_output_is_committed_in_groups_in_order_in_the_hosts_sqlite_log(
+    tmp_path: Path,
+) -> None:
+    store = await open_host_store(tmp_path / "log.db")
+    async with Log(store) as log:
+        writer = LogWriter(log, "c")
+        rec = Recording(log, "c")
+        async with anyio.create_task_group() as tg:
+            await tg.start(rec.pump)
+            await tg.start(writer.run)
+            for n in range(200):
+                await writer.enqueue(new(f"item {n}"))
+            assert writer.held > 0  # queued, not waited for: the disk is slower than this loop
+            await rec.wait_until(lambda: len(rec.items) == 200)
+            tg.cancel_scope.cancel()
+        assert [i.data["text"] for i in rec.items] == [f"item {n}" for n in range(200)]
+        assert [i.seq for i in rec.items] == list(range(200))
+        # One transaction per item before; now the items that queued up share one.
+        assert store.statistics().transactions < 20
+
+
+async def test_an_event_goes_out_after_the_items_queued_before_it_never_before() -> None:
+    store = GatedSyncStore()
+    async with Log(store) as log:
+        writer = LogWriter(log, "c")
+        rec = Recording(log, "c")
+        async with anyio.create_task_group() as tg:
+            await tg.start(rec.pump)
+            await tg.start(writer.run)
+            for n in range(3):
+                await writer.enqueue(new(f"a{n}"))
+                await writer.publish(Event(conversation_id="c", kind="delta", data={"n": n}))
+            await writer.enqueue(new("last"))
+            await rec.wait_until(lambda: len(rec.entries) == 7)
+            tg.cancel_scope.cancel()
+    assert [e.data["text"] if isinstance(e, Item) else e.data["n"] for e in rec.entries] == [
+        "a0", 0, "a1", 1, "a2", 2, "last",
+    ]  # fmt: skip
+
+
+async def test_a_caller_has_its_item_before_a_subscriber_sees_it_even_behind_queued_output(
+    tmp_path: Path,
+) -> None:
+    store = await open_host_store(tmp_path / "log.db")
+    async with Log(store) as log:
+        writer = LogWriter(log, "c")
+        returned: list[int] = []
+        seen_before_return: list[bool] = []
+
+        async def watch(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            async with log.subscribe("c") as sub:
+                task_status.started()
+                async for entry in sub:
+                    if isinstance(entry, Item) and entry.type == "permission_request":
+                        seen_before_return.append(entry.seq not in returned)
+                        return
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(watch)
+            await tg.start(writer.run)
+            for n in range(50):
+                await writer.enqueue(new(f"output {n}"))
+            item = await writer.append(
+                NewItem(type="permission_request", data={"request_id": "r"}, created_by="agent")
+            )
+            returned.append(item.seq)
+            assert item.seq == 50  # after every item queued before it
+            with anyio.fail_after(10):
+                while not seen_before_return:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        assert seen_before_return == [False]
+
+
+async def test_a_stopping_session_stores_what_its_agent_said_before_it_stopped(
+    tmp_path: Path,
+) -> None:
+    store = await open_host_store(tmp_path / "log.db")
+    async with Log(store) as log:
+        writer = LogWriter(log, "c")
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            for n in range(100):
+                await writer.enqueue(new(f"item {n}"))
+            tg.cancel_scope.cancel()  # the session stops with output still queued
+        assert writer.held == 0
+        items = await log.query("c", limit=1000)
+    assert [i.data["text"] for i in items] == [f"item {n}" for n in range(100)]
+
+
+async def test_enqueue_waits_for_room_past_the_bound_and_refuses_an_invalid_item_at_once() -> None:
+    store = GatedSyncStore()
+    async with Log(store) as log:
+        writer = LogWriter(log, "c", max_held=4)
+        slow = anyio.Event()
+        inner_append = store.append
+
+        async def gated_append(*args: object, **kwargs: object) -> list[Item]:
+            await slow.wait()
+            return await inner_append(*args, **kwargs)  # type: ignore[arg-type]
+
+        store.append = gated_append  # type: ignore[method-assign]
+        queued = 0
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+
+            async def producer() -> None:
+                nonlocal queued
+                for n in range(10):
+                    await writer.enqueue(new(f"item {n}"))
+                    queued += 1
+
+            tg.start_soon(producer)
+            with anyio.fail_after(10):
+                while queued < 4:
+                    await anyio.sleep(0.01)
+            await anyio.sleep(0.05)
+            assert queued == 4  # the bound: the producer waits while the log is slow
+            assert writer.held == 4
+            with pytest.raises(ValueError, match="type"):
+                await writer.enqueue(NewItem(type="", data={}, created_by="agent"))
+            slow.set()
+            with anyio.fail_after(10):
+                while queued < 10 or writer.held:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        items = await store.inner.query("c")
+    assert [i.data["text"] for i in items] == [f"item {n}" for n in range(10)]
+
+
+async def test_output_queued_while_the_log_fails_is_stored_in_order_with_its_events_after(
+    log: Log, store: FaultyStore
+) -> None:
+    writer = quick(LogWriter(log, "c"))
+    rec = Recording(log, "c")
+    async with anyio.create_task_group() as tg:
+        await tg.start(rec.pump)
+        await tg.start(writer.run)
+        store.failing = True
+        await writer.enqueue(new("first"))
+        await writer.publish(Event(conversation_id="c", kind="delta", data={"n": 1}))
+        await writer.enqueue(new("second"))
+        await rec.wait_until(lambda: writer.failing and store.failures >= 2)
+        assert [e for e in rec.entries if not isinstance(e, Event) or e.kind == "delta"] == []
+        store.failing = False
+        await rec.wait_until(lambda: not writer.failing and len(rec.items) == 3)
+        tg.cancel_scope.cancel()
+    shown = [
+        e.data.get("text") or e.data.get("what") if isinstance(e, Item) else e.data.get("n")
+        for e in rec.entries
+        if isinstance(e, Item) or e.kind == "delta"
+    ]
+    assert shown == [OUTAGE_EVENT, "first", 1, "second"]

@@ -146,9 +146,23 @@ class Recorder:
         later and return None at once (`LogWriter.append_or_hold`)."""
         return await self.writer.append_or_hold(self._new(type, data, by, status, response_id))
 
+    async def record(
+        self,
+        type: str,
+        data: Mapping[str, Any],
+        *,
+        by: str = AGENT,
+        status: str | None = None,
+        response_id: str | None = None,
+    ) -> None:
+        """Queue one item of the agent's output to be stored in order, without waiting for the
+        disk (`LogWriter.enqueue`): a fast agent's updates are committed in groups."""
+        await self.writer.enqueue(self._new(type, data, by, status, response_id))
+
     async def publish(self, kind: str, data: Mapping[str, Any]) -> None:
-        """Broadcast one ephemeral event to live subscribers."""
-        await self._log.publish(
+        """Broadcast one ephemeral event to live subscribers, after the items recorded before
+        it (`LogWriter.publish`)."""
+        await self.writer.publish(
             Event(conversation_id=self.conversation_id, kind=kind, data=dict(data))
         )
 
@@ -211,15 +225,14 @@ class Recorder:
         await self._store_stream(stream, continued=True)
         self._previous_part = (stream.channel, stream.key, stream.response_id)
 
-    async def flush(self) -> Item | None:
-        """End the open stream, if any, by storing its final item."""
+    async def flush(self) -> None:
+        """End the open stream, if any, by recording its final item."""
         stream, self._stream = self._stream, None
         self._previous_part = None
-        if stream is None:
-            return None
-        return await self._store_stream(stream, continued=False)
+        if stream is not None:
+            await self._store_stream(stream, continued=False)
 
-    async def _store_stream(self, stream: _Stream, *, continued: bool) -> Item:
+    async def _store_stream(self, stream: _Stream, *, continued: bool) -> None:
         text = "".join(stream.parts)
         if stream.channel == "message":
             data: dict[str, Any] = {"role": "agent", "text": text}
@@ -231,7 +244,7 @@ class Recorder:
             data["continues"] = stream.continues
         if continued:
             data["continued"] = True
-        return await self.append(
+        await self.record(
             type_,
             self._in_turn(data, stream.turn),
             status="completed",
@@ -250,7 +263,7 @@ class Recorder:
         input: Any = None,
         content: Sequence[Mapping[str, Any]] = (),
         extra: Mapping[str, Any] | None = None,
-    ) -> Item:
+    ) -> None:
         await self.flush()
         data: dict[str, Any] = {
             "tool_call_id": tool_call_id,
@@ -261,28 +274,26 @@ class Recorder:
             "content": [dict(entry) for entry in content],
         }
         data.update(extra or {})
-        return await self.append("tool_call", self._in_turn(data), status=_item_status(status))
+        await self.record("tool_call", self._in_turn(data), status=_item_status(status))
 
-    async def tool_call_update(self, tool_call_id: str, changes: Mapping[str, Any]) -> Item:
+    async def tool_call_update(self, tool_call_id: str, changes: Mapping[str, Any]) -> None:
         """Record what changed about a tool call (any of title, status, content, ...)."""
         await self.flush()
         data = self._in_turn({"tool_call_id": tool_call_id, **changes})
         status = changes.get("status")
-        return await self.append(
-            "tool_call_update", data, status=_item_status(status) if status else None
-        )
+        await self.record("tool_call_update", data, status=_item_status(status) if status else None)
 
-    async def tool_result(self, tool_call_id: str, *, ok: bool, output: str) -> Item:
-        return await self.append(
+    async def tool_result(self, tool_call_id: str, *, ok: bool, output: str) -> None:
+        await self.record(
             "tool_result",
             self._in_turn({"tool_call_id": tool_call_id, "ok": ok, "output": output}),
             status="completed",
         )
 
-    async def tool_terminal(self, data: Mapping[str, Any]) -> Item:
+    async def tool_terminal(self, data: Mapping[str, Any]) -> None:
         """A terminal the agent ran through the host ended (or was released): its output."""
         await self.flush()
-        return await self.append("tool_terminal", self._in_turn(data), status="completed")
+        await self.record("tool_terminal", self._in_turn(data), status="completed")
 
     async def permission_request(self, data: Mapping[str, Any]) -> Item:
         """An open request: `request_id`, `title`, `tool_call_id`, `options` and any details."""
@@ -348,15 +359,15 @@ class Recorder:
 
     # -- plans, usage ------------------------------------------------------------------------
 
-    async def plan(self, entries: Sequence[Mapping[str, Any]]) -> Item | None:
-        """Publish the plan; store it as a `plan` item only when it changed."""
+    async def plan(self, entries: Sequence[Mapping[str, Any]]) -> None:
+        """Publish the plan; record it as a `plan` item only when it changed."""
         plain = [dict(entry) for entry in entries]
         await self.publish("plan", {"entries": plain})
         if plain == self._last_plan:
-            return None
+            return
         self._last_plan = plain
         await self.flush()
-        return await self.append("plan", self._in_turn({"entries": plain}))
+        await self.record("plan", self._in_turn({"entries": plain}))
 
     async def usage(self, data: Mapping[str, Any]) -> None:
         await self.publish("usage", data)
@@ -381,11 +392,11 @@ class Recorder:
             return await self.append_or_hold("session_event", data, by=by)
         return await self.append("session_event", data, by=by)
 
-    async def terminal(self, text: str) -> Item:
-        return await self.append("terminal", {"text": text})
+    async def terminal(self, text: str) -> None:
+        await self.record("terminal", {"text": text})
 
-    async def terminal_exit(self, code: int | None, **details: Any) -> Item:
-        return await self.append("terminal_exit", {"code": code, **details}, status="completed")
+    async def terminal_exit(self, code: int | None, **details: Any) -> None:
+        await self.record("terminal_exit", {"code": code, **details}, status="completed")
 
 
 def _item_status(tool_status: str | None) -> str:

@@ -1,6 +1,14 @@
-"""`LogWriter`: a session's appends to the log, carried through storage faults.
+"""`LogWriter`: a session's appends to the log, in order, batched, carried through storage faults.
 
-While the log can be written, an append goes straight to it. When one fails with `StoreError`
+Everything the session stores goes through one queue, in the order it was asked for. Whoever
+finds the log idle writes what is queued (the caller itself, or `run()` for what nobody waits
+for), in one transaction per batch: the agent's output, which nobody waits for
+(`enqueue`), is committed in groups while the agent goes on, where one commit per update would
+make a fast agent wait for the disk between updates (docs/log.md, "Durability"). An event the
+session publishes (`publish`) goes out after everything queued before it is stored, so a
+teammate sees the log's items and the events between them in the order they happened.
+
+When a write fails with `StoreError`
 (the disk is full, the file became read-only, an I/O error), the session pauses instead of
 failing (docs/agents.md, "When the log cannot be written"):
 
@@ -62,8 +70,15 @@ OUTAGE_EVENT = "log_unwritable"
 """The `what` of the `session_event` stored first once the log can be written again."""
 
 MAX_HELD = 256
-"""Items (and agent updates waiting their turn) held while the log cannot be written; past it
-the running turn is cancelled and agent output is dropped (counted)."""
+"""Items and events queued for the log at once (`enqueue` and `publish` wait for room past it);
+while the log cannot be written, also the agent updates waiting their turn: past it the running
+turn is cancelled and agent output is dropped (counted)."""
+
+MAX_BATCH = 256
+"""Items written in one transaction at most."""
+
+STOP_DRAIN_TIMEOUT = 5.0
+"""Seconds a stopping session spends storing what is still queued before it gives up on it."""
 
 RETRY_INITIAL = 0.25
 """Upper bound of the first delay before the log is tried again, in seconds."""
@@ -73,15 +88,21 @@ RETRY_MAXIMUM = 5.0
 
 
 @dataclass(eq=False, slots=True)
-class _Held:
-    """One item waiting for the log; `done` is set once it is stored (or will never be)."""
+class _Entry:
+    """One item in the writer's queue; `done` is set once it is stored (or never will be)."""
 
     new: NewItem
     done: anyio.Event = field(default_factory=anyio.Event)
     item: Item | None = None
-    error: StoreError | None = None
+    error: Exception | None = None
     writing: bool = False
     """In a write under way: a waiter cancelled now may still see it stored."""
+    waited: bool = True
+    """Whether a caller waits for it (False for `enqueue`: nobody is told but through the log)."""
+    holdable: bool = True
+    """False for what must be stored now or refused (`try_append`): never held by an outage."""
+    events: list[Event] = field(default_factory=list)
+    """Events published after it was queued: they go out once it is settled, in order."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -117,7 +138,7 @@ class LogWriter:
 
     See the module docstring. `append` waits until its item is stored; `append_or_hold` only
     while the log writes (otherwise it keeps the item and returns None at once); `try_append`
-    never keeps anything (the caller says it was not stored).
+    never keeps anything (the caller says it was not stored); `enqueue` waits for none of it.
     """
 
     def __init__(
@@ -134,11 +155,15 @@ class LogWriter:
         self._log = log
         self.conversation_id = conversation_id
         self.max_held = max_held
-        """The bound on what waits while the log cannot be written (see `MAX_HELD`)."""
+        """The bound on what is queued (see `MAX_HELD`)."""
         self._retry_initial = retry_initial
         self._retry_maximum = retry_maximum
-        # Bounded by max_held, plus at most one item per task that waits for its own.
-        self._held: deque[_Held] = deque()
+        # Bounded by max_held (enqueue and publish wait for room), plus at most one item per
+        # task that waits for its own.
+        self._queue: deque[_Entry] = deque()
+        self._events_queued = 0
+        self._writing = False
+        self._settled = anyio.Event()  # set (and replaced) when a write ends or an outage begins
         self._outage: _Outage | None = None
         self._running = False
         self._wakeup = anyio.Event()
@@ -157,7 +182,7 @@ class LogWriter:
     @property
     def held(self) -> int:
         """Items waiting for the log."""
-        return len(self._held)
+        return len(self._queue)
 
     def state(self) -> dict[str, Any] | None:
         """The data of a `storage` event saying the log cannot be written; None when it can."""
@@ -169,7 +194,7 @@ class LogWriter:
             "reason": outage.reason,
             "since": format_time(outage.since),
             "attempts": outage.attempts,
-            "held": len(self._held),
+            "held": len(self._queue),
             "retry_in": round(outage.retry_in, 2),
         }
 
@@ -188,48 +213,80 @@ class LogWriter:
 
     async def append(self, new: NewItem) -> Item:
         """Store `new` and return it as stored; while the log cannot be written, wait until it
-        can (in order with everything held before it).
+        can (in order with everything queued before it).
 
-        For the agent's output, which nobody is told of but through the log: it returns once
-        the item is committed (`durable=False`), and the log syncs it before it leaves the
-        host, one sync for a burst of them (docs/log.md, "Durability").
+        It returns once the item is committed (`durable=False`), and the log syncs it before it
+        leaves the host, one sync for a burst of them (docs/log.md, "Durability").
 
-        Cancel-safe as `Log.append`: cancelled while held, it is never stored; cancelled while
+        Cancel-safe as `Log.append`: cancelled while queued, it is never stored; cancelled while
         being written, it may be. Raises `ValueError` for an invalid item, `StoreError` only
         when `run()` is not running.
         """
-        if self._outage is None:
-            try:
-                (item,) = await self._log.append(self.conversation_id, new, durable=False)
-                return item
-            except StoreError as exc:
-                if not self._running:
-                    raise
-                self._failed(exc)
-        held = self._hold(new, droppable=False)
-        assert held is not None
-        return await self._wait(held)
+        if self._outage is not None:
+            held = self._hold(new, droppable=False)
+            assert held is not None
+            return await self._wait(held)
+        entry = self._queued(new)
+        await self._see_through(entry)
+        if not entry.done.is_set():
+            return await self._wait(entry)  # an outage began: it is held
+        return _result(entry)
+
+    async def enqueue(self, new: NewItem) -> None:
+        """Queue `new` to be stored after everything queued before it, and return without
+        waiting for the disk: for the agent's output, which nobody is told of but through the
+        log. Waits only while `max_held` things are queued (the log is slow, or cannot be
+        written: then the running turn is cancelled, as for `append`).
+
+        Raises `ValueError` for an invalid item, at once. Without `run()`, nothing would write
+        it later: it is stored now, as `append` does.
+        """
+        if not self._running:
+            await self.append(new)
+            return
+        # Checked now, not once it shares a transaction, which its fault must not fail.
+        prepare(new)
+        await self._wait_for_room()
+        if self._outage is not None:
+            self._hold(new, droppable=False, waited=False)
+            return
+        self._queued(new, checked=True, waited=False)
+        if not self._writing:
+            self._wakeup.set()
+
+    async def publish(self, event: Event) -> None:
+        """Send an ephemeral event to the conversation's subscribers once everything queued
+        before it is stored (at once when nothing is): it never overtakes the items it follows.
+        Waits while `max_held` things are queued."""
+        if self._queue:
+            await self._wait_for_room()
+        if self._queue:
+            self._queue[-1].events.append(event)
+            self._events_queued += 1
+            return
+        await self._log.publish(event)
 
     async def append_or_hold(self, new: NewItem) -> Item | None:
         """Store `new` if the log can be written and return it; otherwise keep it to store
         when it can (or drop it, counted, past the bound) and return None without waiting.
         Committed but not synced (`SyncError`), it is not kept: it returns None, and the item
         leaves the host once `run()` has synced the log."""
-        if self._outage is None:
-            try:
-                (item,) = await self._log.append(self.conversation_id, new)
-                return item
-            except SyncError as exc:
-                if not self._running:
-                    raise
-                self._unsynced(exc)
-                return None
-            except StoreError as exc:
-                if not self._running:
-                    raise
-                self._failed(exc)
-        self._hold(new, droppable=True)
-        return None
+        if self._outage is not None:
+            self._hold(new, droppable=True)
+            return None
+        entry = self._queued(new)
+        await self._see_through(entry)
+        if not entry.done.is_set():
+            return None  # an outage began: it is held
+        item = _result(entry)
+        try:
+            await self._log.sync()
+        except StoreError as exc:
+            if not self._running:
+                raise SyncError(str(exc), [item]) from exc
+            self._unsynced(exc)
+            return None
+        return item
 
     async def try_append(self, new: NewItem) -> Item:
         """Store `new` now or raise `StoreError`; never held. For what a person is told was
@@ -240,21 +297,19 @@ class LogWriter:
         outage = self._outage
         if outage is not None:
             raise StoreError(f"the log cannot be written ({outage.reason})")
+        entry = self._queued(new, holdable=False)
+        await self._see_through(entry)
+        item = _result(entry)
         try:
-            (item,) = await self._log.append(self.conversation_id, new)
-        except SyncError as exc:
+            await self._log.sync()
+        except StoreError as exc:
             if not self._running:
-                raise
+                raise SyncError(str(exc), [item]) from exc
             self._unsynced(exc)
-            (item,) = exc.items
             while not self._log.durable(self.conversation_id, item.seq):
                 if not self._running:
-                    raise
+                    raise SyncError(str(exc), [item]) from exc
                 await self._resynced.wait()
-        except StoreError as exc:
-            if self._running:
-                self._failed(exc)
-            raise
         return item
 
     @contextlib.contextmanager
@@ -263,7 +318,7 @@ class LogWriter:
         False, and counts it dropped, when the log cannot be written and `max_held` things wait
         already; the running turn is then cancelled."""
         outage = self._outage
-        if outage is not None and len(self._held) + self._admitted >= self.max_held:
+        if outage is not None and len(self._queue) + self._admitted >= self.max_held:
             outage.dropped += 1
             self._overflow(outage)
             yield False
@@ -274,11 +329,152 @@ class LogWriter:
         finally:
             self._admitted -= 1
 
-    def _hold(self, new: NewItem, *, droppable: bool) -> _Held | None:
+    # -- the queue -----------------------------------------------------------------------------
+
+    def _queued(
+        self, new: NewItem, *, checked: bool = False, waited: bool = True, holdable: bool = True
+    ) -> _Entry:
+        """Queue `new` behind what is queued. Checked now (`ValueError`) when it may share a
+        transaction with others, which its fault must not fail."""
+        if not checked and (self._queue or self._writing):
+            prepare(new)
+        entry = _Entry(new, waited=waited, holdable=holdable)
+        self._queue.append(entry)
+        return entry
+
+    def _full(self) -> bool:
+        return len(self._queue) + self._events_queued >= self.max_held
+
+    async def _wait_for_room(self) -> None:
+        while self._full():
+            outage = self._outage
+            if outage is not None:
+                self._overflow(outage)
+            await self._settled.wait()
+
+    async def _see_through(self, entry: _Entry) -> None:
+        """Return once `entry` is settled, writing what is queued when the log is idle; or
+        once an outage holds it (`done` not set). Cancelled before it is written, it is never
+        stored."""
+        try:
+            while not entry.done.is_set() and self._outage is None:
+                if self._writing or not await self._write_next(entry):
+                    await self._settled.wait()
+        except BaseException:
+            if not entry.writing and not entry.done.is_set():
+                self._drop(entry)
+            raise
+        if self._queue and not self._writing:
+            self._wakeup.set()  # what others queued meanwhile: run() writes it
+
+    def _take_batch(self, leader: _Entry | None, *, everything: bool = False) -> list[_Entry]:
+        """The oldest queued items for one transaction: up to `MAX_BATCH`, never past one with
+        events to publish (they must go out before what was queued after them), and, unless
+        `everything`, never one another caller waits for but `leader`'s own: that caller writes
+        it itself, so it has its item before any other task runs (before a teammate who saw the
+        item could act on it)."""
+        batch: list[_Entry] = []
+        for entry in self._queue:
+            if entry.waited and entry is not leader and not everything:
+                break
+            batch.append(entry)
+            if entry.events or len(batch) >= MAX_BATCH:
+                break
+        return batch
+
+    async def _write_next(self, leader: _Entry | None, *, everything: bool = False) -> bool:
+        """Write the next batch of queued items (`_take_batch`), in one transaction; False if
+        there was none to take. A `StoreError` with `run()` running begins an outage (what
+        `try_append` asked for is refused, the rest is held); any other failure settles the
+        batch with it."""
+        batch = self._take_batch(leader, everything=everything)
+        if not batch:
+            return False
+        self._writing = True
+        for entry in batch:
+            entry.writing = True
+        try:
+            # Shielded: whoever writes answers every item in the batch, cancelled or not.
+            with anyio.CancelScope(shield=True):
+                stored = await self._log.append(
+                    self.conversation_id, [entry.new for entry in batch], durable=False
+                )
+        except Exception as exc:
+            for entry in batch:
+                entry.writing = False
+            if self._running and isinstance(exc, StoreError):
+                self._failed(exc)
+                self._refuse_unholdable(exc)
+                return True
+            self._settle_failed(batch, exc)
+            return True
+        finally:
+            self._writing = False
+            self._signal_settled()
+        self._settle(batch, stored)
+        return True
+
+    def _settle(self, batch: list[_Entry], stored: list[Item]) -> None:
+        for entry, item in zip(batch, stored, strict=True):
+            entry.writing = False
+            entry.item = item
+            self._finish(entry)
+
+    def _settle_failed(self, batch: list[_Entry], exc: Exception) -> None:
+        unwaited = sum(1 for entry in batch if not entry.waited)
+        if unwaited:
+            logger.warning("%d items of the agent's output were not stored: %s", unwaited, exc)
+        for entry in batch:
+            entry.error = exc
+            self._finish(entry)
+
+    def _refuse_unholdable(self, exc: StoreError) -> None:
+        for entry in [entry for entry in self._queue if not entry.holdable]:
+            entry.error = exc
+            self._finish(entry)
+
+    def _finish(self, entry: _Entry) -> None:
+        """`entry` is settled: out of the queue, its waiter woken, its events published."""
+        if self._queue and self._queue[0] is entry:
+            self._queue.popleft()
+        else:
+            with contextlib.suppress(ValueError):
+                self._queue.remove(entry)
+        entry.done.set()
+        self._publish_events(entry)
+
+    def _drop(self, entry: _Entry) -> None:
+        """Take out an item that will never be written; the events queued after it wait for
+        the item before it instead, or go out now."""
+        try:
+            index = self._queue.index(entry)
+        except ValueError:
+            return
+        del self._queue[index]
+        self._signal_settled()  # whoever waits behind it may write now
+        if entry.events and index > 0:
+            self._queue[index - 1].events.extend(entry.events)
+            entry.events = []
+        self._publish_events(entry)
+
+    def _publish_events(self, entry: _Entry) -> None:
+        events, entry.events = entry.events, []
+        self._events_queued -= len(events)
+        for event in events:
+            with contextlib.suppress(LogClosedError):
+                self._log.publish_nowait(event)
+
+    def _signal_settled(self) -> None:
+        self._settled.set()
+        self._settled = anyio.Event()
+
+    # -- the outage ----------------------------------------------------------------------------
+
+    def _hold(self, new: NewItem, *, droppable: bool, waited: bool = True) -> _Entry | None:
         outage = self._outage
         assert outage is not None
         prepare(new)  # an invalid item is the caller's ValueError now, never a stuck retry
-        if len(self._held) + self._admitted >= self.max_held:
+        if len(self._queue) + self._admitted >= self.max_held:
             self._overflow(outage)
             if droppable:
                 outage.dropped += 1
@@ -286,21 +482,18 @@ class LogWriter:
         if new.created_at is None:
             # When it happened, not when the disk came back.
             new = dataclasses.replace(new, created_at=datetime.now(UTC))
-        held = _Held(new)
-        self._held.append(held)
-        return held
+        entry = _Entry(new, waited=waited)
+        self._queue.append(entry)
+        return entry
 
-    async def _wait(self, held: _Held) -> Item:
+    async def _wait(self, entry: _Entry) -> Item:
         try:
-            await held.done.wait()
+            await entry.done.wait()
         except BaseException:
-            if not held.writing and held in self._held:
-                self._held.remove(held)  # never written, and now never will be
+            if not entry.writing and not entry.done.is_set():
+                self._drop(entry)  # never written, and now never will be
             raise
-        if held.error is not None:
-            raise held.error
-        assert held.item is not None
-        return held.item
+        return _result(entry)
 
     def _overflow(self, outage: _Outage) -> None:
         if outage.turn_cancelled:
@@ -308,12 +501,12 @@ class LogWriter:
         outage.turn_cancelled = True
         logger.warning(
             "the log still cannot be written and %d items wait: the running turn is cancelled",
-            len(self._held) + self._admitted,
+            len(self._queue) + self._admitted,
         )
         if self.on_overflow is not None:
             self.on_overflow()
 
-    def _unsynced(self, exc: SyncError) -> None:
+    def _unsynced(self, exc: StoreError) -> None:
         """Items are committed but a sync failed: an outage that `run()` ends with a sync."""
         self._failed(exc)
         assert self._outage is not None
@@ -333,13 +526,16 @@ class LogWriter:
             exc,
         )
         self._wakeup.set()
+        self._signal_settled()
 
     # -- retrying ------------------------------------------------------------------------------
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Retry the held items until the log takes them, for as long as the session runs."""
+        """Write what is queued and nobody writes, and retry what is held until the log takes
+        it, for as long as the session runs. Stopping, it stores what is still queued first
+        (for at most `STOP_DRAIN_TIMEOUT`)."""
         self._running = True
         try:
             task_status.started()
@@ -348,9 +544,21 @@ class LogWriter:
                 self._wakeup = anyio.Event()
                 if self._outage is not None:
                     await self._recover(self._outage)
+                while self._queue and self._outage is None and not self._writing:
+                    if not await self._write_next(None):
+                        break  # its caller writes the next one
         finally:
+            with anyio.move_on_after(STOP_DRAIN_TIMEOUT, shield=True):
+                await self._drain()
             self._running = False
             self._give_up()
+
+    async def _drain(self) -> None:
+        while self._queue and self._outage is None:
+            if self._writing:
+                await self._settled.wait()
+            else:
+                await self._write_next(None, everything=True)
 
     async def _recover(self, outage: _Outage) -> None:
         backoff = Backoff(
@@ -362,24 +570,29 @@ class LogWriter:
             outage.retry_in = backoff.next_delay()
             await self._publish(self.state())
             await anyio.sleep(outage.retry_in)
+            while self._writing:  # a write that began before the outage
+                await self._settled.wait()
             while True:
                 if await self._write_held(outage):
-                    if not self._held:
+                    if not self._queue:
                         self._recovered(outage)
+                        self._signal_settled()
                         await self._publish(self._recovered_state(outage))
                         return
-                    continue  # more arrived meanwhile: write them at once, still in order
+                    continue  # more queued: write them at once, still in order
                 break
 
     async def _write_held(self, outage: _Outage) -> bool:
-        """One try: the outage's record (once) and every held item, in one transaction, and
-        synced; or, with nothing to write, a sync of what is committed and not synced."""
-        batch = list(self._held)
-        news = [held.new for held in batch]
+        """One try: the outage's record (once) and the held items (a batch, as `_take_batch`
+        takes it), in one transaction, and synced; or, with nothing to write, a sync of what
+        is committed and not synced."""
+        batch = self._take_batch(None, everything=True)
+        news = [entry.new for entry in batch]
         if not outage.recorded:
-            news.insert(0, self._record(outage, len(batch)))
-        for held in batch:
-            held.writing = True
+            news.insert(0, self._record(outage, len(self._queue)))
+        self._writing = True
+        for entry in batch:
+            entry.writing = True
         try:
             if news:
                 stored = await self._log.append(self.conversation_id, news)
@@ -394,14 +607,16 @@ class LogWriter:
             self._still_failing(outage, exc)
             return False
         except StoreError as exc:
-            for held in batch:
-                held.writing = False
+            for entry in batch:
+                entry.writing = False
             self._still_failing(outage, exc)
             return False
         except BaseException:
-            for held in batch:
-                held.writing = False
+            for entry in batch:
+                entry.writing = False
             raise
+        finally:
+            self._writing = False
         self._stored(outage, batch, stored)
         outage.unsynced = False
         self._resynced.set()
@@ -415,19 +630,14 @@ class LogWriter:
             logger.warning("the log still cannot be written, now: %s", exc)
         outage.reason = reason
 
-    def _stored(self, outage: _Outage, batch: list[_Held], stored: list[Item]) -> None:
+    def _stored(self, outage: _Outage, batch: list[_Entry], stored: list[Item]) -> None:
         """The batch (after the outage's record, if it was in it) is committed."""
         if not outage.recorded:
             outage.recorded = True
             stored = stored[1:]
-        for held, item in zip(batch, stored, strict=True):
-            held.writing = False
-            held.item = item
-            held.done.set()
-            # Not necessarily first any more: a cancelled waiter may have left meanwhile.
-            with contextlib.suppress(ValueError):
-                self._held.remove(held)
+        self._settle(batch, stored)
         outage.written += len(batch)
+        self._signal_settled()
 
     def _record(self, outage: _Outage, held: int) -> NewItem:
         return NewItem(
@@ -466,13 +676,14 @@ class LogWriter:
 
     def _give_up(self) -> None:
         """The session stops: whoever still waits is told their item was not stored."""
-        held, self._held = list(self._held), deque()
-        if held:
+        queued, self._queue = list(self._queue), deque()
+        self._events_queued = 0
+        if queued:
             logger.warning(
-                "the session stopped while the log could not be written: %d items not stored",
-                len(held),
+                "the session stopped before the log could be written: %d items not stored",
+                len(queued),
             )
-        for entry in held:
+        for entry in queued:
             entry.error = StoreError("the session stopped before the log could be written")
             entry.done.set()
         self._outage = None
@@ -485,3 +696,11 @@ class LogWriter:
         event = Event(conversation_id=self.conversation_id, kind=STORAGE_EVENT, data=data)
         with contextlib.suppress(LogClosedError):
             await self._log.publish(event)
+
+
+def _result(entry: _Entry) -> Item:
+    """What a settled entry's waiter gets: its item, or the error that settled it."""
+    if entry.error is not None:
+        raise entry.error
+    assert entry.item is not None
+    return entry.item

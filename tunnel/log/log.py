@@ -275,12 +275,17 @@ class Log:
 
     async def publish(self, event: Event) -> None:
         """Send an ephemeral event to the conversation's current subscribers; never stored."""
+        self.publish_nowait(event)
+        await anyio.lowlevel.checkpoint()
+
+    def publish_nowait(self, event: Event) -> None:
+        """`publish` without letting other tasks run: for a caller that must publish several
+        events, in order, where it cannot wait (an append's events once it is committed)."""
         if not isinstance(event, Event):
             raise ValueError(f"publish takes an Event, not {type(event).__name__}")
         self._check_open()
         self._events_published += 1
         self._feed.push_event(event)
-        await anyio.lowlevel.checkpoint()
 
     async def query(
         self,
