@@ -35,7 +35,10 @@ PUSH_KEY = b64url_encode(
     .public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
 )
 ENDPOINT = "https://push.example/send/abc123"
-OPS_WAIT = 10.0
+# How long a wait on the browser (the page's requests, its worker's handling of a push, the
+# notifications it shows) or on the host's pushes may take before the test fails: generous,
+# since a loaded machine runs them late, and spent only when what is waited for never comes.
+WAIT = 30.0
 OPTIONS = [
     {"option_id": "allow", "name": "Allow once", "kind": "allow_once"},
     {"option_id": "reject", "name": "Reject", "kind": "reject_once"},
@@ -105,8 +108,8 @@ def request_push(request_id: str, **extra: Any) -> dict[str, Any]:
 
 
 def wait_for_ops(relay: FakeRelay, op: str, count: int) -> list[dict[str, Any]]:
-    """The page's requests `op` once there are `count` of them (failing after a few seconds)."""
-    deadline = time.monotonic() + OPS_WAIT
+    """The page's requests `op` once there are `count` of them (failing after WAIT seconds)."""
+    deadline = time.monotonic() + WAIT
     while len(relay.ops(op)) < count and time.monotonic() < deadline:
         time.sleep(0.02)
     found = relay.ops(op)
@@ -128,6 +131,8 @@ class Pushed:
     relay: FakeRelay | None
     cdp: CDPSession
     registrations: dict[str, str]
+    completed: list[tuple[str, str]] = field(default_factory=list)
+    """(registration id, status) of each push event the browser says its worker finished."""
 
     @property
     def fake(self) -> FakeRelay:
@@ -145,7 +150,22 @@ class Pushed:
             ),
         )
         cdp.send("ServiceWorker.enable")
-        return cls(page=page, relay=relay, cdp=cdp, registrations=registrations)
+        pushed = cls(page=page, relay=relay, cdp=cdp, registrations=registrations)
+        # ServiceWorker.deliverPushMessage answers before the worker has the push (it may have
+        # to start first); the push messaging log says when the worker's handling of it (its
+        # waitUntil promise, showNotification's included) has settled, and how.
+        cdp.on("BackgroundService.backgroundServiceEventReceived", pushed._on_background_event)
+        cdp.send("BackgroundService.startObserving", {"service": "pushMessaging"})
+        cdp.send(
+            "BackgroundService.setRecording", {"shouldRecord": True, "service": "pushMessaging"}
+        )
+        return pushed
+
+    def _on_background_event(self, event: dict[str, Any]) -> None:
+        logged = event["backgroundServiceEvent"]
+        if logged["eventName"] == "Push event completed":
+            status = {m["key"]: m["value"] for m in logged["eventMetadata"]}.get("Status", "")
+            self.completed.append((logged["serviceWorkerRegistrationId"], status))
 
     @property
     def origin(self) -> str:
@@ -160,23 +180,35 @@ class Pushed:
         return context.wait_for_event("serviceworker")
 
     def deliver(self, payload: dict[str, Any] | str) -> None:
+        """Push `payload` to the page's worker, returning once the worker has handled it."""
         scope = self.page.url.split("?")[0].split("#")[0]
         self.page.evaluate("navigator.serviceWorker.ready.then(() => true)")
-        deadline = time.monotonic() + OPS_WAIT
-        while scope not in self.registrations and time.monotonic() < deadline:
-            self.page.wait_for_timeout(20)  # DevTools events arrive while Playwright waits
+        self.wait_for_browser(lambda: scope in self.registrations)
+        assert scope in self.registrations, self.registrations
         registration = self.registrations[scope]
         data = payload if isinstance(payload, str) else json.dumps(payload)
+        before = len(self.completed)
         self.cdp.send(
             "ServiceWorker.deliverPushMessage",
             {"origin": self.origin, "registrationId": registration, "data": data},
         )
+        self.wait_for_browser(lambda: len(self.completed) > before)
+        finished = self.completed[before:]
+        assert finished == [(registration, "Success")], f"the push events finished: {finished}"
+
+    def wait_for_browser(self, condition: Callable[[], bool]) -> None:
+        """Until `condition` holds or WAIT seconds pass, DevTools events arriving meanwhile."""
+        deadline = time.monotonic() + WAIT
+        while not condition() and time.monotonic() < deadline:
+            self.page.wait_for_timeout(20)  # DevTools events arrive while Playwright waits
 
     def shown(
         self, count: int, check: Callable[[list[dict[str, Any]]], bool] = lambda _: True
     ) -> list[dict[str, Any]]:
         """The notifications shown, once there are `count` of them and `check` holds."""
-        deadline = time.monotonic() + OPS_WAIT
+        # A push handled has shown its notification, but one closed may still be listed a moment:
+        # Notification.close() does not wait for the browser to forget it.
+        deadline = time.monotonic() + WAIT
         while True:
             found = self.notifications()
             if (len(found) == count and check(found)) or time.monotonic() > deadline:
@@ -629,7 +661,7 @@ class PushInbox:
     bodies: list[bytes] = field(default_factory=list)
 
     def wait_for(self, count: int) -> list[bytes]:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + WAIT
         while len(self.bodies) < count and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(self.bodies) >= count, self.bodies
