@@ -12,7 +12,7 @@ swarm process (bench/swarm.py, real WebSocket connections):
   `SessionChannelHandler` per channel and the host's broadcast, the log in the SQLite file
   `tunnel host` writes, opened as it opens it), N `connect_teammate` sessions that subscribe;
   the host appends ITEMS `message` items of about SIZE bytes of text as the agent's output is
-  appended (a `Recorder`: each item committed, the log synced in groups before it is cast),
+  recorded (a `Recorder`: queued and committed in groups, synced before it is cast),
   seals and signs each cast once (several items in one when they come together), and the relay
   copies each cast to every teammate;
 - bare: a websockets relay; the bare host sends each SIZE-byte message once and the relay

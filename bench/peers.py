@@ -205,9 +205,12 @@ def run_session_host(args: argparse.Namespace) -> None:
         session = create_session("demo", log, workspace=workdir, conversation_id=CONVERSATION)
         logs.append(log)
         sessions.append(session)
-        # What the agent's output goes through (tunnel/agents/recorder.py), beside the session's.
-        recorders.append(Recorder(log, CONVERSATION))
+        # What the agent's output goes through (tunnel/agents/recorder.py), beside the session's,
+        # its writer running as a session runs it.
+        recorder = Recorder(log, CONVERSATION)
+        recorders.append(recorder)
         await tg.start(session.run)
+        await tg.start(recorder.writer.run)
         settings = HostSettings(relay_url=args.relay, key_file=workdir / "host_key")
         # As tunnel/host/share.py: the host first, then its broadcast, started before the link.
         host = Host(settings, handler)
@@ -227,7 +230,8 @@ def run_session_host(args: argparse.Namespace) -> None:
         text = "x" * size
         start = time.monotonic()
         for _ in range(count):
-            await recorders[0].append("message", {"role": "agent", "text": text})
+            # Queued as the agent's output is (Recorder.record): committed in groups.
+            await recorders[0].record("message", {"role": "agent", "text": text})
         return {"t0": start, "t1": time.monotonic()}
 
     async def members() -> dict[str, Any]:
@@ -286,8 +290,9 @@ def run_share_host(args: argparse.Namespace) -> None:
             await conversations.start(f"a{index}", by="bench")
         for conversation in conversations.open_conversations():
             # What the agent's output goes through (tunnel/agents/recorder.py), beside the
-            # session's own.
-            recorders[conversation.id] = Recorder(shared.log, conversation.id)
+            # session's own, its writer running as a session runs it.
+            recorder = recorders[conversation.id] = Recorder(shared.log, conversation.id)
+            await tg.start(recorder.writer.run)
         say(link=str(shared.host.view_link), conversations=list(recorders))
 
     async def append(
@@ -298,7 +303,7 @@ def run_share_host(args: argparse.Namespace) -> None:
             tag = f"{conversation_id}|"
             text = tag + "x" * max(0, size - len(tag))
             for _ in range(count):
-                await recorder.append("message", {"role": "agent", "text": text})
+                await recorder.record("message", {"role": "agent", "text": text})
 
         start = time.monotonic()
         async with anyio.create_task_group() as tg:

@@ -13,11 +13,13 @@ is an item of its own (with its own response id) whose data says `continued: tru
 part says `continues: <that response id>`. The recorder is not meant to be driven by several
 tasks at once: each session serialises its calls.
 
-Writing: every append goes through the recorder's `LogWriter` (`.writer`), which holds items and
-retries while the log cannot be written. Agent output waits for its item to be committed (the
-log syncs it to the disk before it leaves the host); notes of the host's own (`error`, permission
-decisions, `session_event(..., hold=True)`) are held and never make their caller wait; a prompt
-is stored, and synced, at once or refused (`user_message`).
+Writing: every append goes through the recorder's `LogWriter` (`.writer`), in one queue, which
+holds items and retries while the log cannot be written. Agent output is queued (`record`) and
+committed in groups while the agent goes on (the log syncs it to the disk before it leaves the
+host), and the events published after it wait for it; a permission request (`append`) waits for
+its item; notes of the host's own (`error`, permission decisions, `session_event(...,
+hold=True)`) are held and never make their caller wait; a prompt is stored, and synced, at once
+or refused (`user_message`).
 
 Turns: while `turn` is set (the seq of the prompt a chat agent is answering), every item the agent
 produces (messages, reasoning, tool calls, their updates and results, permission requests, plans)
