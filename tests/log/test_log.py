@@ -4,6 +4,7 @@ buffers; nothing left behind when subscribers leave."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,9 +22,11 @@ from tunnel.log import (
     Store,
     Subscription,
 )
+from tunnel.log.sqlite import open_host_store
 from tunnel.log.store import OnCommit, Order, TypeFilter
 
 from .conftest import StoreFactory
+from .counting_store import CountingStore
 from .helpers import new, news
 
 pytestmark = pytest.mark.anyio
@@ -395,3 +398,34 @@ async def test_a_subscription_entering_while_the_log_closes_ends_cleanly() -> No
         with anyio.fail_after(5):
             await ended.wait()
     assert log.statistics().subscribers == 0
+
+
+async def test_last_seq_is_known_in_memory_while_the_conversation_has_a_subscriber(
+    tmp_path: Path,
+) -> None:
+    store = CountingStore(await open_host_store(tmp_path / "log.db"))
+    async with Log(store) as log:
+        assert await log.last_seq("c") == -1
+        await log.append("c", news(3))
+        assert await log.last_seq("c") == 2
+        assert len(store.reads) == 2  # nobody follows it: read from the store
+        async with log.subscribe("c", after=2):
+            store.reads.clear()
+            assert await log.last_seq("c") == 2
+            # Counted once committed; whoever reads the items waits for their sync.
+            await log.append("c", news(2), durable=False)
+            assert await log.last_seq("c") == 4
+            assert store.reads == []
+        assert await log.last_seq("c") == 4
+        assert store.reads == ["get_conversation('c')"]
+
+
+async def test_last_seq_counts_items_written_behind_the_logs_back_once_one_of_its_follows() -> None:
+    store = MemoryStore()
+    async with Log(store) as log:
+        await log.append("c", news(1))
+        async with log.subscribe("c"):
+            await store.append("c", news(2))  # not through the log: no announcement
+            assert await log.last_seq("c") == 0
+            await log.append("c", new())
+            assert await log.last_seq("c") == 3

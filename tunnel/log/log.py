@@ -316,6 +316,20 @@ class Log:
         self._check_open()
         return await self._store.get_conversation(conversation_id)
 
+    async def last_seq(self, conversation_id: str) -> int:
+        """The conversation's last seq, -1 if it has none: from memory while it has a
+        subscriber (the host's broadcast is one), else read from the store. In memory it counts
+        an item once committed, before its sync (`query` and subscriptions wait for that before
+        they hand it out), and an item another process wrote once one appended here follows
+        it, as the subscribers learn of it."""
+        self._check_open()
+        head = self._feed.head(conversation_id)
+        if head is None:
+            info = await self._store.get_conversation(conversation_id)
+            return -1 if info is None else info.last_seq
+        await anyio.lowlevel.checkpoint()
+        return head
+
     async def list_conversations(self) -> list[ConversationInfo]:
         """Every stored conversation, most recently updated first."""
         self._check_open()
