@@ -28,7 +28,7 @@ itself carries only its snapshot, its catch-up and the answers to its requests.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import anyio
@@ -109,7 +109,8 @@ CONTEXT_BYTES = SNAPSHOT_PAGE_BYTES // 2
 
 # What an item is guessed to weigh before a replay has seen any: each page asks the store for
 # about as many items as fit, so a page of large items does not read (and drop) 200 of them.
-FIRST_ITEM_ESTIMATE = 1024
+# About 1 KiB: just light enough that a default join's first read asks for its whole page.
+FIRST_ITEM_ESTIMATE = SNAPSHOT_PAGE_BYTES // DEFAULT_HISTORY_ITEMS
 
 
 class ReplayStatistics(NamedTuple):
@@ -141,6 +142,18 @@ class ReplayBudget:
     def statistics(self) -> ReplayStatistics:
         stats = self._limiter.statistics()
         return ReplayStatistics(pages=stats.borrowed_tokens, waiting=stats.tasks_waiting)
+
+
+class _TailStart(NamedTuple):
+    """Where a fresh join's snapshot starts, and what finding it read."""
+
+    after: int
+    """The snapshot holds the items after this seq."""
+    estimate: int = FIRST_ITEM_ESTIMATE
+    """What an item of it weighs, for the snapshot's next read."""
+    page: Sequence[tuple[dict[str, Any], int]] = ()
+    """The items after `after` read to find it, in seq order, each as its wire map and packed
+    size: the snapshot's first page takes them."""
 
 
 class SessionChannel(Protocol):
@@ -549,8 +562,8 @@ class SessionChannelHandler:
     ) -> None:
         with scope:
             conversation = self._session.conversation_id
-            info = await self._log.get_conversation(conversation)
-            head = -1 if info is None else info.last_seq
+            # In memory while the host's broadcast follows the conversation: no store read.
+            head = await self._log.last_seq(conversation)
             # A cursor past the end means the teammate saw a log this host does not have (a new
             # log file under the same conversation id), and one counted in another conversation
             # (an early subscribe says which) a log of another: tell it to start over, as a
@@ -558,20 +571,15 @@ class SessionChannelHandler:
             reset = after is not None and (
                 after > head or (counted_in is not None and counted_in != conversation)
             )
-            estimate = FIRST_ITEM_ESTIMATE
-            context: list[dict[str, Any]] = []
-            if after is None or reset:
-                start, estimate = await self._tail_start(conversation, head, tail)
-                # Bounded: what came before the snapshot is not sent, but the state it holds is.
-                context = await self._context(conversation, start + 1)
-            else:
-                start = after  # a resume: everything after the cursor, however much
-            last = await self._send_snapshot(conversation, start, head, reset, estimate, context)
+            # A fresh join gets the end of the log (found on the snapshot's first page); a
+            # resume everything after its cursor, however much.
+            start = None if after is None or reset else after
+            first_seq, last = await self._send_snapshot(conversation, start, head, reset, tail)
             # Subscribed only now, after exactly the items the snapshot sent: what was appended
             # meanwhile comes from the store, then the live tail; a joiner waiting for its
             # replay holds no live buffer.
             async with self._log.subscribe(conversation, after=last) as sub:
-                await self._send_state(conversation, start + 1)
+                await self._send_state(conversation, first_seq)
                 broadcast = self._broadcast
                 if broadcast is not None and broadcast.group and not self._takes_groups():
                     broadcast = None  # a relay from before groups: the tail comes here
@@ -605,13 +613,12 @@ class SessionChannelHandler:
         assert link is not None
         with scope:
             conversation = self._session.conversation_id
-            info = await self._log.get_conversation(conversation)
-            head = link.head(-1 if info is None else info.last_seq)
+            head = link.head(await self._log.last_seq(conversation))
             reset = after is not None and (
                 after > head or (counted_in is not None and counted_in != conversation)
             )
             start = -1 if after is None or reset else after
-            await self._send_snapshot(conversation, start, head, reset, FIRST_ITEM_ESTIMATE, [])
+            await self._send_snapshot(conversation, start, head, reset)
             self._snapshot_sent.set()
 
     def _replay_info(self) -> out.ReplayInfo | None:
@@ -656,60 +663,57 @@ class SessionChannelHandler:
         if head is not None:
             await self._send_entry(head)
 
-    async def _tail_start(self, conversation: str, head: int, tail: int | None) -> tuple[int, int]:
-        """The cursor a fresh join's snapshot starts after (the last `tail` items, or with None
-        the newest page of at most `DEFAULT_HISTORY_ITEMS`, so a default join costs one page),
-        and what an item of it weighs, for the snapshot's first read."""
+    async def _tail_start(self, conversation: str, head: int, tail: int | None) -> _TailStart:
+        """Where a fresh join's snapshot starts (the last `tail` items, or with None the newest
+        page of at most `DEFAULT_HISTORY_ITEMS`, so a default join costs one page). The caller
+        holds a page of the replay budget."""
         if tail is not None:
             # Seqs run from 0 without a gap: the last `tail` items are those after head - tail.
-            return max(-1, head - tail), FIRST_ITEM_ESTIMATE
+            return _TailStart(after=max(-1, head - tail))
         if head < 0:
-            return -1, FIRST_ITEM_ESTIMATE
-        # The page is read here backwards to find where it starts, and again forwards as the
-        # snapshot: one page twice, which keeps the snapshot's one way of reading and of
-        # sending what is appended meanwhile.
-        async with self._replay.page():
-            page, page_bytes = await self._read_before(
-                conversation, head + 1, DEFAULT_HISTORY_ITEMS
-            )
+            return _TailStart(after=-1)
+        # Read backwards to find where the page starts; the snapshot's first page then takes
+        # these items instead of reading them again.
+        page = await self._read_before(conversation, head + 1, DEFAULT_HISTORY_ITEMS)
         if not page:
             # Items missing from the store: the snapshot from the start says so.
-            return -1, FIRST_ITEM_ESTIMATE
-        # Their average weight makes the snapshot's first read ask for all of them at once.
-        return int(page[0]["seq"]) - 1, max(1, page_bytes // len(page))
+            return _TailStart(after=-1)
+        # Their average weight sizes the next read, should the context leave some out.
+        estimate = max(1, sum(size for _, size in page) // len(page))
+        return _TailStart(after=int(page[0][0]["seq"]) - 1, estimate=estimate, page=page)
 
     async def _context(self, conversation: str, first_seq: int) -> list[dict[str, Any]]:
         """The items before `first_seq` whose state a surface still shows (see `Snapshot.context`),
-        as wire maps in seq order, at most `CONTEXT_BYTES` of them; read with a page of the
-        replay budget. An item that would be cut to fit is left out: cut, it holds no state."""
+        as wire maps in seq order, at most `CONTEXT_BYTES` of them. The caller holds a page of
+        the replay budget. An item that would be cut to fit is left out: cut, it holds no
+        state."""
         if first_seq <= 0:
             return []
-        async with self._replay.page():
-            # In the order they are kept when not all fit: the agent's settings and commands,
-            # the open requests, the plan, then the cards the requests show in.
-            found: list[Item] = []
-            found += await self._latest_events(conversation, first_seq)
-            requests = self._session.pending_permissions()
-            found += [request for request in requests if request.seq < first_seq]
-            questions = self._session.pending_elicitations()
-            found += [question for question in questions if question.seq < first_seq]
-            for kind in CONTEXT_TYPES:
-                found += await self._log.query(
-                    conversation, before=first_seq, limit=1, order="desc", types=kind
-                )
-            for request in requests:
-                call = await self._gated_call(conversation, request, first_seq)
-                if call is not None:
-                    found.append(call)
-            context: dict[int, dict[str, Any]] = {}
-            context_bytes = 0
-            for item in found:
-                wire = item.to_wire()
-                size = len(out.pack(wire))
-                if item.seq in context or context_bytes + size > CONTEXT_BYTES:
-                    continue
-                context[item.seq] = wire
-                context_bytes += size
+        # In the order they are kept when not all fit: the agent's settings and commands, the
+        # open requests, the plan, then the cards the requests show in.
+        found: list[Item] = []
+        found += await self._latest_events(conversation, first_seq)
+        requests = self._session.pending_permissions()
+        found += [request for request in requests if request.seq < first_seq]
+        questions = self._session.pending_elicitations()
+        found += [question for question in questions if question.seq < first_seq]
+        for kind in CONTEXT_TYPES:
+            found += await self._log.query(
+                conversation, before=first_seq, limit=1, order="desc", types=kind
+            )
+        for request in requests:
+            call = await self._gated_call(conversation, request, first_seq)
+            if call is not None:
+                found.append(call)
+        context: dict[int, dict[str, Any]] = {}
+        context_bytes = 0
+        for item in found:
+            wire = item.to_wire()
+            size = len(out.pack(wire))
+            if item.seq in context or context_bytes + size > CONTEXT_BYTES:
+                continue
+            context[item.seq] = wire
+            context_bytes += size
         return [context[seq] for seq in sorted(context)]
 
     async def _latest_events(self, conversation: str, before: int) -> list[Item]:
@@ -763,21 +767,22 @@ class SessionChannelHandler:
         if self._replay_link is not None:
             before = self._replay_link.before(before)  # nothing after the replay's last seq
         async with self._replay.page():
-            page, _ = await self._read_before(self._session.conversation_id, before, request.limit)
+            fitted = await self._read_before(self._session.conversation_id, before, request.limit)
+            page = [wire for wire, _ in fitted]
             # Seqs start at 0 without a gap, so an item before the page exists unless it
             # starts at 0.
             more = bool(page) and page[0]["seq"] > 0
             plaintext = out.encode(out.HistoryPage(items=page, before=request.before, more=more))
-            del page  # only the encoded page waits for the channel's window
+            del page, fitted  # only the encoded page waits for the channel's window
         await self._send_plaintext(plaintext)
 
     async def _read_before(
         self, conversation: str, before: int, limit: int
-    ) -> tuple[list[dict[str, Any]], int]:
+    ) -> list[tuple[dict[str, Any], int]]:
         """The newest stored items with seq < `before` that fit one message (at most `limit`
-        of them, and at least one if there is any), as wire maps in seq order, and their packed
-        size. The caller holds a page of the replay budget."""
-        newest_first: list[dict[str, Any]] = []
+        of them, and at least one if there is any), in seq order, each as its wire map and
+        packed size (`fit_item`). The caller holds a page of the replay budget."""
+        newest_first: list[tuple[dict[str, Any], int]] = []
         page_bytes = 0
         cursor = before
         estimate = FIRST_ITEM_ESTIMATE
@@ -792,65 +797,80 @@ class SessionChannelHandler:
                 wire, size = fit_item(item.to_wire())
                 if newest_first and page_bytes + size > SNAPSHOT_PAGE_BYTES:
                     newest_first.reverse()
-                    return newest_first, page_bytes
-                newest_first.append(wire)
+                    return newest_first
+                newest_first.append((wire, size))
                 page_bytes += size
                 cursor = item.seq
             if len(items) < want:  # nothing older is stored
                 break
             estimate = max(1, page_bytes // len(newest_first))
         newest_first.reverse()
-        return newest_first, page_bytes
+        return newest_first
 
     async def _send_snapshot(
         self,
         conversation: str,
-        last: int,
+        last: int | None,
         head: int,
         reset: bool,
-        estimate: int,
-        context: list[dict[str, Any]],
-    ) -> int:
+        tail: int | None = None,
+    ) -> tuple[int, int]:
         """Every stored item after `last`, in pages that each fit a message, up to the head
-        (read again at the end, so a long replay also sends what came meanwhile); returns the
-        last seq the snapshot covers. Each page is read and encoded with a page of the host's
-        replay budget, and sent after it is given back. `estimate` is what an item is guessed
-        to weigh until a page has been read. `context` goes on the first page, and takes its
-        room: that page may then hold no item at all."""
-        # Every page says where the snapshot starts and whether the log holds anything before
-        # it (seqs start at 0 without a gap), so a client can offer to load earlier items.
-        first_seq = last + 1
-        earlier = last >= 0
+        (looked at again at the end, so a long replay also sends what came meanwhile); returns
+        the first and the last seq the snapshot covers. With `last` None, a fresh join's: the
+        end of the log (`tail`, see `_tail_start`), found on the first page, which also carries
+        the state from before it (`_context`) and takes the items that search read. Each page
+        is read and encoded with a page of the host's replay budget, and sent after it is given
+        back: nothing read is kept from one page to the next."""
+        estimate = FIRST_ITEM_ESTIMATE  # what an item is guessed to weigh until a page is read
+        context: list[dict[str, Any]] = []
+        held: Sequence[tuple[dict[str, Any], int]] = ()  # items read for this page already
+        first_seq = -1 if last is None else last + 1
         while True:
             async with self._replay.page():
+                if last is None:
+                    found = await self._tail_start(conversation, head, tail)
+                    last, estimate, held = found.after, found.estimate, found.page
+                    first_seq = last + 1
+                    # Bounded: what came before the snapshot is not sent, but the state it
+                    # holds is. It goes on the first page, and takes its room: that page may
+                    # then hold no item at all.
+                    context = await self._context(conversation, first_seq)
                 page: list[dict[str, Any]] = []
                 page_bytes = sum(len(out.pack(wire)) for wire in context)
                 if last < head:
-                    # About as many as fit: what does not fit is read again for the next page.
-                    limit = min(SNAPSHOT_PAGE_ITEMS, SNAPSHOT_PAGE_BYTES // estimate + 1)
-                    items = await self._log.query(
-                        conversation, after=last, before=head + 1, limit=limit
-                    )
-                    if not items:
-                        raise StoreError(
-                            f"conversation {conversation}: items {last + 1} to {head} are "
-                            "missing from the store"
+                    fitted: Iterable[tuple[dict[str, Any], int]] = held
+                    if not held:
+                        # About as many as fit: what does not fit is read again for the next
+                        # page.
+                        limit = min(SNAPSHOT_PAGE_ITEMS, SNAPSHOT_PAGE_BYTES // estimate + 1)
+                        items = await self._log.query(
+                            conversation, after=last, before=head + 1, limit=limit
                         )
-                    for item in items:
-                        wire, size = fit_item(item.to_wire())
+                        if not items:
+                            raise StoreError(
+                                f"conversation {conversation}: items {last + 1} to {head} are "
+                                "missing from the store"
+                            )
+                        fitted = (fit_item(item.to_wire()) for item in items)
+                    for wire, size in fitted:
                         # A page holds at least one item, or the context, so the snapshot
                         # always moves on.
                         if (page or context) and page_bytes + size > SNAPSHOT_PAGE_BYTES:
                             break
                         page.append(wire)
                         page_bytes += size
-                        last = item.seq
+                        last = int(wire["seq"])
+                    held = ()
                     if page:
                         estimate = max(1, page_bytes // len(page))
                 if last >= head and self._replay_link is None:  # a replay's head is fixed
-                    info = await self._log.get_conversation(conversation)
-                    head = max(head, -1 if info is None else info.last_seq)
+                    # In memory while the broadcast follows the conversation: no store read.
+                    head = max(head, await self._log.last_seq(conversation))
                 more = last < head
+                # Every page says where the snapshot starts and whether the log holds anything
+                # before it (seqs start at 0 without a gap), so a client can offer to load
+                # earlier items.
                 plaintext = out.encode(
                     out.Snapshot(
                         items=page,
@@ -858,7 +878,7 @@ class SessionChannelHandler:
                         more=more,
                         reset=reset,
                         first_seq=first_seq,
-                        earlier=earlier,
+                        earlier=first_seq > 0,
                         context=context,
                     )
                 )
@@ -867,7 +887,7 @@ class SessionChannelHandler:
             await self._send_plaintext(plaintext)
             reset, context = False, []  # said once, on the first page
             if not more:
-                return last
+                return first_seq, last
 
     async def _send_entry(self, entry: Item | Event) -> None:
         plaintext = encode_entry(entry)
