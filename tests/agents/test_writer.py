@@ -5,13 +5,16 @@ store's boundary (`FaultyStore`); tests/host/test_faults.py makes a real one."""
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
 import pytest
 
+import tunnel.agents.writer as writer_module
 from tunnel.agents import AcpSession, DemoSession, SessionError
 from tunnel.agents.writer import OUTAGE_EVENT, STORAGE_EVENT, LogWriter
 from tunnel.log import Event, Item, Log, NewItem, StoreError
@@ -478,3 +481,276 @@ async def test_output_queued_while_the_log_fails_is_stored_in_order_with_its_eve
         if isinstance(e, Item) or e.kind == "delta"
     ]
     assert shown == [OUTAGE_EVENT, "first", 1, "second"]
+
+
+# -- interleavings: each found by tests/agents/test_writer_interleavings.py ---------------------
+
+
+@dataclass(slots=True)
+class HeldAppend:
+    """One of the store's appends, held: `entered` once it is under way, until `release`."""
+
+    entered: anyio.Event = field(default_factory=anyio.Event)
+    release: anyio.Event = field(default_factory=anyio.Event)
+
+
+def hold_append(store: FaultyStore | GatedSyncStore, nth: int = 1) -> HeldAppend:
+    """Hold the store's `nth` append from now on (its items are looked at once released)."""
+    held = HeldAppend()
+    inner = store.append
+    count = 0
+
+    async def append(*args: Any, **kwargs: Any) -> list[Item]:
+        nonlocal count
+        count += 1
+        if count == nth:
+            held.entered.set()
+            await held.release.wait()
+        return await inner(*args, **kwargs)
+
+    store.append = append  # type: ignore[method-assign]
+    return held
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    with anyio.fail_after(10):
+        while not condition():
+            await anyio.sleep(0)
+
+
+async def test_output_queued_behind_a_caller_cancelled_in_the_queue_is_still_written() -> None:
+    store = GatedSyncStore()
+    async with Log(store) as log:
+        writer = LogWriter(log, "c")
+        held = hold_append(store)
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            await writer.enqueue(new("output 0"))
+            await held.entered.wait()  # run() writes it
+            asking = anyio.CancelScope()
+
+            async def request() -> None:
+                with asking:
+                    await writer.append(new("a request"))
+
+            tg.start_soon(request)
+            await until(lambda: writer.held == 2)
+            # Behind the request: its caller would write it with its own item.
+            await writer.enqueue(new("output 1"))
+            held.release.set()
+            # run() stored "output 0" and left the request to its caller, who is gone before
+            # it could write: run() writes what was behind it.
+            await anyio.sleep(0)
+            asking.cancel()
+            await until(lambda: writer.held == 0)
+            tg.cancel_scope.cancel()
+        items = await store.inner.query("c")
+    assert [i.data["text"] for i in items] == ["output 0", "output 1"]
+
+
+async def test_a_prompt_queued_as_a_failed_sync_pauses_the_session_is_refused_not_stored() -> None:
+    store = GatedSyncStore()
+    async with Log(store) as log:
+        writer = quick(LogWriter(log, "c"))
+        answers: dict[str, object] = {}
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            held = hold_append(store, 2)
+            store.gate, store.failures = anyio.Event(), 1
+
+            async def decision() -> None:  # committed; its sync waits for the gate, and fails
+                answers["decision"] = await writer.append_or_hold(new("decided", by="host"))
+
+            async def request() -> None:  # its write waits for `held`
+                answers["request"] = (await writer.append(new("a request"))).seq
+
+            async def prompt() -> None:  # queued behind the request
+                try:
+                    answers["prompt"] = await writer.try_append(new("a prompt", by="alice"))
+                except StoreError as exc:
+                    answers["prompt"] = exc
+
+            tg.start_soon(decision)
+            await until(lambda: store.committed.get("c") == 0)
+            tg.start_soon(request)
+            await held.entered.wait()
+            tg.start_soon(prompt)
+            await until(lambda: writer.held == 2)
+            store.gate.set()
+            await until(lambda: writer.failing)
+            store.gate = None
+            held.release.set()
+            await until(lambda: len(answers) == 3 and not writer.failing)
+            tg.cancel_scope.cancel()
+        assert isinstance(answers["prompt"], StoreError)  # refused: the sender is told
+        assert answers["decision"] is None
+        assert answers["request"] == 1
+        items = await store.inner.query("c")
+    assert [i.data.get("text") or i.data["what"] for i in items] == [
+        "decided",
+        "a request",
+        OUTAGE_EVENT,
+    ]
+
+
+async def test_an_event_after_a_refused_prompt_waits_for_the_items_queued_before_the_prompt(
+    log: Log, store: FaultyStore
+) -> None:
+    writer = quick(LogWriter(log, "c"))
+    rec = Recording(log, "c")
+    async with anyio.create_task_group() as tg:
+        await tg.start(rec.pump)
+        await tg.start(writer.run)
+        held = hold_append(store)
+
+        async def request() -> None:
+            await writer.append(new("a request"))
+
+        async def prompt() -> None:
+            with pytest.raises(StoreError):
+                await writer.try_append(new("a prompt", by="alice"))
+
+        tg.start_soon(request)
+        await held.entered.wait()
+        await writer.enqueue(new("output"))
+        tg.start_soon(prompt)
+        await until(lambda: writer.held == 3)
+        await writer.publish(Event(conversation_id="c", kind="delta", data={"n": 1}))
+        store.fail_next = 1  # the request's write fails: the prompt is refused, the rest held
+        held.release.set()
+        await rec.wait_until(lambda: any(e.kind == "delta" for e in rec.events))
+        await rec.wait_until(lambda: not writer.failing)
+        tg.cancel_scope.cancel()
+    shown = [
+        e.data.get("text") or e.data.get("what") if isinstance(e, Item) else e.data.get("n")
+        for e in rec.entries
+        if isinstance(e, Item) or e.kind == "delta"
+    ]
+    assert shown == [OUTAGE_EVENT, "a request", "output", 1]
+
+
+async def test_an_invalid_item_is_refused_at_once_even_when_its_write_would_fail(
+    log: Log, store: FaultyStore
+) -> None:
+    writer = quick(LogWriter(log, "c"))
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        store.failing = True
+        with pytest.raises(ValueError, match="type"):
+            await writer.append_or_hold(NewItem(type="", data={}, created_by="host"))
+        assert not writer.failing  # never held, so never retried (which would end run())
+        store.failing = False
+        assert (await writer.append(new("next"))).seq == 0
+        tg.cancel_scope.cancel()
+
+
+async def test_output_waiting_for_room_when_the_session_stops_is_appended_as_without_run(
+    log: Log, store: FaultyStore
+) -> None:
+    writer = quick(LogWriter(log, "c", max_held=2))
+    outcome: list[BaseException | None] = []
+    async with anyio.create_task_group() as outer:
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            store.failing = True
+
+            async def agent() -> None:
+                try:
+                    for n in range(3):
+                        await writer.enqueue(new(f"output {n}"))
+                except StoreError as exc:
+                    outcome.append(exc)
+                else:
+                    outcome.append(None)
+
+            outer.start_soon(agent)
+            await until(lambda: writer.failing and writer.held == 2)  # the agent waits
+            tg.cancel_scope.cancel()  # the session stops: the two held are given up
+        await until(lambda: bool(outcome))
+    # Nothing writes it later: appended at once, it fails as `Log.append` does.
+    assert isinstance(outcome[0], StoreError)
+    assert writer.held == 0
+    assert await log.query("c") == []
+
+
+async def test_a_caller_whose_write_is_under_way_as_the_session_stops_gets_its_item(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(writer_module, "STOP_DRAIN_TIMEOUT", 0.01)
+    store = GatedSyncStore()
+    async with Log(store) as log:
+        writer = LogWriter(log, "c")
+        held = hold_append(store)
+        answers: list[Item] = []
+        async with anyio.create_task_group() as outer:
+
+            async def request() -> None:
+                answers.append(await writer.append(new("a request")))
+
+            async with anyio.create_task_group() as tg:
+                await tg.start(writer.run)
+                outer.start_soon(request)
+                await held.entered.wait()
+                tg.cancel_scope.cancel()  # run() stops, and gives up before the write ends
+            held.release.set()
+        assert [i.seq for i in answers] == [0]  # not told it was not stored
+        assert writer.held == 0
+        items = await store.inner.query("c")
+    assert [i.data["text"] for i in items] == ["a request"]
+
+
+async def test_items_a_retry_committed_are_answered_before_its_sync_and_if_the_session_stops() -> (
+    None
+):
+    store = GatedSyncStore()
+    async with Log(store) as log:
+        writer = quick(LogWriter(log, "c"))
+        answers: list[int] = []
+        async with anyio.create_task_group() as tg:
+            await tg.start(writer.run)
+            store.failures = 1
+            assert await writer.append_or_hold(new("decided", by="host")) is None  # unsynced
+
+            async def request() -> None:
+                answers.append((await writer.append(new("a request"))).seq)
+
+            store.gate = gate = anyio.Event()  # the retry's sync waits
+            tg.start_soon(request)
+            await until(lambda: bool(answers))  # committed by the retry: answered
+            assert writer.failing
+            tg.cancel_scope.cancel()  # the session stops during the retry's sync
+        gate.set()
+        assert answers == [2]
+        items = await store.inner.query("c")
+    assert [i.data.get("text") or i.data["what"] for i in items] == [
+        "decided",
+        OUTAGE_EVENT,
+        "a request",
+    ]
+
+
+async def test_events_queued_count_against_the_bound_on_what_is_held(
+    log: Log, store: FaultyStore
+) -> None:
+    writer = quick(LogWriter(log, "c", max_held=3))
+    overflows: list[int] = []
+    writer.on_overflow = lambda: overflows.append(writer.held)
+    async with anyio.create_task_group() as tg:
+        await tg.start(writer.run)
+        store.failing = True
+        await writer.enqueue(new("output"))
+        await until(lambda: writer.failing)
+        for n in range(2):
+            await writer.publish(Event(conversation_id="c", kind="delta", data={"n": n}))
+        # One item and two events wait: the bound.
+        assert await writer.append_or_hold(new("a note", by="host")) is None
+        assert writer.held == 1  # dropped, counted
+        with writer.admitting() as admitted:
+            assert not admitted
+        assert overflows == [1]
+        store.failing = False
+        await until(lambda: not writer.failing)
+        tg.cancel_scope.cancel()
+    items = await log.query("c")
+    assert [i.data.get("text") for i in items[1:]] == ["output"]
+    assert items[0].data["dropped"] == 2

@@ -241,18 +241,18 @@ class LogWriter:
         Raises `ValueError` for an invalid item, at once. Without `run()`, nothing would write
         it later: it is stored now, as `append` does.
         """
-        if not self._running:
+        if self._running:
+            # Checked now, not once it shares a transaction, which its fault must not fail.
+            prepare(new)
+            await self._wait_for_room()
+        if not self._running:  # not started, or stopped while it waited
             await self.append(new)
             return
-        # Checked now, not once it shares a transaction, which its fault must not fail.
-        prepare(new)
-        await self._wait_for_room()
         if self._outage is not None:
             self._hold(new, droppable=False, waited=False)
             return
         self._queued(new, checked=True, waited=False)
-        if not self._writing:
-            self._wakeup.set()
+        self._wake_run()
 
     async def publish(self, event: Event) -> None:
         """Send an ephemeral event to the conversation's subscribers once everything queued
@@ -299,7 +299,12 @@ class LogWriter:
             raise StoreError(f"the log cannot be written ({outage.reason})")
         entry = self._queued(new, holdable=False)
         await self._see_through(entry)
-        item = _result(entry)
+        if entry.done.is_set():
+            item = _result(entry)
+        else:
+            # An outage began while a stopping run() wrote it: `_refuse_unholdable` left it
+            # to that write, which answers it.
+            item = await self._wait(entry)
         try:
             await self._log.sync()
         except StoreError as exc:
@@ -318,7 +323,7 @@ class LogWriter:
         False, and counts it dropped, when the log cannot be written and `max_held` things wait
         already; the running turn is then cancelled."""
         outage = self._outage
-        if outage is not None and len(self._queue) + self._admitted >= self.max_held:
+        if outage is not None and self._waiting() + self._admitted >= self.max_held:
             outage.dropped += 1
             self._overflow(outage)
             yield False
@@ -334,16 +339,21 @@ class LogWriter:
     def _queued(
         self, new: NewItem, *, checked: bool = False, waited: bool = True, holdable: bool = True
     ) -> _Entry:
-        """Queue `new` behind what is queued. Checked now (`ValueError`) when it may share a
-        transaction with others, which its fault must not fail."""
-        if not checked and (self._queue or self._writing):
+        """Queue `new` behind what is queued. Checked now (`ValueError`): it may share a
+        transaction with others, which its fault must not fail, even when it is alone in the
+        queue (a failed write holds it, and `run()` writes it with whatever follows)."""
+        if not checked:
             prepare(new)
         entry = _Entry(new, waited=waited, holdable=holdable)
         self._queue.append(entry)
         return entry
 
+    def _waiting(self) -> int:
+        """Items and events queued: what `max_held` bounds."""
+        return len(self._queue) + self._events_queued
+
     def _full(self) -> bool:
-        return len(self._queue) + self._events_queued >= self.max_held
+        return self._waiting() >= self.max_held
 
     async def _wait_for_room(self) -> None:
         while self._full():
@@ -364,8 +374,7 @@ class LogWriter:
             if not entry.writing and not entry.done.is_set():
                 self._drop(entry)
             raise
-        if self._queue and not self._writing:
-            self._wakeup.set()  # what others queued meanwhile: run() writes it
+        self._wake_run()  # what others queued meanwhile
 
     def _take_batch(self, leader: _Entry | None, *, everything: bool = False) -> list[_Entry]:
         """The oldest queued items for one transaction: up to `MAX_BATCH`, never past one with
@@ -404,7 +413,6 @@ class LogWriter:
                 entry.writing = False
             if self._running and isinstance(exc, StoreError):
                 self._failed(exc)
-                self._refuse_unholdable(exc)
                 return True
             self._settle_failed(batch, exc)
             return True
@@ -429,9 +437,12 @@ class LogWriter:
             self._finish(entry)
 
     def _refuse_unholdable(self, exc: StoreError) -> None:
-        for entry in [entry for entry in self._queue if not entry.holdable]:
+        """What `try_append` queued is refused (unless another task is writing it): taken out
+        as a cancelled item is, its events left to the item before it."""
+        for entry in [e for e in self._queue if not e.holdable and not e.writing]:
             entry.error = exc
-            self._finish(entry)
+            self._drop(entry)
+            entry.done.set()
 
     def _finish(self, entry: _Entry) -> None:
         """`entry` is settled: out of the queue, its waiter woken, its events published."""
@@ -452,6 +463,7 @@ class LogWriter:
             return
         del self._queue[index]
         self._signal_settled()  # whoever waits behind it may write now
+        self._wake_run()  # or run(), if nobody waits behind it
         if entry.events and index > 0:
             self._queue[index - 1].events.extend(entry.events)
             entry.events = []
@@ -468,13 +480,18 @@ class LogWriter:
         self._settled.set()
         self._settled = anyio.Event()
 
+    def _wake_run(self) -> None:
+        """Have `run()` write what is queued, unless a write under way ends by doing so."""
+        if self._queue and not self._writing:
+            self._wakeup.set()
+
     # -- the outage ----------------------------------------------------------------------------
 
     def _hold(self, new: NewItem, *, droppable: bool, waited: bool = True) -> _Entry | None:
         outage = self._outage
         assert outage is not None
         prepare(new)  # an invalid item is the caller's ValueError now, never a stuck retry
-        if len(self._queue) + self._admitted >= self.max_held:
+        if self._waiting() + self._admitted >= self.max_held:
             self._overflow(outage)
             if droppable:
                 outage.dropped += 1
@@ -501,7 +518,7 @@ class LogWriter:
         outage.turn_cancelled = True
         logger.warning(
             "the log still cannot be written and %d items wait: the running turn is cancelled",
-            len(self._queue) + self._admitted,
+            self._waiting() + self._admitted,
         )
         if self.on_overflow is not None:
             self.on_overflow()
@@ -514,6 +531,7 @@ class LogWriter:
 
     def _failed(self, exc: StoreError) -> None:
         """An outage begins (or goes on); `run()` tells everyone and retries."""
+        self._refuse_unholdable(exc)
         reason = reason_of(exc)
         outage = self._outage
         if outage is not None:
@@ -584,41 +602,39 @@ class LogWriter:
 
     async def _write_held(self, outage: _Outage) -> bool:
         """One try: the outage's record (once) and the held items (a batch, as `_take_batch`
-        takes it), in one transaction, and synced; or, with nothing to write, a sync of what
-        is committed and not synced."""
+        takes it), in one transaction, then a sync of everything committed. The batch is
+        settled once committed, whatever becomes of the sync: never appended again, a sync
+        that fails (or is cancelled, run() stopping) is left to the next try."""
         batch = self._take_batch(None, everything=True)
         news = [entry.new for entry in batch]
         if not outage.recorded:
             news.insert(0, self._record(outage, len(self._queue)))
-        self._writing = True
-        for entry in batch:
-            entry.writing = True
-        try:
-            if news:
-                stored = await self._log.append(self.conversation_id, news)
-            else:
-                stored = []
-                if outage.unsynced:
-                    await self._log.sync()
-        except SyncError as exc:
-            # Committed: never appended again; the next try syncs them.
-            self._stored(outage, batch, exc.items)
+        if news:
+            self._writing = True
+            for entry in batch:
+                entry.writing = True
+            try:
+                # Shielded, as in `_write_next`: a stopping run() still answers what it wrote.
+                with anyio.CancelScope(shield=True):
+                    stored = await self._log.append(self.conversation_id, news, durable=False)
+            except Exception as exc:
+                for entry in batch:
+                    entry.writing = False
+                if not isinstance(exc, StoreError):
+                    raise
+                self._still_failing(outage, exc)
+                return False
+            finally:
+                self._writing = False
+            self._stored(outage, batch, stored)
             outage.unsynced = True
-            self._still_failing(outage, exc)
-            return False
-        except StoreError as exc:
-            for entry in batch:
-                entry.writing = False
-            self._still_failing(outage, exc)
-            return False
-        except BaseException:
-            for entry in batch:
-                entry.writing = False
-            raise
-        finally:
-            self._writing = False
-        self._stored(outage, batch, stored)
-        outage.unsynced = False
+        if outage.unsynced:
+            try:
+                await self._log.sync()
+            except StoreError as exc:
+                self._still_failing(outage, exc)
+                return False
+            outage.unsynced = False
         self._resynced.set()
         self._resynced = anyio.Event()
         return True
@@ -675,18 +691,22 @@ class LogWriter:
         }
 
     def _give_up(self) -> None:
-        """The session stops: whoever still waits is told their item was not stored."""
-        queued, self._queue = list(self._queue), deque()
-        self._events_queued = 0
+        """The session stops: whoever still waits is told their item was not stored, but for
+        the items another task is writing: it answers them. Their events are dropped."""
+        queued = [entry for entry in self._queue if not entry.writing]
+        self._queue = deque(entry for entry in self._queue if entry.writing)
         if queued:
             logger.warning(
                 "the session stopped before the log could be written: %d items not stored",
                 len(queued),
             )
         for entry in queued:
+            self._events_queued -= len(entry.events)
+            entry.events = []
             entry.error = StoreError("the session stopped before the log could be written")
             entry.done.set()
         self._outage = None
+        self._signal_settled()  # whoever waits for room has it
         self._resynced.set()  # whoever waits for a sync is told it did not come
         self._resynced = anyio.Event()
 
