@@ -8,12 +8,16 @@ out of it in order), which flow control bounds (docs/protocol.md, "Flow control"
 windows of the open channels plus a few control frames each.
 
 Writes are batched, because the event loop's per-write cost (a timer, a task switch, a system
-call) is what bounds throughput, not encoding. `flush()` schedules one callback for the end of the
-current turn of the event loop; it frames everything queued by then and hands it to the socket in
-one write, without waking a task. Only when the socket's buffer is full (the peer reads slower
-than we write) is a writer task started: it waits for the socket to drain, sends whatever was
-queued meanwhile as further batches, and ends once nothing is left. Either way frames leave in the
-order they were queued.
+call) is what bounds throughput, not encoding. `flush()` marks the link due and, for the first
+link due in a turn of the event loop, schedules one callback (`_DueWrites`) for the end of it; it
+frames everything each due link queued by then and hands it to its socket in one write, without
+waking a task. A reader that has handled every message received so far writes the due links at
+once instead (`write_due_now`): what it forwarded or answered leaves one turn sooner, which is a
+round trip's latency at every hop, and in a burst what its messages queued still leaves in one
+write, since it drains only after the last of them. Only when the socket's buffer is full (the
+peer reads slower than we write) is a writer task started: it waits for the socket to drain,
+sends whatever was queued meanwhile as further batches, and ends once nothing is left. Either way
+frames leave in the order they were queued.
 
 An idle link costs its reader alone: a relay holds thousands of links, and every task, cancel
 scope and Event kept per link is memory per connection (docs/performance.md, "Memory"). So the
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable, Coroutine
 
 import anyio
@@ -77,6 +82,51 @@ def clip_reason(reason: str, limit: int = MAX_REASON_BYTES) -> str:
     return data[:limit].decode("utf-8", "ignore")
 
 
+class _DueWrites:
+    """The links of one event loop with a write due at the end of the current turn."""
+
+    # No reference to the loop: the loop is the weak key this is kept under.
+    __slots__ = ("_links", "_scheduled")
+
+    def __init__(self) -> None:
+        # Insertion-ordered: links write in the order they became due.
+        self._links: dict[Link, None] = {}
+        self._scheduled = False
+
+    def add(self, link: Link) -> None:
+        self._links[link] = None
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.write)
+
+    def write(self) -> None:
+        """Write every due link now; what becomes due meanwhile waits for the next turn."""
+        self._scheduled = False
+        links, self._links = self._links, {}
+        for link in links:
+            link._write_now()
+
+
+_due_writes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _DueWrites] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _due_writes_of(loop: asyncio.AbstractEventLoop) -> _DueWrites:
+    due = _due_writes.get(loop)
+    if due is None:
+        due = _due_writes[loop] = _DueWrites()
+    return due
+
+
+def write_due_now() -> None:
+    """Write every link of the running loop whose write is due, now rather than at the end of
+    the turn (see the module)."""
+    due = _due_writes.get(asyncio.get_running_loop())
+    if due is not None and due._links:
+        due.write()
+
+
 class Link:
     """One WebSocket carrying one protocol connection.
 
@@ -93,6 +143,7 @@ class Link:
         "_closed",
         "_closed_waiter",
         "_closer",
+        "_due",
         "_failure",
         "_send_timeout",
         "_sending",
@@ -137,6 +188,8 @@ class Link:
         # From run() until the link stops sending (the writer gave up, or run() is ending).
         self._sending = False
         self._write_scheduled = False
+        # This loop's due writes, found at the first flush (a link lives on one loop).
+        self._due: _DueWrites | None = None
         # Alive only while the socket is backed up or a close is being sent; while it is, it
         # takes everything queued and flush() leaves the socket to it.
         self._writer: asyncio.Task[None] | None = None
@@ -225,10 +278,15 @@ class Link:
             self._start_writer()
         elif self.connection.has_data_to_send():
             self._write_scheduled = True
-            asyncio.get_running_loop().call_soon(self._write_now)
+            due = self._due
+            if due is None:
+                due = self._due = _due_writes_of(asyncio.get_running_loop())
+            due.add(self)
 
     def _write_now(self) -> None:
         """Send what is queued in one socket write while no writer task runs (see the module)."""
+        if not self._write_scheduled:
+            return
         self._write_scheduled = False
         if not self._sending or self._writer is not None:
             return  # the writer task takes everything queued, or nothing is sent any more
@@ -331,6 +389,8 @@ class Link:
                 for event in self.connection.events_received():
                     on_event(event)
                 self.flush()
+                if not self.framing.has_pending():
+                    write_due_now()
         except self.framing.closed_errors:
             pass
         self._finish()

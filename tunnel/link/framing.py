@@ -102,6 +102,9 @@ class Framing(Protocol):
         """The messages received, in order; ends, or raises one of `closed_errors`, once the
         WebSocket closes."""
 
+    def has_pending(self) -> bool:
+        """Whether a received message waits to be read: `messages()` yields it without waiting."""
+
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         """Frame `messages` and hand them to the socket in one write; the WebSocket is open."""
 
@@ -148,6 +151,10 @@ class WebsocketsFraming:
 
     def messages(self) -> AsyncIterable[bytes | str]:
         return self._websocket
+
+    def has_pending(self) -> bool:
+        # The frames websockets parsed and has not handed out yet (its Assembler's queue).
+        return len(self._websocket.recv_messages.frames) > 0
 
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         """Frame `messages` and write them to the transport at once.
