@@ -11,9 +11,10 @@ Writes are batched, because the event loop's per-write cost (a timer, a task swi
 call) is what bounds throughput, not encoding. `flush()` marks the link due and, for the first
 link due in a turn of the event loop, schedules one callback (`_DueWrites`) for the end of it; it
 frames everything each due link queued by then and hands it to its socket in one write, without
-waking a task. A reader that has handled every message received so far writes the due links at
-once instead (`write_due_now`): what it forwarded or answered leaves one turn sooner, which is a
-round trip's latency at every hop, and in a burst what its messages queued still leaves in one
+waking a task. While a reader handles a message nothing is scheduled: once it has handled every
+message received so far it writes the due links at once, so what it forwarded or answered leaves
+without another turn of the event loop (a turn is a poll of the sockets and a pass over the ready
+callbacks, at every hop of a round trip), and what a burst of messages queued still leaves in one
 write, since it drains only after the last of them. Only when the socket's buffer is full (the
 peer reads slower than we write) is a writer task started: it waits for the socket to drain,
 sends whatever was queued meanwhile as further batches, and ends once nothing is left. Either way
@@ -83,28 +84,45 @@ def clip_reason(reason: str, limit: int = MAX_REASON_BYTES) -> str:
 
 
 class _DueWrites:
-    """The links of one event loop with a write due at the end of the current turn."""
+    """The links of one event loop with a write due: written at the end of the current turn, or
+    as soon as a reader that is handling a message has handled every one it received."""
 
     # No reference to the loop: the loop is the weak key this is kept under.
-    __slots__ = ("_links", "_scheduled")
+    __slots__ = ("_handle", "_links", "_readers")
 
     def __init__(self) -> None:
         # Insertion-ordered: links write in the order they became due.
         self._links: dict[Link, None] = {}
-        self._scheduled = False
+        self._handle: asyncio.Handle | None = None
+        # Readers handling a message now: each writes or schedules what is due when it is done.
+        self._readers = 0
 
     def add(self, link: Link) -> None:
         self._links[link] = None
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.write)
+        if self._handle is None and not self._readers:
+            self._handle = asyncio.get_running_loop().call_soon(self.write)
 
     def write(self) -> None:
         """Write every due link now; what becomes due meanwhile waits for the next turn."""
-        self._scheduled = False
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
         links, self._links = self._links, {}
         for link in links:
             link._write_now()
+
+    def reading(self) -> None:
+        """A reader starts handling a message."""
+        self._readers += 1
+
+    def read(self, *, drained: bool) -> None:
+        """A reader is done with its message; `drained`: no other received message waits for
+        it, so it is about to wait for the socket."""
+        self._readers -= 1
+        if drained:
+            self.write()
+        elif self._links and self._handle is None and not self._readers:
+            self._handle = asyncio.get_running_loop().call_soon(self.write)
 
 
 _due_writes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _DueWrites] = (
@@ -117,14 +135,6 @@ def _due_writes_of(loop: asyncio.AbstractEventLoop) -> _DueWrites:
     if due is None:
         due = _due_writes[loop] = _DueWrites()
     return due
-
-
-def write_due_now() -> None:
-    """Write every link of the running loop whose write is due, now rather than at the end of
-    the turn (see the module)."""
-    due = _due_writes.get(asyncio.get_running_loop())
-    if due is not None and due._links:
-        due.write()
 
 
 class Link:
@@ -278,10 +288,13 @@ class Link:
             self._start_writer()
         elif self.connection.has_data_to_send():
             self._write_scheduled = True
-            due = self._due
-            if due is None:
-                due = self._due = _due_writes_of(asyncio.get_running_loop())
-            due.add(self)
+            self._due_writes().add(self)
+
+    def _due_writes(self) -> _DueWrites:
+        due = self._due
+        if due is None:
+            due = self._due = _due_writes_of(asyncio.get_running_loop())
+        return due
 
     def _write_now(self) -> None:
         """Send what is queued in one socket write while no writer task runs (see the module)."""
@@ -373,27 +386,33 @@ class Link:
         return self._closed
 
     async def _reader(self, on_event: EventHandler) -> None:
+        due = self._due_writes()
         try:
             async for message in self.framing.messages():
                 if self._close_request is not None:
                     # We are closing: whatever the peer still sends is moot.
                     continue
+                due.reading()
                 try:
-                    if isinstance(message, str):
-                        raise RemoteProtocolError("text message on a binary protocol")
-                    self.connection.receive_data(message)
-                except RemoteProtocolError as exc:
-                    self._failure = exc
-                    self.close_soon(exc.code, str(exc))
-                    continue
-                for event in self.connection.events_received():
-                    on_event(event)
-                self.flush()
-                if not self.framing.has_pending():
-                    write_due_now()
+                    self._handle_message(message, on_event)
+                finally:
+                    due.read(drained=not self.framing.has_pending())
         except self.framing.closed_errors:
             pass
         self._finish()
+
+    def _handle_message(self, message: bytes | str, on_event: EventHandler) -> None:
+        try:
+            if isinstance(message, str):
+                raise RemoteProtocolError("text message on a binary protocol")
+            self.connection.receive_data(message)
+        except RemoteProtocolError as exc:
+            self._failure = exc
+            self.close_soon(exc.code, str(exc))
+            return
+        for event in self.connection.events_received():
+            on_event(event)
+        self.flush()
 
     # -- the writer task and the deadlines ----------------------------------------------------
 
