@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tunnel.app.errors import ERROR_CODES, BadRequest
 from tunnel.app.host_messages import (
+    BroadcastStart,
     Error,
     EventMessage,
     HistoryPage,
@@ -399,3 +400,36 @@ def test_a_presence_member_list_parses_as_the_member_constructor_reads_it(
     got = parsed.members if isinstance(parsed, PresenceMessage) else parsed.joined
     assert list(got) == expected
     assert [(hash(m), repr(m)) for m in got] == [(hash(m), repr(m)) for m in expected]
+
+
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 800])
+def test_a_broadcast_message_packed_with_its_member_list_packed_apart_is_the_map_packed_whole(
+    count: int,
+) -> None:
+    # A host packs the member list once per presence change and splices it into each joiner's
+    # message: the bytes must be exactly those of the whole map (the page and every client read
+    # it as one map), across msgpack's short and long array forms.
+    members = [
+        Member(name=f"m{n}", role=("view", "drive")[n % 2], id=n, verified=n % 3 == 0)
+        for n in range(count)
+    ]
+    message = BroadcastStart(
+        epoch=b"e" * 8, key=b"k" * 32, public_key=b"p" * 32, counter=70000, members=members, you=9
+    )
+    listed = []
+    for m in members:
+        entry: dict[str, object] = {"name": m.name, "role": m.role, "id": m.id}
+        if m.verified:
+            entry["verified"] = True
+        listed.append(entry)
+    whole = {
+        "op": "broadcast",
+        "epoch": b"e" * 8,
+        "key": b"k" * 32,
+        "public_key": b"p" * 32,
+        "counter": 70000,
+        "members": listed,
+        "you": 9,
+    }
+    assert encode(message) == msgpack.packb(whole, use_bin_type=True)
+    assert parse(encode(message)) == message

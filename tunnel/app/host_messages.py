@@ -296,20 +296,42 @@ def encode(message: HostMessage | PushState) -> bytes:
                 "left": list(message.left),
             }
         case BroadcastStart():
-            wire = {
-                "op": "broadcast",
-                "epoch": message.epoch,
-                "key": message.key,
-                "public_key": message.public_key,
-                "counter": message.counter,
-                "members": [_member(m) for m in message.members],
-                "you": message.you,
-            }
+            return encode_broadcast_start(
+                epoch=message.epoch,
+                key=message.key,
+                public_key=message.public_key,
+                counter=message.counter,
+                members=pack_members(message.members),
+                you=message.you,
+            )
         case Error():
             wire = {"op": "error", "code": message.code, "message": message.message}
         case PushState():
             wire = {"op": "push", "on": message.on, "endpoint": message.endpoint}
     return pack(wire)
+
+
+def pack_members(members: Sequence[Member]) -> bytes:
+    """The `members` list of a `broadcast` message, packed: a host packs it once and lists it
+    for every channel that joins until presence changes, instead of once per join."""
+    packed: bytes = msgpack.packb([_member(m) for m in members], use_bin_type=True)
+    return packed
+
+
+def encode_broadcast_start(
+    *, epoch: bytes, key: bytes, public_key: bytes, counter: int, members: bytes, you: int
+) -> bytes:
+    """The `broadcast` message with its member list packed by `pack_members`: the map packed
+    field by field, so the list is copied, not packed again (the same bytes as the map packed
+    whole: tests/app/test_host_messages.py)."""
+    packer = msgpack.Packer(use_bin_type=True)
+    head = {"op": "broadcast", "epoch": epoch, "key": key, "public_key": public_key}
+    pieces = [packer.pack_map_header(len(head) + 3)]
+    for name, value in head.items():
+        pieces += (packer.pack(name), packer.pack(value))
+    pieces += (packer.pack("counter"), packer.pack(counter), packer.pack("members"), members)
+    pieces += (packer.pack("you"), packer.pack(you))
+    return b"".join(pieces)
 
 
 def _member(member: Member) -> dict[str, Any]:

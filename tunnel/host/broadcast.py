@@ -105,6 +105,10 @@ class Broadcaster:
         """The seq of the last item cast (or, before any, of the log's head when it started)."""
         # Who is attached as of the last presence cast: what a joining channel is told.
         self._members: dict[int, Member] = presence.keyed()
+        # `_members` as a joiner's `broadcast` message lists them, packed once per change of
+        # `_members` (None until a join needs it): a burst of joins costs one packing each
+        # presence cast, not one per join.
+        self._listed: bytes | None = None
         self._last_cast = float("-inf")
         self._last_entry = float("-inf")
         # The longest gap between two entries of the stream going on (0 after a quiet moment).
@@ -121,19 +125,21 @@ class Broadcaster:
     def start_message(self, you: int) -> bytes:
         """The `broadcast` message for a channel joining now: call it at the instant of the join
         (`HostChannel.hand_over`), so the next cast is the first the channel gets."""
-        listed = itertools.islice(self._members.items(), MAX_LISTED_MEMBERS)
-        members = [
-            out.Member(name=m.name, role=m.role, id=key, verified=m.verified) for key, m in listed
-        ]
-        return out.encode(
-            out.BroadcastStart(
-                epoch=self._sealer.key.epoch,
-                key=self._sealer.key.key,
-                public_key=self._identity.public_key,
-                counter=self._sealer.counter,
-                members=members,
-                you=you,
-            )
+        listed = self._listed
+        if listed is None:
+            first = itertools.islice(self._members.items(), MAX_LISTED_MEMBERS)
+            members = [
+                out.Member(name=m.name, role=m.role, id=key, verified=m.verified)
+                for key, m in first
+            ]
+            listed = self._listed = out.pack_members(members)
+        return out.encode_broadcast_start(
+            epoch=self._sealer.key.epoch,
+            key=self._sealer.key.key,
+            public_key=self._identity.public_key,
+            counter=self._sealer.counter,
+            members=listed,
+            you=you,
         )
 
     def joined(self, channel: object) -> None:
@@ -179,7 +185,7 @@ class Broadcaster:
         """Cast until cancelled; started (task_status) once it follows the log."""
         info = await self._log.get_conversation(self._conversation)
         self.last_seq = -1 if info is None else info.last_seq
-        self._members = self._presence.keyed()
+        self._members, self._listed = self._presence.keyed(), None
         async with (
             self._log.subscribe(self._conversation, after=self.last_seq) as sub,
             anyio.create_task_group() as tg,
@@ -278,7 +284,7 @@ class Broadcaster:
             moved, self._moved = self._moved, anyio.Event()
             moved.set()
         if members is not None:
-            self._members = members
+            self._members, self._listed = members, None
         link = self._link()
         if not self._joined or link is None or link.closing:
             return  # nobody to cast to: a channel joining later starts from the state above
