@@ -179,3 +179,44 @@ async def test_a_reader_writes_what_it_answered_within_its_turn_and_a_burst_in_o
             await anyio.wait_all_tasks_blocked()
             assert len(right.written) == before + 1
             await accepter.aclose(4001, "done")
+
+
+class BrokenFraming(QueueFraming):
+    """A framing whose writes raise, as a bug in one would."""
+
+    def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
+        raise RuntimeError("broken framing")
+
+
+async def test_a_write_that_raises_ends_its_own_link_and_the_others_due_are_written() -> None:
+    # The writes due on a loop go out together: a link whose write fails must not keep the
+    # others' frames back, and it ends with the error raised from its run(), as a task's bug.
+    with anyio.fail_after(10):
+        broken, broken_peer = BrokenFraming(), QueueFraming()
+        left, right = QueueFraming(), QueueFraming()
+        broken.peer, broken_peer.peer = broken_peer, broken
+        left.peer, right.peer = right, left
+        broken_link, _ = link_over(broken, Side.DIALER)
+        good_link, good_mux = link_over(left, Side.DIALER)
+        failure: list[BaseException] = []
+
+        async def run_broken() -> None:
+            try:
+                await broken_link.run(lambda event: None)
+            except RuntimeError as exc:
+                failure.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_broken)
+            tg.start_soon(good_link.run, good_mux.on_event)
+            await anyio.wait_all_tasks_blocked()
+            for link in (broken_link, good_link):  # both due in the same turn, broken first
+                link.connection.send_hello({})
+                link.flush()
+            with anyio.fail_after(5):
+                while not right.inbox.qsize():
+                    await anyio.sleep(0)
+                while not failure:
+                    await anyio.sleep(0.01)
+            assert str(failure[0]) == "broken framing"
+            tg.cancel_scope.cancel()

@@ -109,7 +109,10 @@ class _DueWrites:
             self._handle = None
         links, self._links = self._links, {}
         for link in links:
-            link._write_now()
+            try:
+                link._write_now()
+            except Exception as exc:  # a bug: it ends that link, never the others due
+                link._write_failed(exc)
 
     def reading(self) -> None:
         """A reader starts handling a message."""
@@ -563,6 +566,12 @@ class Link:
 
     def _abort(self) -> None:
         self.framing.abort()
+
+    def _write_failed(self, error: Exception) -> None:
+        """A write raised: end the link and let run() raise it, as the writer task's does."""
+        if self._task_error is None:
+            self._task_error = error
+        self._abort()
 
     def _finish(self) -> None:
         if self._closed is not None:

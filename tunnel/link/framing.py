@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Iterable, Sized
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -133,13 +133,18 @@ class Framing(Protocol):
 class WebsocketsFraming:
     """`Framing` over a python-websockets connection."""
 
-    __slots__ = ("_mask", "_websocket")
+    __slots__ = ("_mask", "_received", "_websocket")
 
     closed_errors: tuple[type[BaseException], ...] = (ConnectionClosed,)
 
     def __init__(self, websocket: WebSocket) -> None:
         self._websocket = websocket
         self._mask = websocket.protocol.side is Side.CLIENT
+        # The frames websockets parsed and has not handed out yet (its Assembler's queue, not
+        # a public name: without it, every message counts as the last one received).
+        self._received: Sized | None = getattr(
+            getattr(websocket, "recv_messages", None), "frames", None
+        )
 
     @property
     def is_open(self) -> bool:
@@ -153,8 +158,7 @@ class WebsocketsFraming:
         return self._websocket
 
     def has_pending(self) -> bool:
-        # The frames websockets parsed and has not handed out yet (its Assembler's queue).
-        return len(self._websocket.recv_messages.frames) > 0
+        return self._received is not None and len(self._received) > 0
 
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         """Frame `messages` and write them to the transport at once.
