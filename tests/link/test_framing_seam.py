@@ -11,7 +11,7 @@ import anyio
 import pytest
 from websockets.asyncio.connection import Connection as WebSocket
 
-from tunnel.link import ChannelMux, Link
+from tunnel.link import ChannelMux, Link, LinkChannel
 from tunnel.link.framing import Framing
 from tunnel.proto import Connection, DataReceived, Event, Outgoing, Side
 
@@ -49,9 +49,6 @@ class QueueFraming:
     async def messages(self) -> AsyncIterator[bytes | str]:
         while (message := await self.inbox.get()) is not None:
             yield message
-
-    def has_pending(self) -> bool:
-        return not self.inbox.empty()
 
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         assert self.peer is not None
@@ -131,54 +128,65 @@ async def test_a_link_over_another_framing_carries_channels_and_closes_with_its_
         assert 3 in left.written
 
 
-async def test_a_reader_writes_what_it_answered_within_its_turn_and_a_burst_in_one_write() -> None:
-    # A relay forwards, and a host answers, from its reader: once the reader has handled every
-    # message received so far, what they queued leaves at once, not a turn of the event loop
-    # later; messages that arrived together still leave in one write.
+async def connected(tg: anyio.abc.TaskGroup) -> tuple[Link, LinkChannel, QueueFraming]:
+    """A dialer and an accepter joined by queues, running in `tg`, with one channel open from
+    the dialer: (the dialer, its channel, the dialer's framing)."""
+    left, right = QueueFraming(), QueueFraming()
+    left.peer, right.peer = right, left
+    dialer, dialer_mux = link_over(left, Side.DIALER)
+    accepter, accepter_mux = link_over(right, Side.ACCEPTER)
+    tg.start_soon(dialer.run, dialer_mux.on_event)
+    tg.start_soon(accepter.run, accepter_mux.on_event)
+    for link in (dialer, accepter):
+        link.connection.send_hello({})
+        link.flush()
+    await dialer_mux.wait_hello()
+    await accepter_mux.wait_hello()
+    channel = dialer_mux.open_channel("relay", {})
+    await accepter_mux.accept()
+    return dialer, channel, left
+
+
+async def test_what_many_readers_forward_to_one_link_in_a_turn_leaves_in_one_write() -> None:
+    # A relay's fan-in: each teammate's reader forwards to the one host link. What they queue in
+    # one turn of the event loop leaves in one socket write, not one write per reader.
+    spokes = 20
     with anyio.fail_after(10):
-        left, right = QueueFraming(), QueueFraming()
-        left.peer, right.peer = right, left
-        dialer, dialer_mux = link_over(left, Side.DIALER)
-        accepter, accepter_mux = link_over(right, Side.ACCEPTER)
-        loop = asyncio.get_running_loop()
-        writes_seen_next_turn: list[int] = []
-
-        def answer(event: Event) -> None:
-            # Answer from the reader, as a relay forwards, and look, in the next turn (the
-            # look is scheduled first), at how many writes the accepter had made by then.
-            accepter_mux.on_event(event)
-            if isinstance(event, DataReceived):
-                loop.call_soon(lambda: writes_seen_next_turn.append(len(right.written)))
-                accepter.connection.send_data(event.channel, b"pong")
-                accepter.flush()
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(dialer.run, dialer_mux.on_event)
-            tg.start_soon(accepter.run, answer)
-            for link in (dialer, accepter):
-                link.connection.send_hello({})
-                link.flush()
-            await dialer_mux.wait_hello()
-            await accepter_mux.wait_hello()
-            channel = dialer_mux.open_channel("echo", {})
-            await accepter_mux.accept()
-            await anyio.wait_all_tasks_blocked()
+            host, host_channel, host_framing = await connected(tg)
+            senders = []
+            for _ in range(spokes):
+                holder: list[ChannelMux] = []
 
-            before = len(right.written)
-            await channel.send(b"one")
-            while not writes_seen_next_turn:
-                await anyio.sleep(0)
-            assert writes_seen_next_turn == [before + 1]
-            await anyio.wait_all_tasks_blocked()
+                def forward(event: Event, holder: list[ChannelMux] = holder) -> None:
+                    holder[0].on_event(event)
+                    if isinstance(event, DataReceived):
+                        host.connection.send_data(host_channel.id, event.data)
+                        host.flush()
 
-            before = len(right.written)
-            for n in range(3):
-                await channel.send(b"burst %d" % n)
-            while len(writes_seen_next_turn) < 4:
-                await anyio.sleep(0)
+                left, right = QueueFraming(), QueueFraming()
+                left.peer, right.peer = right, left
+                sender, sender_mux = link_over(left, Side.DIALER)
+                relay_end, relay_mux = link_over(right, Side.ACCEPTER)
+                holder.append(relay_mux)
+                tg.start_soon(sender.run, sender_mux.on_event)
+                tg.start_soon(relay_end.run, forward)
+                for link in (sender, relay_end):
+                    link.connection.send_hello({})
+                    link.flush()
+                await sender_mux.wait_hello()
+                await relay_mux.wait_hello()
+                channel = sender_mux.open_channel("in", {})
+                await relay_mux.accept()
+                senders.append((sender, channel.id))
             await anyio.wait_all_tasks_blocked()
-            assert len(right.written) == before + 1
-            await accepter.aclose(4001, "done")
+            before = len(host_framing.written)
+            for sender, channel_id in senders:  # every spoke sends in this one turn
+                sender.connection.send_data(channel_id, b"m")
+                sender.flush()
+            await anyio.wait_all_tasks_blocked()
+            assert host_framing.written[before:] == [spokes]
+            tg.cancel_scope.cancel()
 
 
 class BrokenFraming(QueueFraming):

@@ -11,14 +11,14 @@ Writes are batched, because the event loop's per-write cost (a timer, a task swi
 call) is what bounds throughput, not encoding. `flush()` marks the link due and, for the first
 link due in a turn of the event loop, schedules one callback (`_DueWrites`) for the end of it; it
 frames everything each due link queued by then and hands it to its socket in one write, without
-waking a task. While a reader handles a message nothing is scheduled: once it has handled every
-message received so far it writes the due links at once, so what it forwarded or answered leaves
-without another turn of the event loop (a turn is a poll of the sockets and a pass over the ready
-callbacks, at every hop of a round trip), and what a burst of messages queued still leaves in one
-write, since it drains only after the last of them. Only when the socket's buffer is full (the
-peer reads slower than we write) is a writer task started: it waits for the socket to drain,
-sends whatever was queued meanwhile as further batches, and ends once nothing is left. Either way
-frames leave in the order they were queued.
+waking a task. So what many readers forward to one link in a turn (a relay's teammates writing
+to their host) leaves in one write, and a cast copied to a thousand links costs one callback, not
+a thousand. (Writing at once when a reader has handled every message it received saves the
+relay a turn of its loop per forward, but measured no faster round trip and costs that batching:
+docs/performance.md, "The link's writes and a joiner's member list".) Only when the socket's
+buffer is full (the peer reads slower than we write) is a writer task started: it waits for the
+socket to drain, sends whatever was queued meanwhile as further batches, and ends once nothing is
+left. Either way frames leave in the order they were queued.
 
 An idle link costs its reader alone: a relay holds thousands of links, and every task, cancel
 scope and Event kept per link is memory per connection (docs/performance.md, "Memory"). So the
@@ -84,48 +84,31 @@ def clip_reason(reason: str, limit: int = MAX_REASON_BYTES) -> str:
 
 
 class _DueWrites:
-    """The links of one event loop with a write due: written at the end of the current turn, or
-    as soon as a reader that is handling a message has handled every one it received."""
+    """The links of one event loop with a write due at the end of the current turn."""
 
     # No reference to the loop: the loop is the weak key this is kept under.
-    __slots__ = ("_handle", "_links", "_readers")
+    __slots__ = ("_links", "_scheduled")
 
     def __init__(self) -> None:
         # Insertion-ordered: links write in the order they became due.
         self._links: dict[Link, None] = {}
-        self._handle: asyncio.Handle | None = None
-        # Readers handling a message now: each writes or schedules what is due when it is done.
-        self._readers = 0
+        self._scheduled = False
 
     def add(self, link: Link) -> None:
         self._links[link] = None
-        if self._handle is None and not self._readers:
-            self._handle = asyncio.get_running_loop().call_soon(self.write)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.write)
 
     def write(self) -> None:
-        """Write every due link now; what becomes due meanwhile waits for the next turn."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        """Write every due link; what becomes due meanwhile waits for the next turn."""
+        self._scheduled = False
         links, self._links = self._links, {}
         for link in links:
             try:
                 link._write_now()
             except Exception as exc:  # a bug: it ends that link, never the others due
                 link._write_failed(exc)
-
-    def reading(self) -> None:
-        """A reader starts handling a message."""
-        self._readers += 1
-
-    def read(self, *, drained: bool) -> None:
-        """A reader is done with its message; `drained`: no other received message waits for
-        it, so it is about to wait for the socket."""
-        self._readers -= 1
-        if drained:
-            self.write()
-        elif self._links and self._handle is None and not self._readers:
-            self._handle = asyncio.get_running_loop().call_soon(self.write)
 
 
 _due_writes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _DueWrites] = (
@@ -389,33 +372,25 @@ class Link:
         return self._closed
 
     async def _reader(self, on_event: EventHandler) -> None:
-        due = self._due_writes()
         try:
             async for message in self.framing.messages():
                 if self._close_request is not None:
                     # We are closing: whatever the peer still sends is moot.
                     continue
-                due.reading()
                 try:
-                    self._handle_message(message, on_event)
-                finally:
-                    due.read(drained=not self.framing.has_pending())
+                    if isinstance(message, str):
+                        raise RemoteProtocolError("text message on a binary protocol")
+                    self.connection.receive_data(message)
+                except RemoteProtocolError as exc:
+                    self._failure = exc
+                    self.close_soon(exc.code, str(exc))
+                    continue
+                for event in self.connection.events_received():
+                    on_event(event)
+                self.flush()
         except self.framing.closed_errors:
             pass
         self._finish()
-
-    def _handle_message(self, message: bytes | str, on_event: EventHandler) -> None:
-        try:
-            if isinstance(message, str):
-                raise RemoteProtocolError("text message on a binary protocol")
-            self.connection.receive_data(message)
-        except RemoteProtocolError as exc:
-            self._failure = exc
-            self.close_soon(exc.code, str(exc))
-            return
-        for event in self.connection.events_received():
-            on_event(event)
-        self.flush()
 
     # -- the writer task and the deadlines ----------------------------------------------------
 

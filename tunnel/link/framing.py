@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import AsyncIterable, Iterable, Sized
+from collections.abc import AsyncIterable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -102,9 +102,6 @@ class Framing(Protocol):
         """The messages received, in order; ends, or raises one of `closed_errors`, once the
         WebSocket closes."""
 
-    def has_pending(self) -> bool:
-        """Whether a received message waits to be read: `messages()` yields it without waiting."""
-
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         """Frame `messages` and hand them to the socket in one write; the WebSocket is open."""
 
@@ -133,18 +130,13 @@ class Framing(Protocol):
 class WebsocketsFraming:
     """`Framing` over a python-websockets connection."""
 
-    __slots__ = ("_mask", "_received", "_websocket")
+    __slots__ = ("_mask", "_websocket")
 
     closed_errors: tuple[type[BaseException], ...] = (ConnectionClosed,)
 
     def __init__(self, websocket: WebSocket) -> None:
         self._websocket = websocket
         self._mask = websocket.protocol.side is Side.CLIENT
-        # The frames websockets parsed and has not handed out yet (its Assembler's queue, not
-        # a public name: without it, every message counts as the last one received).
-        self._received: Sized | None = getattr(
-            getattr(websocket, "recv_messages", None), "frames", None
-        )
 
     @property
     def is_open(self) -> bool:
@@ -156,9 +148,6 @@ class WebsocketsFraming:
 
     def messages(self) -> AsyncIterable[bytes | str]:
         return self._websocket
-
-    def has_pending(self) -> bool:
-        return self._received is not None and len(self._received) > 0
 
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         """Frame `messages` and write them to the transport at once.

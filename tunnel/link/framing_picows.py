@@ -280,9 +280,6 @@ class PicowsFraming(WSListener):
     def messages(self) -> AsyncIterator[bytes | str]:
         return self._messages()
 
-    def has_pending(self) -> bool:
-        return bool(self._inbox)
-
     async def _messages(self) -> AsyncIterator[bytes | str]:
         inbox = self._inbox
         while True:

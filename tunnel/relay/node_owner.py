@@ -83,9 +83,6 @@ class SlotFraming:
             self._readable.clear()
             await self._readable.wait()
 
-    def has_pending(self) -> bool:
-        return bool(self._inbox)
-
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         self._owner.written(self.slot, list(messages))
 
