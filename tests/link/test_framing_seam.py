@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 import anyio
@@ -99,52 +101,57 @@ def link_over(framing: Framing, side: Side) -> tuple[Link, ChannelMux]:
     return link, ChannelMux(link)
 
 
-async def test_a_link_over_another_framing_carries_channels_and_closes_with_its_code() -> None:
-    with anyio.fail_after(10):
-        left, right = QueueFraming(), QueueFraming()
-        left.peer, right.peer = right, left
-        dialer, dialer_mux = link_over(left, Side.DIALER)
-        accepter, accepter_mux = link_over(right, Side.ACCEPTER)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(dialer.run, dialer_mux.on_event)
-            tg.start_soon(accepter.run, accepter_mux.on_event)
-            for link in (dialer, accepter):
-                link.connection.send_hello({})
-                link.flush()
-            await dialer_mux.wait_hello()
-            await accepter_mux.wait_hello()
-            channel = dialer_mux.open_channel("echo", {})
-            incoming = await accepter_mux.accept()
-            for n in range(3):
-                await channel.send(b"ping %d" % n)
-            assert [await incoming.receive() for _ in range(3)] == [b"ping 0", b"ping 1", b"ping 2"]
-            await incoming.send(b"pong")
-            assert await channel.receive() == b"pong"
-            closed = await accepter.aclose(4001, "done")
-            assert (closed.code, closed.by_peer) == (4001, False)
-            seen = await dialer.wait_closed()
-            assert (seen.code, seen.reason, seen.by_peer) == (4001, "done", True)
-        # The three sends of one turn of the event loop left in one write.
-        assert 3 in left.written
+@dataclass
+class Joined:
+    """A dialer and an accepter joined by queues, with one channel the dialer opened."""
+
+    dialer: Link
+    dialer_framing: QueueFraming
+    channel: LinkChannel
+    accepter: Link
+    incoming: LinkChannel
 
 
-async def connected(tg: anyio.abc.TaskGroup) -> tuple[Link, LinkChannel, QueueFraming]:
-    """A dialer and an accepter joined by queues, running in `tg`, with one channel open from
-    the dialer: (the dialer, its channel, the dialer's framing)."""
+async def joined(
+    tg: anyio.abc.TaskGroup, on_event: Callable[[ChannelMux, Event], None] | None = None
+) -> Joined:
+    """Two links running in `tg`, hellos exchanged, one channel open; `on_event(mux, event)`,
+    when given, is the accepter's handler (it passes each event on to the mux itself)."""
     left, right = QueueFraming(), QueueFraming()
     left.peer, right.peer = right, left
     dialer, dialer_mux = link_over(left, Side.DIALER)
     accepter, accepter_mux = link_over(right, Side.ACCEPTER)
     tg.start_soon(dialer.run, dialer_mux.on_event)
-    tg.start_soon(accepter.run, accepter_mux.on_event)
+    if on_event is None:
+        tg.start_soon(accepter.run, accepter_mux.on_event)
+    else:
+        tg.start_soon(accepter.run, partial(on_event, accepter_mux))
     for link in (dialer, accepter):
         link.connection.send_hello({})
         link.flush()
     await dialer_mux.wait_hello()
     await accepter_mux.wait_hello()
-    channel = dialer_mux.open_channel("relay", {})
-    await accepter_mux.accept()
-    return dialer, channel, left
+    channel = dialer_mux.open_channel("echo", {})
+    incoming = await accepter_mux.accept()
+    return Joined(dialer, left, channel, accepter, incoming)
+
+
+async def test_a_link_over_another_framing_carries_channels_and_closes_with_its_code() -> None:
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            pair = await joined(tg)
+            channel, incoming = pair.channel, pair.incoming
+            for n in range(3):
+                await channel.send(b"ping %d" % n)
+            assert [await incoming.receive() for _ in range(3)] == [b"ping 0", b"ping 1", b"ping 2"]
+            await incoming.send(b"pong")
+            assert await channel.receive() == b"pong"
+            closed = await pair.accepter.aclose(4001, "done")
+            assert (closed.code, closed.by_peer) == (4001, False)
+            seen = await pair.dialer.wait_closed()
+            assert (seen.code, seen.reason, seen.by_peer) == (4001, "done", True)
+        # The three sends of one turn of the event loop left in one write.
+        assert 3 in pair.dialer_framing.written
 
 
 async def test_what_many_readers_forward_to_one_link_in_a_turn_leaves_in_one_write() -> None:
@@ -153,39 +160,22 @@ async def test_what_many_readers_forward_to_one_link_in_a_turn_leaves_in_one_wri
     spokes = 20
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
-            host, host_channel, host_framing = await connected(tg)
-            senders = []
-            for _ in range(spokes):
-                holder: list[ChannelMux] = []
+            host = await joined(tg)
 
-                def forward(event: Event, holder: list[ChannelMux] = holder) -> None:
-                    holder[0].on_event(event)
-                    if isinstance(event, DataReceived):
-                        host.connection.send_data(host_channel.id, event.data)
-                        host.flush()
+            def forward(mux: ChannelMux, event: Event) -> None:
+                mux.on_event(event)
+                if isinstance(event, DataReceived):
+                    host.dialer.connection.send_data(host.channel.id, event.data)
+                    host.dialer.flush()
 
-                left, right = QueueFraming(), QueueFraming()
-                left.peer, right.peer = right, left
-                sender, sender_mux = link_over(left, Side.DIALER)
-                relay_end, relay_mux = link_over(right, Side.ACCEPTER)
-                holder.append(relay_mux)
-                tg.start_soon(sender.run, sender_mux.on_event)
-                tg.start_soon(relay_end.run, forward)
-                for link in (sender, relay_end):
-                    link.connection.send_hello({})
-                    link.flush()
-                await sender_mux.wait_hello()
-                await relay_mux.wait_hello()
-                channel = sender_mux.open_channel("in", {})
-                await relay_mux.accept()
-                senders.append((sender, channel.id))
+            senders = [await joined(tg, forward) for _ in range(spokes)]
             await anyio.wait_all_tasks_blocked()
-            before = len(host_framing.written)
-            for sender, channel_id in senders:  # every spoke sends in this one turn
-                sender.connection.send_data(channel_id, b"m")
-                sender.flush()
+            before = len(host.dialer_framing.written)
+            for sender in senders:  # every spoke sends in this one turn
+                sender.dialer.connection.send_data(sender.channel.id, b"m")
+                sender.dialer.flush()
             await anyio.wait_all_tasks_blocked()
-            assert host_framing.written[before:] == [spokes]
+            assert host.dialer_framing.written[before:] == [spokes]
             tg.cancel_scope.cancel()
 
 
