@@ -284,8 +284,6 @@ class Link:
 
     def _write_now(self) -> None:
         """Send what is queued in one socket write while no writer task runs (see the module)."""
-        if not self._write_scheduled:
-            return
         self._write_scheduled = False
         if not self._sending or self._writer is not None:
             return  # the writer task takes everything queued, or nothing is sent any more
