@@ -325,12 +325,17 @@ def encode_broadcast_start(
     field by field, so the list is copied, not packed again (the same bytes as the map packed
     whole: tests/app/test_host_messages.py)."""
     packer = msgpack.Packer(use_bin_type=True)
-    head = {"op": "broadcast", "epoch": epoch, "key": key, "public_key": public_key}
-    pieces = [packer.pack_map_header(len(head) + 3)]
-    for name, value in head.items():
+    fields: dict[str, object] = {
+        "op": "broadcast",
+        "epoch": epoch,
+        "key": key,
+        "public_key": public_key,
+        "counter": counter,
+    }
+    pieces = [packer.pack_map_header(len(fields) + 2)]
+    for name, value in fields.items():
         pieces += (packer.pack(name), packer.pack(value))
-    pieces += (packer.pack("counter"), packer.pack(counter), packer.pack("members"), members)
-    pieces += (packer.pack("you"), packer.pack(you))
+    pieces += (packer.pack("members"), members, packer.pack("you"), packer.pack(you))
     return b"".join(pieces)
 
 

@@ -114,13 +114,7 @@ class _DueWrites:
 _due_writes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _DueWrites] = (
     weakref.WeakKeyDictionary()
 )
-
-
-def _due_writes_of(loop: asyncio.AbstractEventLoop) -> _DueWrites:
-    due = _due_writes.get(loop)
-    if due is None:
-        due = _due_writes[loop] = _DueWrites()
-    return due
+"""Each event loop's due writes, made by the first link to flush on it."""
 
 
 class Link:
@@ -279,7 +273,11 @@ class Link:
     def _due_writes(self) -> _DueWrites:
         due = self._due
         if due is None:
-            due = self._due = _due_writes_of(asyncio.get_running_loop())
+            loop = asyncio.get_running_loop()
+            due = _due_writes.get(loop)
+            if due is None:
+                due = _due_writes[loop] = _DueWrites()
+            self._due = due
         return due
 
     def _write_now(self) -> None:
