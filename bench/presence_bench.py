@@ -1,8 +1,8 @@
 """The teammate's CPU per member of the host's presence messages, in process: what every joiner
-pays for everyone attached (bench/attach_bench.py, where 1000 teammates share one process, pays
-it N^2 times). No sockets.
+pays for each member listed (at most LISTED_MEMBERS, 50, since presence counts the rest). No
+sockets.
 
-Run: .venv/bin/python bench/presence_bench.py [--members 500] [--per-delta 10] [--rounds 30]
+Run: .venv/bin/python bench/presence_bench.py [--members 50] [--per-delta 10] [--rounds 30]
 
 Two paths, each as a teammate takes it:
 - the joiner's list: the `broadcast` message, as it came on the channel (decoded, then fed to a
@@ -27,6 +27,7 @@ from harness import print_timed
 from tunnel.app import follower_vectors as vectors
 from tunnel.app.follower import Follower, Presence
 from tunnel.app.host_messages import decode_host_message, pack
+from tunnel.host.presence import LISTED_MEMBERS
 
 
 def member(member_id: int) -> dict[str, Any]:
@@ -84,7 +85,7 @@ def time_deltas(casts: list[bytes], members: int, opened: dict[bytes, bytes] | N
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--members", type=int, default=500)
+    parser.add_argument("--members", type=int, default=LISTED_MEMBERS)
     parser.add_argument("--per-delta", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
@@ -97,6 +98,7 @@ def main() -> None:
                 "op": "presence",
                 "joined": [member(i) for i in range(first, min(first + args.per_delta, n + 1))],
                 "left": [],
+                "count": min(first + args.per_delta, n + 1),
             }
         )
         for first in range(1, n + 1, args.per_delta)

@@ -59,7 +59,7 @@ __all__ = [
     "teammate_hello",
 ]
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """Spoken in every hello; bumped on incompatible wire changes."""
 
 MAX_NAME_LENGTH = 64

@@ -149,11 +149,12 @@ def test_a_broadcast_message_answering_a_previous_subscribe_is_not_followed() ->
 
 def test_one_roster_from_the_broadcast_list_and_the_deltas() -> None:
     follower, caster = following()
-    delta = {"op": "presence", "joined": [vectors.CAROL], "left": [vectors.BOB["id"]]}
+    delta = {"op": "presence", "joined": [vectors.CAROL], "left": [vectors.BOB["id"]], "count": 70}
     (presence,) = follower.receive_cast(caster.cast(delta))
     assert isinstance(presence, Presence)
     assert not presence.whole
     assert [m.name for m in presence.members] == ["ann", "carol"]
+    assert presence.count == 70
     assert [m.name for m in presence.left] == ["bob"]
     assert follower.roster.you == vectors.ME["id"]
 
@@ -229,7 +230,7 @@ def _apply(follower: Follower, caster: vectors.Caster, what: Input) -> None:
         Input.ITEM: {"op": "item", "item": vectors.item(cursor + 1)},
         Input.HELD_ITEM: {"op": "item", "item": vectors.item(0)},
         Input.EVENT: {"op": "event", "event": {"kind": "status", "data": {}}},
-        Input.PRESENCE: {"op": "presence", "joined": [], "left": []},
+        Input.PRESENCE: {"op": "presence", "joined": [], "left": [], "count": 1},
         Input.HISTORY: {"op": "history", "items": [], "before": 0, "more": False},
         Input.ERROR: {"op": "error", "code": "forbidden", "message": "no"},
         Input.OTHER: {"op": "future"},
@@ -306,7 +307,7 @@ def test_a_casts_messages_that_do_not_fit_are_skipped_each_saying_why_and_the_re
         {"op": "event", "event": status},
         {"op": "item", "item": vectors.item(1)},
         {"op": "item", "item": vectors.item(3)},
-        {"op": "presence", "joined": [], "left": []},
+        {"op": "presence", "joined": [], "left": [], "count": 1},
     )
     events = follower.receive_cast(cast)
     assert events[:9] == [

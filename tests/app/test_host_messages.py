@@ -62,13 +62,16 @@ EVERY_KIND: list[HostMessage] = [
     HistoryPage(items=[], before=0, more=False),
     ItemMessage(item=ITEM),
     EventMessage(event={"conversation_id": "c", "kind": "delta", "data": {"text": "h"}}),
-    PresenceMessage(members=[Member(name="ana", role="drive"), Member(name="bo", role="view")]),
+    PresenceMessage(
+        members=[Member(name="ana", role="drive"), Member(name="bo", role="view")], count=2
+    ),
     PresenceMessage(
         members=[Member(name="ana", role="drive", id=0), Member(name="bo", role="view", id=4)],
+        count=900,
         you=4,
     ),
-    PresenceDelta(joined=[Member(name="cy", role="view", id=5)], left=[0, 2]),
-    PresenceDelta(joined=[], left=[]),
+    PresenceDelta(joined=[Member(name="cy", role="view", id=5)], left=[0, 2], count=3),
+    PresenceDelta(joined=[], left=[], count=70000),
     Snapshot(items=[], last_seq=9, more=True, first_seq=10, earlier=True, context=[ITEM]),
     *(Error(code=code, message="no") for code in ERROR_CODES),
 ]
@@ -161,17 +164,19 @@ def test_a_snapshots_context_and_presence_deltas_on_the_wire() -> None:
     # No context, no field: pages after the first, resumes, hosts from before it.
     plain = Snapshot(items=[], last_seq=9, more=False, first_seq=10, earlier=True)
     assert "context" not in decode_host_message(encode(plain))
-    full = PresenceMessage(members=[Member(name="ana", role="drive", id=3)], you=3)
+    full = PresenceMessage(members=[Member(name="ana", role="drive", id=3)], count=51, you=3)
     assert decode_host_message(encode(full)) == {
         "op": "presence",
         "members": [{"name": "ana", "role": "drive", "id": 3}],
+        "count": 51,
         "you": 3,
     }
-    delta = PresenceDelta(joined=[Member(name="bo", role="view", id=7)], left=[3])
+    delta = PresenceDelta(joined=[Member(name="bo", role="view", id=7)], left=[3], count=51)
     assert decode_host_message(encode(delta)) == {
         "op": "presence",
         "joined": [{"name": "bo", "role": "view", "id": 7}],
         "left": [3],
+        "count": 51,
     }
 
 
@@ -213,6 +218,14 @@ def test_fields_a_newer_host_adds_are_ignored() -> None:
         {"op": "presence", "joined": [], "left": [-2]},
         {"op": "presence", "joined": [], "left": 1},
         {"op": "presence", "joined": []},
+        # Since version 4 every presence message counts the members, listed or not.
+        {"op": "presence", "members": []},
+        {"op": "presence", "joined": [], "left": []},
+        *(
+            {"op": "presence", "members": [], "count": count}
+            for count in (-1, "1", True, 1.0, None)
+        ),
+        {"op": "presence", "joined": [], "left": [], "count": -3},
         {"op": "presence", "left": []},
         {"op": "presence"},
         *(
@@ -266,8 +279,7 @@ def test_parse_raises_nothing_but_bad_request(data: bytes) -> None:
 
 
 def test_presence_members_are_the_members_their_constructor_makes() -> None:
-    # The parser builds each Member through its slots' setters, past the frozen __init__: every
-    # field set, and the same values, equality, hash and repr.
+    # Every field set, and the same values, equality, hash and repr as the constructor's.
     assert [field.name for field in dataclasses.fields(Member)] == [
         "name",
         "role",
@@ -280,13 +292,14 @@ def test_presence_members_are_the_members_their_constructor_makes() -> None:
             {"name": "ana", "role": "drive", "id": 3, "verified": True},
             {"name": "bo", "role": "view", "verified": 1},
         ],
+        "count": 2,
     }
     parsed = parse(pack(wire))
     expected = [
         Member(name="ana", role="drive", id=3, verified=True),
         Member(name="bo", role="view"),
     ]
-    assert parsed == PresenceMessage(members=expected)
+    assert parsed == PresenceMessage(members=expected, count=2)
     assert isinstance(parsed, PresenceMessage)
     assert [(hash(m), repr(m)) for m in parsed.members] == [(hash(m), repr(m)) for m in expected]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -388,7 +401,9 @@ def test_a_presence_member_list_parses_as_the_member_constructor_reads_it(
 ) -> None:
     field = "members" if full else "joined"
     message = (
-        {"op": "presence", field: wire} if full else {"op": "presence", field: wire, "left": []}
+        {"op": "presence", field: wire, "count": 4}
+        if full
+        else {"op": "presence", field: wire, "left": [], "count": 4}
     )
     expected = _members_by_constructor(wire, id_required=not full)
     if isinstance(expected, str):
@@ -414,7 +429,13 @@ def test_a_broadcast_message_packed_with_its_member_list_packed_apart_is_the_map
         for n in range(count)
     ]
     message = BroadcastStart(
-        epoch=b"e" * 8, key=b"k" * 32, public_key=b"p" * 32, counter=70000, members=members, you=9
+        epoch=b"e" * 8,
+        key=b"k" * 32,
+        public_key=b"p" * 32,
+        counter=70000,
+        members=members,
+        count=count + 1000,
+        you=9,
     )
     listed = []
     for m in members:
@@ -429,6 +450,7 @@ def test_a_broadcast_message_packed_with_its_member_list_packed_apart_is_the_map
         "public_key": b"p" * 32,
         "counter": 70000,
         "members": listed,
+        "count": count + 1000,
         "you": 9,
     }
     assert encode(message) == msgpack.packb(whole, use_bin_type=True)

@@ -532,7 +532,8 @@ def host_message_seeds() -> dict[str, bytes]:
         ),
         "ok-presence": encode(
             PresenceMessage(
-                members=[Member(name="alice", role="drive"), Member(name="host", role="host")]
+                members=[Member(name="alice", role="drive"), Member(name="host", role="host")],
+                count=2,
             )
         ),
         "ok-presence-you": encode(
@@ -541,11 +542,12 @@ def host_message_seeds() -> dict[str, bytes]:
                     Member(name="host", role="host", id=0),
                     Member(name="alice", role="drive", id=2),
                 ],
+                count=70,
                 you=2,
             )
         ),
         "ok-presence-delta": encode(
-            PresenceDelta(joined=[Member(name="bob", role="view", id=3)], left=[0])
+            PresenceDelta(joined=[Member(name="bob", role="view", id=3)], left=[0], count=2)
         ),
     }
     seeds.update(
@@ -596,7 +598,9 @@ def host_message_seeds() -> dict[str, bytes]:
             "joined": [{"name": "a", "role": "view"}],
             "left": [],
         },
-        "near-presence-left-str": {"op": "presence", "joined": [], "left": ["0"]},
+        "near-presence-left-str": {"op": "presence", "joined": [], "left": ["0"], "count": 1},
+        "near-presence-count-missing": {"op": "presence", "joined": [], "left": []},
+        "near-presence-count-negative": {"op": "presence", "members": [], "count": -1},
         "near-snapshot-context-no-seq": {
             "op": "snapshot",
             "items": [],
@@ -874,6 +878,7 @@ _HOST_MESSAGE_WORDS = [
     "you",
     "joined",
     "left",
+    "count",
     "id",
     "context",
     "seq",

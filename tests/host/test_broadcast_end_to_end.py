@@ -26,6 +26,7 @@ from tunnel.app.host_messages import BroadcastStart, parse_map
 from tunnel.app.requests import PermissionAnswer, Prompt
 from tunnel.e2e.broadcast import COUNTER_SIZE, EPOCH_SIZE, SIGN_LABEL, SIGNATURE_SIZE
 from tunnel.e2e.crypto import ShareLink
+from tunnel.host.presence import LISTED_MEMBERS
 from tunnel.host.share import Shared
 from tunnel.proto import Cast, Cut, decode_frame, encode_frame
 from tunnel.proto.frames import encode_cast
@@ -182,10 +183,12 @@ async def test_presence_for_n_joins_is_linear_in_n(
         casts_before = relay_metric(crowd_relay, "relay_casts_total")
         frames_before = relay_metric(crowd_relay, 'relay_forwarded_frames_total{direction="down"}')
         async with crowd_of(shared, "p", joins) as crowd:
-            await first.wait_for(lambda t: len(t.session.members) == joins + 2, within=120)
+            await first.wait_for(lambda t: t.session.member_count == joins + 2, within=120)
             for teammate in crowd:
-                await teammate.wait_for(lambda t: len(t.session.members) == joins + 2)
-        await first.wait_for(lambda t: len(t.session.members) == 2, within=60)
+                await teammate.wait_for(lambda t: t.session.member_count == joins + 2)
+                assert len(teammate.session.members) == LISTED_MEMBERS
+        await first.wait_for(lambda t: t.session.member_count == 2, within=60)
+        assert len(first.session.members) == 2
 
         casts = relay_metric(crowd_relay, "relay_casts_total") - casts_before
         frames = relay_metric(crowd_relay, 'relay_forwarded_frames_total{direction="down"}')

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
@@ -18,10 +18,9 @@ from tunnel.host import broadcast
 from tunnel.host.broadcast import (
     BURST_PAUSE,
     CAST_INTERVAL,
-    MAX_LISTED_MEMBERS,
     Broadcaster,
 )
-from tunnel.host.presence import Member, Presence
+from tunnel.host.presence import LISTED_MEMBERS, Member, Presence
 from tunnel.log import Log, MemoryStore, NewItem
 from tunnel.proto import DEFAULT_LIMITS
 
@@ -36,18 +35,19 @@ def broadcaster(presence: Presence, identity: HostIdentity | None = None) -> Bro
     )
 
 
-def test_the_broadcast_message_of_the_largest_room_fits_one_message() -> None:
+def test_the_broadcast_message_lists_the_first_members_counts_all_and_fits_one_message() -> None:
     presence = Presence()
     widest = "\U0001f600" * MAX_NAME_LENGTH  # four UTF-8 bytes each
-    for _ in range(MAX_LISTED_MEMBERS + 50):
+    for _ in range(LISTED_MEMBERS + 950):
         presence.join(Member(name=widest, role="drive"))
-    message = broadcaster(presence).start_message(you=MAX_LISTED_MEMBERS + 10)
+    message = broadcaster(presence).start_message(you=LISTED_MEMBERS + 10)
     # What a channel's `send_built` accepts: one `data` frame minus the AEAD tag.
     assert len(message) <= DEFAULT_LIMITS.largest_data - TAG_SIZE
     start = parse(message)
     assert isinstance(start, BroadcastStart)
-    assert [m.id for m in start.members] == list(range(MAX_LISTED_MEMBERS))
-    assert start.you == MAX_LISTED_MEMBERS + 10
+    assert [m.id for m in start.members] == list(range(LISTED_MEMBERS))
+    assert start.count == LISTED_MEMBERS + 950
+    assert start.you == LISTED_MEMBERS + 10
 
 
 def test_the_broadcast_message_says_the_next_cast_and_the_host_key() -> None:
@@ -60,6 +60,7 @@ def test_the_broadcast_message_says_the_next_cast_and_the_host_key() -> None:
     assert start.counter == 0
     assert start.public_key == identity.public_key
     assert [(m.id, m.name, m.role) for m in start.members] == [(host, "host", "host")]
+    assert start.count == 1
     cast.new_epoch()
     again = parse(cast.start_message(you=host))
     assert isinstance(again, BroadcastStart)
@@ -84,12 +85,13 @@ class FakeLink:
         pass
 
 
-@pytest.mark.anyio
-async def test_a_large_presence_change_goes_in_deltas_that_each_fit_a_message() -> None:
-    presence = Presence()
+async def cast_deltas(
+    presence: Presence, change: Callable[[], Awaitable[None]], casts: int
+) -> list[PresenceDelta]:
+    """The presence deltas cast while `change` changes `presence` at once, once `casts` casts
+    were made (each checked to fit one frame), opened as a teammate that joined before."""
     identity = HostIdentity.generate()
     link = FakeLink()
-    joiners = 2 * MAX_LISTED_MEMBERS + 1
     async with Log(MemoryStore()) as log:
         cast = Broadcaster(
             identity=identity,
@@ -103,11 +105,11 @@ async def test_a_large_presence_change_goes_in_deltas_that_each_fit_a_message() 
         cast.joined(object())
         async with anyio.create_task_group() as tg:
             await tg.start(cast.run)
-            for _ in range(joiners):  # all at once: one change, as far as the casts can tell
-                presence.join(Member(name="\U0001f600" * MAX_NAME_LENGTH, role="view"))
+            await change()
             with anyio.fail_after(10):
-                while len(link.casts) < 3:
+                while len(link.casts) < casts:
                     await anyio.sleep(0.01)
+            await anyio.sleep(0.05)  # and no more come
             tg.cancel_scope.cancel()
     assert all(len(each) <= DEFAULT_LIMITS.largest_data for each in link.casts)
     opener = CastOpener(
@@ -117,14 +119,63 @@ async def test_a_large_presence_change_goes_in_deltas_that_each_fit_a_message() 
         key=start.key,
         counter=start.counter,
     )
-    told: list[int] = []
+    deltas = []
     for each in link.casts:
         for message in cast_messages(opener.open(each)):
             delta = parse(message)
             assert isinstance(delta, PresenceDelta)
-            assert len(delta.joined) <= MAX_LISTED_MEMBERS
-            told += [member.id for member in delta.joined if member.id is not None]
-    assert told == list(range(joiners))
+            deltas.append(delta)
+    return deltas
+
+
+@pytest.mark.anyio
+async def test_a_crowd_joining_is_cast_as_the_first_members_listed_and_the_count_of_all() -> None:
+    presence = Presence()
+    joiners = 20 * LISTED_MEMBERS
+
+    async def crowd() -> None:  # at once: one change, as far as the casts can tell
+        for _ in range(joiners):
+            presence.join(Member(name="\U0001f600" * MAX_NAME_LENGTH, role="view"))
+
+    (delta,) = await cast_deltas(presence, crowd, casts=1)
+    assert [m.id for m in delta.joined] == list(range(LISTED_MEMBERS))
+    assert (delta.left, delta.count) == ([], joiners)
+
+
+@pytest.mark.anyio
+async def test_a_listed_member_who_leaves_makes_room_for_the_next_and_others_are_only_counted() -> (
+    None
+):
+    presence = Presence()
+    keys = [presence.join(Member(name=f"t{n}", role="view")) for n in range(LISTED_MEMBERS + 5)]
+
+    async def change() -> None:
+        presence.leave(keys[3])  # listed: the first unlisted one takes its place
+        presence.leave(keys[-1])  # not listed: only the count says it
+        presence.join(Member(name="late", role="drive"))  # not listed either
+
+    (delta,) = await cast_deltas(presence, change, casts=1)
+    assert [m.id for m in delta.joined] == [keys[LISTED_MEMBERS]]
+    assert delta.left == [keys[3]]
+    assert delta.count == LISTED_MEMBERS + 4
+
+
+@pytest.mark.anyio
+async def test_a_change_teammates_cannot_see_is_not_cast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(broadcast, "PRESENCE_QUIET", 0.01)
+    presence = Presence()
+    keys = [presence.join(Member(name=f"t{n}", role="view")) for n in range(LISTED_MEMBERS + 1)]
+
+    async def changes() -> None:
+        # An unlisted member who came and went: the listing and the count are as they were.
+        presence.leave(presence.join(Member(name="brief", role="view")))
+        await anyio.sleep(0.2)  # long past PRESENCE_QUIET: that change had its chance
+        presence.leave(keys[0])
+
+    deltas = await cast_deltas(presence, changes, casts=1)
+    assert [(d.left, [m.id for m in d.joined], d.count) for d in deltas] == [
+        ([keys[0]], [keys[LISTED_MEMBERS]], LISTED_MEMBERS)
+    ]
 
 
 class CountingLink(FakeLink):
@@ -138,6 +189,13 @@ class CountingLink(FakeLink):
     def cast(self, data: bytes, *, group: int = 0) -> None:
         super().cast(data)
         self.messages += self.readers()
+
+
+def counted(cast: Broadcaster) -> int:
+    """The members a channel joining now is told are attached."""
+    start = parse(cast.start_message(you=0))
+    assert isinstance(start, BroadcastStart)
+    return start.count
 
 
 async def presence_messages_per_join(joiners: int, pause: float) -> float:
@@ -163,7 +221,7 @@ async def presence_messages_per_join(joiners: int, pause: float) -> float:
                 joined.add(channel)
                 await anyio.sleep(pause)
             with anyio.fail_after(10):
-                while cast.start_message(you=0).count(b"t%d" % (joiners - 1)) == 0:
+                while counted(cast) < joiners:
                     await anyio.sleep(0.01)
             tg.cancel_scope.cancel()
     return link.messages / joiners

@@ -1,6 +1,6 @@
-"""Presence as deltas: `Presence` keeps a bounded log of changes, and each session channel gets
-the whole list once, then only what changed, coalesced. In memory, with the channels faked:
-counts and bytes, no timing."""
+"""Presence as deltas: `Presence` lists the first members and counts all, and each session
+channel gets that listing once, then only what changed in it, coalesced. In memory, with the
+channels faked: counts and bytes, no timing."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from anyio import wait_all_tasks_blocked
 from tunnel.agents import DemoSession
 from tunnel.app.host_messages import decode_host_message
 from tunnel.app.requests import Subscribe, encode_request
-from tunnel.host.presence import Member, Presence
+from tunnel.host.presence import LISTED_MEMBERS, Listing, Member, Presence
 from tunnel.host.session import SessionChannelHandler
 from tunnel.log import Log, MemoryStore
 
@@ -31,21 +31,28 @@ DORA = Member(name="dora", role="drive")
 # ---- Presence ---------------------------------------------------------------------------------
 
 
-def test_changes_since_coalesce_and_a_member_who_came_and_went_is_in_neither() -> None:
+def test_a_listing_names_the_first_members_and_counts_everyone() -> None:
+    presence = Presence()
+    keys = [presence.join(Member(name=f"t{n}", role="view")) for n in range(LISTED_MEMBERS + 7)]
+    listing = presence.listing()
+    assert list(listing.members) == keys[:LISTED_MEMBERS]
+    assert listing.count == LISTED_MEMBERS + 7
+    presence.leave(keys[0])
+    assert list(presence.listing().members) == keys[1 : LISTED_MEMBERS + 1]
+
+
+def test_changes_between_listings_coalesce_and_a_member_who_came_and_went_is_in_neither() -> None:
     presence = Presence()
     ana = presence.join(ANA)
-    start = presence.version
+    before = presence.listing()
     bob = presence.join(BOB)
     carl = presence.join(CARL)
     presence.leave(ana)
     presence.leave(carl)
-    changes = presence.changes_since(start)
-    assert changes is not None
-    assert changes.joined == {bob: BOB}
-    assert changes.left == [ana]
-    nothing = presence.changes_since(presence.version)
-    assert nothing is not None
-    assert (nothing.joined, nothing.left) == ({}, [])
+    joined, left = presence.listing().changes_since(before)
+    assert (joined, left) == ({bob: BOB}, [ana])
+    assert presence.listing().changes_since(presence.listing()) == ({}, [])
+    assert Listing(members={}, count=0).changes_since(before) == ({}, [ana])
 
 
 def test_leaving_twice_is_one_change() -> None:
@@ -56,23 +63,6 @@ def test_leaving_twice_is_one_change() -> None:
     presence.leave(key)
     assert presence.version == version
     assert presence.members() == []
-
-
-def test_a_version_before_the_bounded_change_log_gets_no_delta() -> None:
-    presence = Presence(change_log=3)
-    keys = [presence.join(Member(name=f"t{n}", role="view")) for n in range(5)]
-    assert presence.changes_since(0) is None
-    assert presence.changes_since(1) is None
-    changes = presence.changes_since(2)
-    assert changes is not None
-    assert list(changes.joined) == keys[2:]
-    # A version this presence never had is no base for a delta either.
-    assert presence.changes_since(presence.version + 1) is None
-
-
-def test_a_change_log_needs_room_for_one_change() -> None:
-    with pytest.raises(ValueError, match="at least one change"):
-        Presence(change_log=0)
 
 
 # ---- through the session handler --------------------------------------------------------------
@@ -109,6 +99,10 @@ class PresenceChannel:
             await self.gate.wait()
         self.presence.append(message)
         self.presence_bytes += len(plaintext)
+
+    def count(self) -> int:
+        """The count of the last presence message."""
+        return int(self.presence[-1]["count"])
 
     def members(self) -> dict[int, tuple[str, str]]:
         """The list the messages make, as a client keeps it: id -> (name, role)."""
@@ -182,18 +176,20 @@ async def test_each_join_costs_every_channel_one_small_delta(tmp_path: Path, cou
             )
             per_join.append(sum(c.presence_bytes for c in channels) - before)
         await wait_all_tasks_blocked()
-        everyone = {channel.you(): (channel.name, "view") for channel in channels}
+        listed = {c.you(): (c.name, "view") for c in channels[:LISTED_MEMBERS]}
         for channel in channels:
-            assert channel.members() == everyone
-            # The whole list once, then one delta per later join.
+            assert channel.members() == listed
+            assert channel.count() == count
+            # The listing once, then one delta per later join (a count, past the listed ones).
             assert len(channel.presence) == count - channels.index(channel)
             assert "members" in channel.presence[0]
             assert all("members" not in message for message in channel.presence[1:])
-    # The n-th join: a list of n members to the joiner, a delta of one to each of the others:
-    # bytes linear in n (a whole list to everyone would be n * n).
+    # The n-th join: a list of up to LISTED_MEMBERS members to the joiner, a delta of one
+    # member or a count to each of the others: bytes linear in n (a whole list to everyone
+    # would be n * n).
     for n, size in enumerate(per_join, 1):
         assert size <= 100 * n, (n, size)
-    assert per_join[-1] >= 50 * count  # every channel was told, at least
+    assert per_join[-1] >= 30 * count  # every channel was told, at least
 
 
 async def test_many_joins_at_once_end_with_the_same_list_in_fewer_messages(
@@ -205,10 +201,12 @@ async def test_many_joins_at_once_end_with_the_same_list_in_fewer_messages(
         for channel in channels:
             here.attach(channel)
         await wait_all_tasks_blocked()
-        everyone = {channel.you(): (channel.name, "view") for channel in channels}
-        assert len(everyone) == count
+        ids = {channel.you() for channel in channels}
+        assert len(ids) == count
+        listed = {c.you(): (c.name, "view") for c in channels[:LISTED_MEMBERS]}
         for channel in channels:
-            assert channel.members() == everyone
+            assert channel.members() == listed
+            assert channel.count() == count
         messages = sum(len(channel.presence) for channel in channels)
         assert messages <= count * (count + 1) // 2
         assert sum(channel.presence_bytes for channel in channels) <= 100 * count * (count + 1) // 2
@@ -239,27 +237,6 @@ async def test_a_channel_behind_gets_one_combined_delta(tmp_path: Path) -> None:
         assert ana.members() == {ana.you(): ("ana", "view"), dora: ("dora", "drive")}
 
 
-async def test_a_channel_further_behind_than_the_change_log_gets_the_whole_list(
-    tmp_path: Path,
-) -> None:
-    presence = Presence(change_log=2)
-    ana = PresenceChannel("ana")
-    async with room(tmp_path, presence) as here:
-        here.attach(ana)
-        await wait_all_tasks_blocked()
-        ana.gate = anyio.Event()
-        presence.join(BOB)
-        await wait_all_tasks_blocked()
-        keys = [presence.join(Member(name=f"t{n}", role="view")) for n in range(3)]
-        ana.gate.set()
-        await wait_all_tasks_blocked()
-        last = ana.presence[-1]
-        assert len(ana.presence) == 3
-        assert last["you"] == ana.you()
-        assert [m["id"] for m in last["members"]] == [ana.you(), keys[0] - 1, *keys]
-        assert "joined" not in last
-
-
 async def test_a_teammate_who_leaves_is_one_id_in_a_delta(tmp_path: Path) -> None:
     ana, bob = PresenceChannel("ana"), PresenceChannel("bob")
     async with room(tmp_path) as here:
@@ -273,7 +250,7 @@ async def test_a_teammate_who_leaves_is_one_id_in_a_delta(tmp_path: Path) -> Non
         await until(lambda: len(ana.presence) >= 3)
         await wait_all_tasks_blocked()
         assert len(ana.presence) == 3
-        assert ana.presence[-1] == {"op": "presence", "joined": [], "left": [bob_id]}
+        assert ana.presence[-1] == {"op": "presence", "joined": [], "left": [bob_id], "count": 1}
         assert ana.members() == {ana.you(): ("ana", "view")}
 
 

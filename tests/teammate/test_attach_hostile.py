@@ -96,7 +96,8 @@ def _item(seq: int, kind: str, **data: Any) -> dict[str, Any]:
 def test_names_items_events_and_errors_are_printed_escaped() -> None:
     attachment, out = _attachment()
     show(attachment, _ready())
-    show(attachment, encode(PresenceMessage(members=[Member(name=n, role="drive") for n in NAMES])))
+    members = [Member(name=n, role="drive") for n in NAMES]
+    show(attachment, encode(PresenceMessage(members=members, count=len(NAMES))))
     show(
         attachment,
         encode(
@@ -159,7 +160,9 @@ def test_raw_passes_only_the_terminal_agents_own_screen_through() -> None:
     attachment, out = _attachment(raw=True)
     show(attachment, _ready("terminal", name="me"))
     show(attachment, encode(ItemMessage(item=_item(1, "message", role="user", text=WIRE))))
-    show(attachment, encode(PresenceMessage(members=[Member(name=NAMES[0], role="drive")])))
+    show(
+        attachment, encode(PresenceMessage(members=[Member(name=NAMES[0], role="drive")], count=1))
+    )
     assert dangerous(out.getvalue()) == []
     screen = "\x1b[2J\x1b[Hhello\r\n"
     show(attachment, encode(ItemMessage(item=_item(2, "terminal", text=screen))))

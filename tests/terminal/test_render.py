@@ -29,7 +29,9 @@ def _attachment() -> tuple[Attachment, io.StringIO]:
 def test_markup_in_names_and_messages_is_shown_literally() -> None:
     attachment, out = _attachment()
     member = Member(name="[/x] alice [laptop]", role="view")
-    attachment._show(Presence(members=[member], whole=True, you=None, joined=[member], left=[]))
+    attachment._show(
+        Presence(members=[member], count=1, whole=True, you=None, joined=[member], left=[])
+    )
     attachment._show(Error(code="forbidden", message="[bold]no[/bold]"))
     attachment._show(
         Ready(

@@ -123,7 +123,9 @@ class Presence:
     """Who is attached changed (or was said whole): the one roster, already updated."""
 
     members: Sequence[Member]
-    """Everyone attached now, in the order they joined."""
+    """The members listed now (the first to have attached), in the order they joined."""
+    count: int
+    """Everyone attached now, listed or not: never fewer than `members`."""
     whole: bool
     """The host said the whole list (the first on a channel, in `broadcast`, or after falling
     behind), not a delta."""
@@ -597,7 +599,9 @@ class Follower:
             self._move(Input.BAD_BROADCAST)
             raise AssertionError("unreachable: BAD_BROADCAST refuses") from None
         self._move(Input.BROADCAST)
-        presence = self._presence(PresenceMessage(members=start.members, you=start.you))
+        presence = self._presence(
+            PresenceMessage(members=start.members, count=start.count, you=start.you)
+        )
         if self.state is not State.BROADCAST:
             return [presence]  # the previous subscription's: see TRANSITIONS
         self._opener = opener
@@ -616,6 +620,7 @@ class Follower:
         change = self.roster.apply(message)
         return Presence(
             members=tuple(self.roster.members),
+            count=self.roster.count,
             whole=isinstance(message, PresenceMessage),
             you=self.roster.you,
             joined=tuple(change.joined),

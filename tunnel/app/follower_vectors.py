@@ -92,6 +92,7 @@ def broadcast(
     counter: int = COUNTER,
     identity: HostIdentity = HOST,
     members: Sequence[Mapping[str, Any]] = (BOB, ME),
+    count: int | None = None,
 ) -> dict[str, Any]:
     return {
         "op": "broadcast",
@@ -100,6 +101,7 @@ def broadcast(
         "public_key": identity.public_key,
         "counter": counter,
         "members": list(members),
+        "count": len(members) if count is None else count,
         "you": ME["id"],
     }
 
@@ -318,11 +320,16 @@ def scenarios() -> dict[str, tuple[str, list[Step]]]:
 
     caster = Caster()
     out["presence_deltas"] = (
-        "The list in the broadcast message, then deltas in casts, merged into one roster.",
+        "The list in the broadcast message, then deltas in casts, merged into one roster; a"
+        " delta that changes only the count (members attached beyond those listed).",
         [
             *_joined(),
-            ("cast", caster.cast({"op": "presence", "joined": [CAROL], "left": []})),
-            ("cast", caster.cast({"op": "presence", "joined": [], "left": [BOB["id"]]})),
+            ("cast", caster.cast({"op": "presence", "joined": [CAROL], "left": [], "count": 3})),
+            (
+                "cast",
+                caster.cast({"op": "presence", "joined": [], "left": [BOB["id"]], "count": 2}),
+            ),
+            ("cast", caster.cast({"op": "presence", "joined": [], "left": [], "count": 75})),
         ],
     )
 
@@ -332,11 +339,12 @@ def scenarios() -> dict[str, tuple[str, list[Step]]]:
         [
             ("subscribe", (-1, None)),
             ("message", snapshot([], last_seq=-1)),
-            ("message", {"op": "presence", "members": [BOB, ME], "you": ME["id"]}),
+            ("message", {"op": "presence", "members": [BOB, ME], "count": 9, "you": ME["id"]}),
             ("message", {"op": "item", "item": item(0)}),
             ("message", {"op": "item", "item": item(0)}),
             ("cut", None),
-            ("message", {"op": "presence", "joined": [CAROL], "left": [BOB["id"]]}),
+            # A count below the members listed is taken as their number.
+            ("message", {"op": "presence", "joined": [CAROL], "left": [BOB["id"]], "count": 1}),
             ("message", {"op": "error", "code": "forbidden", "message": "viewers cannot"}),
             ("message", {"op": "history", "items": [], "before": 0, "more": False}),
             ("message", {"op": "future"}),
@@ -404,6 +412,7 @@ def event_json(event: FollowerEvent) -> dict[str, Any]:
                 "type": "presence",
                 "whole": event.whole,
                 "members": [_member(m) for m in event.members],
+                "count": event.count,
                 "you": event.you,
                 "joined": [m.id for m in event.joined],
                 "left": [m.id for m in event.left],

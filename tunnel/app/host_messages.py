@@ -162,10 +162,13 @@ class Member:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PresenceMessage:
-    """Everyone attached: the first presence message on a channel (later ones are
+    """Who is attached: the first presence message on a channel (later ones are
     `PresenceDelta`s; a host from before them sends a full list at every change)."""
 
     members: Sequence[Member]
+    """The first members to have attached (the host lists at most 50, `LISTED_MEMBERS`)."""
+    count: int
+    """Everyone attached, listed or not."""
     you: int | None = None
     """The id of the member that is the receiving channel itself; None if the host did not say."""
 
@@ -180,6 +183,8 @@ class PresenceDelta:
 
     joined: Sequence[Member]
     left: Sequence[int]
+    count: int
+    """Everyone attached now, listed or not."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -193,6 +198,7 @@ class BroadcastStart:
     public_key: bytes
     counter: int
     members: Sequence[Member]
+    count: int
     you: int
 
 
@@ -286,7 +292,11 @@ def encode(message: HostMessage | PushState) -> bytes:
         case EventMessage():
             wire = {"op": "event", "event": message.event}
         case PresenceMessage():
-            wire = {"op": "presence", "members": [_member(m) for m in message.members]}
+            wire = {
+                "op": "presence",
+                "members": [_member(m) for m in message.members],
+                "count": message.count,
+            }
             if message.you is not None:
                 wire["you"] = message.you
         case PresenceDelta():
@@ -294,6 +304,7 @@ def encode(message: HostMessage | PushState) -> bytes:
                 "op": "presence",
                 "joined": [_member(m) for m in message.joined],
                 "left": list(message.left),
+                "count": message.count,
             }
         case BroadcastStart():
             return encode_broadcast_start(
@@ -302,6 +313,7 @@ def encode(message: HostMessage | PushState) -> bytes:
                 public_key=message.public_key,
                 counter=message.counter,
                 members=pack_members(message.members),
+                count=message.count,
                 you=message.you,
             )
         case Error():
@@ -319,7 +331,14 @@ def pack_members(members: Sequence[Member]) -> bytes:
 
 
 def encode_broadcast_start(
-    *, epoch: bytes, key: bytes, public_key: bytes, counter: int, members: bytes, you: int
+    *,
+    epoch: bytes,
+    key: bytes,
+    public_key: bytes,
+    counter: int,
+    members: bytes,
+    count: int,
+    you: int,
 ) -> bytes:
     """The `broadcast` message with its member list packed by `pack_members`: the map packed
     field by field, so the list is copied, not packed again (the same bytes as the map packed
@@ -332,10 +351,12 @@ def encode_broadcast_start(
         "public_key": public_key,
         "counter": counter,
     }
-    pieces = [packer.pack_map_header(len(fields) + 2)]
+    pieces = [packer.pack_map_header(len(fields) + 3)]
     for name, value in fields.items():
         pieces += (packer.pack(name), packer.pack(value))
-    pieces += (packer.pack("members"), members, packer.pack("you"), packer.pack(you))
+    pieces += (packer.pack("members"), members)
+    for name, value in (("count", count), ("you", you)):
+        pieces += (packer.pack(name), packer.pack(value))
     return b"".join(pieces)
 
 
@@ -413,6 +434,7 @@ def parse_map(message: Mapping[str, Any]) -> HostMessage:
             public_key=_get(message, "public_key", bytes),
             counter=_seq(message, "counter"),
             members=_presence_members(message, "members", id_required=True),
+            count=_seq(message, "count"),
             you=_seq(message, "you"),
         )
     if op == "error":
@@ -449,58 +471,35 @@ def _context(value: Any) -> Sequence[dict[str, Any]]:
 
 
 def _presence(message: Mapping[str, Any]) -> PresenceMessage | PresenceDelta:
-    """A full list (`members`, `you`) or a delta (`joined`, `left`), never both: a delta
-    applied as a list, or the reverse, would show the wrong people."""
+    """A full list (`members`, `count`, `you`) or a delta (`joined`, `left`, `count`), never
+    both: a delta applied as a list, or the reverse, would show the wrong people."""
     if "members" in message:
         _expect_absent(message, ("joined", "left"))
         members = _presence_members(message, "members", id_required=False)
         you = None if message.get("you") is None else _seq(message, "you")
-        return PresenceMessage(members=members, you=you)
+        return PresenceMessage(members=members, count=_seq(message, "count"), you=you)
     joined = _presence_members(message, "joined", id_required=True)
     left = _get(message, "left", list)
     if not all(type(member_id) is int and member_id >= 0 for member_id in left):
         raise BadRequest("field 'left' must be a list of member ids")
     _expect_absent(message, ("you",))
-    return PresenceDelta(joined=joined, left=left)
+    return PresenceDelta(joined=joined, left=left, count=_seq(message, "count"))
 
 
 def _presence_members(message: Mapping[str, Any], field: str, *, id_required: bool) -> list[Member]:
-    """The member list in `field`, each member checked as `_get` and `_seq` check a field.
-
-    A joiner's list holds everyone attached, so this runs once per member per join: one loop
-    with the checks written out, and each `Member` built by `_member_of`.
-    """
+    """The member list in `field`, each member checked as `_get` and `_seq` check a field."""
     members = []
     for value in _get(message, field, list):
         if not isinstance(value, dict):
             raise BadRequest("a presence member must be a map")
-        get = value.get
-        name, role, member_id = get("name"), get("role"), get("id")
+        name, role, member_id = value.get("name"), value.get("role"), value.get("id")
         if type(name) is not str or type(role) is not str:
             raise BadRequest("a presence member's name and role must be str")
         if (member_id is not None or id_required) and (type(member_id) is not int or member_id < 0):
             raise BadRequest("field 'id' must be a non-negative integer")
-        members.append(_member_of(name, role, member_id, get("verified") is True))
+        verified = value.get("verified") is True
+        members.append(Member(name=name, role=role, id=member_id, verified=verified))
     return members
-
-
-# `Member` is frozen: its generated `__init__` sets each field through `object.__setattr__` and
-# takes keywords, which costs more than the checks of a presence member together. Its slots'
-# own setters do the same without either (tests/app/test_host_messages.py holds the two equal).
-_new_object = object.__new__
-_set_name, _set_role, _set_id, _set_verified = (
-    Member.__dict__[field].__set__ for field in ("name", "role", "id", "verified")
-)
-
-
-def _member_of(name: str, role: str, member_id: int | None, verified: bool) -> Member:
-    """`Member(name=name, role=role, id=member_id, verified=verified)`, for values checked."""
-    member: Member = _new_object(Member)
-    _set_name(member, name)
-    _set_role(member, role)
-    _set_id(member, member_id)
-    _set_verified(member, verified)
-    return member
 
 
 def _expect_absent(message: Mapping[str, Any], names: Sequence[str]) -> None:

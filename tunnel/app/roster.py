@@ -1,4 +1,4 @@
-"""Who is attached, as a teammate learns it: the host's whole list once, then what changed."""
+"""Who is attached, as a teammate learns it: the host's listing once, then what changed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ class Change(NamedTuple):
 
 
 class Roster:
-    """The members a channel's presence messages add up to, by member id.
+    """The members a channel's presence messages add up to, by member id, and how many are
+    attached in all (the host lists the first ones by name and counts the rest).
 
     A host from before member ids sends only whole lists: its members are keyed by place
     (negative keys, which no host id takes).
@@ -25,14 +26,21 @@ class Roster:
         self._members: dict[int, Member] = {}
         self.you: int | None = None
         """The member id of the receiving channel, once the host said it."""
+        self.count = 0
+        """Everyone attached as the host last counted them; never fewer than are listed."""
 
     @property
     def members(self) -> list[Member]:
-        """Everyone attached, in the order they joined."""
+        """The members listed, in the order they joined."""
         return list(self._members.values())
 
     def apply(self, message: PresenceMessage | PresenceDelta) -> Change:
-        """Take in one presence message; returns who it added and who it removed."""
+        """Take in one presence message; returns who it added to the list and who it removed."""
+        change = self._apply(message)
+        self.count = max(message.count, len(self._members))
+        return change
+
+    def _apply(self, message: PresenceMessage | PresenceDelta) -> Change:
         if isinstance(message, PresenceMessage):
             before = self._members
             members = self._members = {
@@ -40,7 +48,7 @@ class Roster:
             }
             self.you = message.you
             if not before:
-                # A joiner's first list, the one every join brings: everyone in it is new.
+                # A joiner's first list: everyone in it is new.
                 return Change(list(members.values()), [])
             joined = [m for key, m in members.items() if key not in before]
             left = [m for key, m in before.items() if key not in members]

@@ -14,7 +14,6 @@ begin.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from tunnel.app import host_messages as out
 from tunnel.app.entries import SNAPSHOT_PAGE_BYTES, SNAPSHOT_PAGE_ITEMS, encode_entry
 from tunnel.e2e.broadcast import CAST_OVERHEAD, BroadcastKey, CastSealer
 from tunnel.e2e.identity import HostIdentity
-from tunnel.host.presence import Member, Presence
+from tunnel.host.presence import Listing, Presence, wire_members
 from tunnel.link import Link
 from tunnel.log import Event, Item, Log
 from tunnel.proto import DEFAULT_LIMITS, LocalProtocolError
@@ -43,10 +42,6 @@ assert (
     >= MAX_CAST_PLAINTEXT + 5 * (SNAPSHOT_PAGE_ITEMS + 1) + CAST_OVERHEAD
 )
 
-MAX_LISTED_MEMBERS = 800
-"""Members a `broadcast` message lists at most, the first to have attached: even with names of
-64 four-byte characters they fit one message (tests/host/test_broadcaster.py). A larger room's
-joiner learns of the others as they come and go."""
 
 CAST_INTERVAL = 0.04
 """Seconds between casts while the log keeps giving. An entry that comes this long or longer
@@ -104,10 +99,10 @@ class Broadcaster:
         self.last_seq = -1
         """The seq of the last item cast (or, before any, of the log's head when it started)."""
         # Who is attached as of the last presence cast: what a joining channel is told.
-        self._members: dict[int, Member] = presence.keyed()
-        # `_members` as a joiner's `broadcast` message lists them, packed once per change of
-        # `_members` (None until a join needs it): a burst of joins costs one packing each
-        # presence cast, not one per join.
+        self._listing: Listing = presence.listing()
+        # `_listing`'s members as a joiner's `broadcast` message lists them, packed once per
+        # change of `_listing` (None until a join needs it): a burst of joins costs one packing
+        # each presence cast, not one per join.
         self._listed: bytes | None = None
         self._last_cast = float("-inf")
         self._last_entry = float("-inf")
@@ -127,18 +122,14 @@ class Broadcaster:
         (`HostChannel.hand_over`), so the next cast is the first the channel gets."""
         listed = self._listed
         if listed is None:
-            first = itertools.islice(self._members.items(), MAX_LISTED_MEMBERS)
-            members = [
-                out.Member(name=m.name, role=m.role, id=key, verified=m.verified)
-                for key, m in first
-            ]
-            listed = self._listed = out.pack_members(members)
+            listed = self._listed = out.pack_members(wire_members(self._listing.members))
         return out.encode_broadcast_start(
             epoch=self._sealer.key.epoch,
             key=self._sealer.key.key,
             public_key=self._identity.public_key,
             counter=self._sealer.counter,
             members=listed,
+            count=self._listing.count,
             you=you,
         )
 
@@ -185,7 +176,7 @@ class Broadcaster:
         """Cast until cancelled; started (task_status) once it follows the log."""
         info = await self._log.get_conversation(self._conversation)
         self.last_seq = -1 if info is None else info.last_seq
-        self._members, self._listed = self._presence.keyed(), None
+        self._listing, self._listed = self._presence.listing(), None
         async with (
             self._log.subscribe(self._conversation, after=self.last_seq) as sub,
             anyio.create_task_group() as tg,
@@ -250,19 +241,12 @@ class Broadcaster:
                     break
             await self._writable()
             seen = self._presence.version
-            now = self._presence.keyed()
-            joined = [
-                out.Member(name=m.name, role=m.role, id=key, verified=m.verified)
-                for key, m in now.items()
-                if key not in self._members
-            ]
-            left = [key for key in self._members if key not in now]
-            if joined or left:
-                # A delta lists at most as many members as a `broadcast` message, so it fits too.
-                for start in range(0, max(1, len(joined)), MAX_LISTED_MEMBERS):
-                    some = joined[start : start + MAX_LISTED_MEMBERS]
-                    delta = out.PresenceDelta(joined=some, left=left if start == 0 else [])
-                    self._cast([out.encode(delta)], None, members=now)
+            now = self._presence.listing()
+            joined, left = now.changes_since(self._listing)
+            if joined or left or now.count != self._listing.count:
+                # At most LISTED_MEMBERS joined and as many left: it fits one cast.
+                delta = out.PresenceDelta(joined=wire_members(joined), left=left, count=now.count)
+                self._cast([out.encode(delta)], None, listing=now)
 
     async def _writable(self) -> None:
         # Casts take no channel window: while the relay reads the host's link slower than the
@@ -276,15 +260,15 @@ class Broadcaster:
         messages: list[bytes],
         last_seq: int | None,
         *,
-        members: dict[int, Member] | None = None,
+        listing: Listing | None = None,
     ) -> None:
         """Seal, sign and queue one cast; never awaits (see the module)."""
         if last_seq is not None:
             self.last_seq = last_seq
             moved, self._moved = self._moved, anyio.Event()
             moved.set()
-        if members is not None:
-            self._members, self._listed = members, None
+        if listing is not None:
+            self._listing, self._listed = listing, None
         link = self._link()
         if not self._joined or link is None or link.closing:
             return  # nobody to cast to: a channel joining later starts from the state above

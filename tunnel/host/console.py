@@ -30,7 +30,7 @@ from rich.text import Text
 from tunnel.agents import AgentSession, parse_spec
 from tunnel.app.conversation_list import ConversationList, parse_conversation_message
 from tunnel.app.errors import AppError, BadRequest
-from tunnel.app.host_messages import Member, PresenceMessage
+from tunnel.app.host_messages import PresenceMessage
 from tunnel.app.requests import (
     DRIVING_REQUESTS,
     Authenticate,
@@ -45,7 +45,7 @@ from tunnel.app.requests import (
 from tunnel.app.roster import Roster
 from tunnel.host.conversations import Conversation, Conversations
 from tunnel.host.invitations import InvitationError
-from tunnel.host.presence import Presence
+from tunnel.host.presence import Presence, wire_members
 from tunnel.log import Event, Log
 from tunnel.terminal.commands import (
     HELP,
@@ -290,12 +290,9 @@ class HostConsole:
                 self._screen.note(line)
 
     def _whole_list(self, presence: Presence) -> PresenceMessage:
-        members = presence.keyed().items()
-        return PresenceMessage(
-            members=[
-                Member(name=m.name, role=m.role, id=k, verified=m.verified) for k, m in members
-            ]
-        )
+        # What teammates are told, so the console names who they see named.
+        listing = presence.listing()
+        return PresenceMessage(members=wire_members(listing.members), count=listing.count)
 
     async def _read_lines(self) -> None:
         assert self._stdin is not None

@@ -1,18 +1,20 @@
-"""Who is attached to the shared session, with change notification for every surface, and the
-recent changes, so a teammate's channel can be told what changed instead of the whole list."""
+"""Who is attached to the shared session, with change notification for every surface, and what
+teammates are told of it: the first members by name and the count of all."""
 
 from __future__ import annotations
 
 import itertools
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 
-CHANGE_LOG = 1024
-"""Changes `Presence` remembers. A channel further behind than this gets the whole list again:
-a delta from that far back would weigh about as much, and the log stays a fixed size whatever
-the number of joins and leaves."""
+from tunnel.app import host_messages as out
+
+LISTED_MEMBERS = 50
+"""Members a teammate is told of by name, the first to have attached (the host console first);
+everyone else is counted (docs/application.md, "Presence"). A room of N teammates then costs each
+of them O(1) presence work per change, not O(N): told of everyone, 1,000 teammates attaching
+at once were told of about a million members between them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,34 +33,36 @@ class Member:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Changes:
-    """What changed between two versions, all in one: a member who came and went in between
-    is in neither list."""
+class Listing:
+    """What teammates are told of the members: the listed ones by key, and how many there are."""
 
-    joined: dict[int, Member] = field(default_factory=dict)
-    """The members who came (and are still here), by key, in the order they joined."""
-    left: list[int] = field(default_factory=list)
-    """The keys of the members who were here at the earlier version and are gone."""
+    members: dict[int, Member]
+    """The first LISTED_MEMBERS members by key, in the order they joined."""
+    count: int
+    """Everyone attached, listed or not."""
+
+    def changes_since(self, before: Listing) -> tuple[dict[int, Member], list[int]]:
+        """Who entered the list since `before` (by key, in join order) and the keys that left
+        it: a presence delta's `joined` and `left`. A member who came and went in between is
+        in neither."""
+        joined = {key: m for key, m in self.members.items() if key not in before.members}
+        left = [key for key in before.members if key not in self.members]
+        return joined, left
 
 
 class Presence:
     """The set of attached members; `version` grows by one on every change.
 
     Waiters never miss a change: they remember the version they last saw and wait until it
-    differs, so a change between two waits is still noticed. The last `change_log` changes are
-    kept, so `changes_since` can say what a waiter missed.
+    differs, so a change between two waits is still noticed; what changed for teammates is the
+    difference between the `listing` they were last told and the one now.
     """
 
-    def __init__(self, *, change_log: int = CHANGE_LOG) -> None:
-        if type(change_log) is not int or change_log < 1:
-            raise ValueError("the change log holds at least one change")
+    def __init__(self) -> None:
         self._members: dict[int, Member] = {}
         self._ids = itertools.count()
         self._version = 0
         self._changed = anyio.Event()
-        # (key, member) for a join, (key, None) for a leave; the newest is `version`'s. Bounded:
-        # the oldest fall off, and a waiter from before them is sent the whole list.
-        self._log: deque[tuple[int, Member | None]] = deque(maxlen=change_log)
 
     @property
     def version(self) -> int:
@@ -71,6 +75,11 @@ class Presence:
     def keyed(self) -> dict[int, Member]:
         """Members by key, in the order they joined; a key is never used twice."""
         return dict(self._members)
+
+    def listing(self) -> Listing:
+        """The members teammates are told of by name (LISTED_MEMBERS at most) and the count."""
+        listed = dict(itertools.islice(self._members.items(), LISTED_MEMBERS))
+        return Listing(members=listed, count=len(self._members))
 
     def reserve(self) -> int:
         """A key for a member who joins later (`join(member, key=...)`): a channel's `broadcast`
@@ -85,29 +94,13 @@ class Presence:
         elif key in self._members:
             raise ValueError("that key is in use")
         self._members[key] = member
-        self._bump((key, member))
+        self._bump()
         return key
 
     def leave(self, key: int) -> None:
         """Remove a member; leaving twice is harmless (cleanup paths may overlap)."""
         if self._members.pop(key, None) is not None:
-            self._bump((key, None))
-
-    def changes_since(self, version: int) -> Changes | None:
-        """What changed after `version` up to now, coalesced; None when the change log no
-        longer reaches back that far (or `version` is not one this set had): send the list."""
-        behind = self._version - version
-        if behind < 0 or behind > len(self._log):
-            return None
-        joined: dict[int, Member] = {}
-        left: list[int] = []
-        for key, member in itertools.islice(self._log, len(self._log) - behind, None):
-            if member is not None:
-                joined[key] = member
-            elif joined.pop(key, None) is None:
-                # Here at `version` (keys are never reused, so it joined before): it left.
-                left.append(key)
-        return Changes(joined=joined, left=left)
+            self._bump()
 
     async def wait_changed(self, seen_version: int) -> int:
         """Wait until the version differs from `seen_version`; returns the new version."""
@@ -115,8 +108,15 @@ class Presence:
             await self._changed.wait()
         return self._version
 
-    def _bump(self, change: tuple[int, Member | None]) -> None:
-        self._log.append(change)
+    def _bump(self) -> None:
         self._version += 1
         self._changed.set()
         self._changed = anyio.Event()
+
+
+def wire_members(members: dict[int, Member]) -> list[out.Member]:
+    """Members as a presence message lists them, each with its key as its id."""
+    return [
+        out.Member(name=m.name, role=m.role, id=key, verified=m.verified)
+        for key, m in members.items()
+    ]

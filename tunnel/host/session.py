@@ -70,7 +70,7 @@ from tunnel.app.requests import (
 )
 from tunnel.e2e.opening import CONFIRMATION, CONFIRMATION_TIMEOUT
 from tunnel.host.files import FileReader, ReadLimit
-from tunnel.host.presence import Member, Presence
+from tunnel.host.presence import Listing, Member, Presence, wire_members
 from tunnel.host.replay_limit import REPLAY_BURST, REPLAY_RATE, ReplayLimit
 from tunnel.log import Event, Item, Log, StoreError
 from tunnel.notify.subscriptions import Owner, Subscription
@@ -895,30 +895,25 @@ class SessionChannelHandler:
             await self._send_plaintext(plaintext)
 
     async def _pump_presence(self, you: int) -> None:
-        """Tell the teammate who is attached: the whole list first (and which member it is,
-        `you`), then only what changed since the version it was last told. Every change made
+        """Tell the teammate who is attached: the listing first (and which member it is,
+        `you`), then only how it changed since the one it was last told. Every change made
         while a message waits for the channel's window goes in the next one, so N joins cost a
-        channel at most N small messages, and one that reads slowly gets fewer, larger ones.
-        Further behind than the presence's change log, it gets the whole list again."""
-        seen: int | None = None
+        channel at most N small messages, and one that reads slowly gets fewer, larger ones."""
+        told: Listing | None = None
         while True:
             version = self._presence.version
-            changes = None if seen is None else self._presence.changes_since(seen)
+            now = self._presence.listing()
             message: out.HostMessage | None = None
-            if changes is None:
-                members = [
-                    out.Member(name=m.name, role=m.role, id=key, verified=m.verified)
-                    for key, m in self._presence.keyed().items()
-                ]
-                message = out.PresenceMessage(members=members, you=you)
-            elif changes.joined or changes.left:
-                joined = [
-                    out.Member(name=m.name, role=m.role, id=key, verified=m.verified)
-                    for key, m in changes.joined.items()
-                ]
-                message = out.PresenceDelta(joined=joined, left=changes.left)
-            # Else someone came and went before this channel was told: nothing to tell.
-            seen = version
+            if told is None:
+                members = wire_members(now.members)
+                message = out.PresenceMessage(members=members, count=now.count, you=you)
+            else:
+                joined, left = now.changes_since(told)
+                if joined or left or now.count != told.count:
+                    members = wire_members(joined)
+                    message = out.PresenceDelta(joined=members, left=left, count=now.count)
+                # Else someone came and went before this channel was told: nothing to tell.
+            told = now
             if message is not None:
                 await self._send(message)
-            await self._presence.wait_changed(seen)
+            await self._presence.wait_changed(version)

@@ -521,7 +521,7 @@ class Attachment:
                 if raw is None:
                     if not self._roster_told:
                         self._roster_told = True
-                        self._screen.note(whole_line(event.members))
+                        self._screen.note(whole_line(event.members, event.count))
                     else:
                         for line in change_lines(Change(list(event.joined), list(event.left))):
                             self._screen.note(line)

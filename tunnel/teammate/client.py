@@ -236,9 +236,15 @@ class TeammateSession:
 
     @property
     def members(self) -> list[Member]:
-        """Who is attached, as of the last `Presence` event `receive()` returned, in the order
-        they joined; `you` says which of them this session is."""
+        """Who is attached, as far as the host lists them (the first to have attached), as of
+        the last `Presence` event `receive()` returned, in the order they joined; `you` says
+        which of them this session is."""
         return self.follower.roster.members
+
+    @property
+    def member_count(self) -> int:
+        """Everyone attached, listed in `members` or not, as of the same event."""
+        return self.follower.roster.count
 
     @property
     def you(self) -> int | None:

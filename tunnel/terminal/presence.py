@@ -20,12 +20,14 @@ def _label(member: Member) -> str:
     return f"{member.name} ({member.role})"
 
 
-def whole_line(members: Sequence[Member]) -> str:
-    """Everyone attached, in one line."""
-    if not members:
+def whole_line(members: Sequence[Member], count: int) -> str:
+    """Everyone attached, in one line: `members` listed by the host, `count` in all."""
+    if not members and count <= 0:
         return "attached: nobody"
     shown = ", ".join(_label(member) for member in members[:NAMES_SHOWN])
-    rest = len(members) - NAMES_SHOWN
+    rest = max(count, len(members)) - min(len(members), NAMES_SHOWN)
+    if not shown:
+        return f"attached: {rest}"
     return f"attached: {shown}" + (f" and {rest} more" if rest > 0 else "")
 
 

@@ -177,8 +177,10 @@ class FakeRelay:
         """Send one host message, as it is, to every attachment."""
         self._call(self._broadcast(message))
 
-    def send_presence(self, members: list[dict[str, str]]) -> None:
-        self._call(self._broadcast({"op": "presence", "members": members}))
+    def send_presence(self, members: list[dict[str, str]], count: int | None = None) -> None:
+        """Send the whole list: `members` listed, `count` attached in all (default: them)."""
+        count = len(members) if count is None else count
+        self._call(self._broadcast({"op": "presence", "members": members, "count": count}))
 
     def release_answer(self) -> None:
         """Send the held answer (scenario `hold_answer`) and carry on as a host."""

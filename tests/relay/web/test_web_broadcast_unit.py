@@ -403,6 +403,7 @@ class Caster:
                 "public_key": self.identity.public_key.hex(),
                 "counter": self.sealer.counter,
                 "members": members,
+                "count": len(members),
                 "you": you,
             }
         }
@@ -434,7 +435,11 @@ def test_the_session_takes_the_live_tail_from_casts_and_resumes_by_cursor(
         {"message": item(3)},
         first.start(members, 2),
         # Item 3 came on the channel already.
-        first.cast(item(3), item(4), {"op": "presence", "joined": [member(3, "bob")], "left": []}),
+        first.cast(
+            item(3),
+            item(4),
+            {"op": "presence", "joined": [member(3, "bob")], "left": [], "count": 3},
+        ),
         first.cast(item(5)),
     ]
     first.cast(item(6))  # counter 5: lost on the way
@@ -456,7 +461,7 @@ def test_the_session_takes_the_live_tail_from_casts_and_resumes_by_cursor(
     second.cast(item(12))  # cast while this channel was out of the broadcast
     steps += [
         second.start(members, 2),
-        second.cast(item(12), {"op": "presence", "joined": [], "left": [1]}),
+        second.cast(item(12), {"op": "presence", "joined": [], "left": [1], "count": 1}),
         {"cut": True},
         second.cast(item(13)),
         {"message": snapshot([13], 13)},

@@ -229,17 +229,31 @@ def test_presence_deltas_make_the_list_and_the_hosts_id_marks_you(
                 {"id": 1, "name": "ana", "role": "drive"},
                 {"id": 3, "name": "ana", "role": "drive"},
             ],
+            "count": 3,
             "you": 3,
         },
-        {"op": "presence", "joined": [{"id": 4, "name": "bob", "role": "view"}], "left": [0]},
-        {"op": "presence", "joined": [], "left": [1, 99]},
+        {
+            "op": "presence",
+            "joined": [{"id": 4, "name": "bob", "role": "view"}],
+            "left": [0],
+            "count": 3,
+        },
+        {"op": "presence", "joined": [], "left": [1, 99], "count": 2},
+        # This page attached beyond those the host lists: another "ana" is not this one.
+        {
+            "op": "presence",
+            "members": [{"id": 1, "name": "ana", "role": "drive"}],
+            "count": 60,
+            "you": 70,
+        },
     ]
-    first, second, third = run(page, static_server, steps)["shown"][1:]
+    first, second, third, unlisted = run(page, static_server, steps)["shown"][1:]
     # Two tabs under one name: the host's id says which is this one.
     assert first["presence"] == [["hana", False], ["ana", False], ["ana", True]]
     assert second["presence"] == [["ana", False], ["ana", True], ["bob", False]]
     assert second["gone"] == ["hana"]
     assert third["presence"] == [["ana", True], ["bob", False]]
+    assert unlisted["presence"] == [["ana", False]]
 
 
 # ---- end to end -------------------------------------------------------------------------------

@@ -11,6 +11,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page
 
+from tunnel.app.follower import Follower, FollowerError, Presence, Skipped
+from tunnel.app.follower_vectors import BOB, ME, broadcast
+from tunnel.app.host_messages import decode_host_message, pack
+
 from .conftest import BLANK_PATH, PageLog
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
@@ -35,7 +39,8 @@ async (v) => {
       case "item": return { type: "item", seq: e.item.seq };
       case "event": return { type: "event", kind: e.event.kind ?? null };
       case "presence": return { type: "presence", whole: e.whole, members: e.members.map(member),
-        you: e.you, joined: e.joined.map((m) => m.id), left: e.left.map((m) => m.id) };
+        count: e.count, you: e.you, joined: e.joined.map((m) => m.id),
+        left: e.left.map((m) => m.id) };
       case "history": return { type: "history", before: e.message.before, more: e.message.more };
       case "error": return { type: "error", code: e.message.code };
       case "following": return { type: e.type, epoch: toHex(e.epoch), counter: e.counter };
@@ -100,4 +105,84 @@ def test_the_pages_follower_gives_what_the_python_follower_gives(
             zip(scenario["steps"], got["scenarios"][name], strict=True)
         ):
             assert mine == step, f"{name}, step {index}"
+    assert not page_log.errors
+
+
+# Runs in the page: each message (hex) to a new Follower; what it made of it.
+VERDICT = """
+async (messages) => {
+  const { Follower, FollowerError } = await import("/static/follower.js");
+  const { decodeHostMessage } = await import("/static/link.js");
+  const { fromHex } = await import("/static/crypto.js");
+  const verdicts = [];
+  for (const [hostId, hex] of messages) {
+    const follower = new Follower({ hostId });
+    try {
+      const events = await follower.receiveMessage(decodeHostMessage(fromHex(hex)));
+      const presence = events.find((e) => e.type === "presence");
+      verdicts.push(presence ? `presence ${presence.count}` : events.map((e) => e.type).join());
+    } catch (error) {
+      if (!(error instanceof FollowerError)) throw error;
+      verdicts.push(`refused ${error.code}`);
+    }
+  }
+  return verdicts;
+}
+"""
+
+# Left out, as for every integer field: a JS number cannot tell 2.0 from 2 (the page takes the
+# float Python refuses), and the page refuses counts beyond 2**53 - 1 (Python takes them).
+COUNTS: dict[str, Any] = {
+    "0": 0,
+    "2": 2,
+    "a lie below the list": 1,
+    "missing": ...,
+    "nil": None,
+    "-1": -1,
+    "true": True,
+    "1.5": 1.5,
+    "str": "2",
+}
+
+
+def python_verdict(host_id: str, message: bytes) -> str:
+    try:
+        events = Follower(host_id=host_id).receive_message(decode_host_message(message))
+    except FollowerError as exc:
+        return f"refused {exc.code}"
+    presence = [event for event in events if isinstance(event, Presence)]
+    if presence:
+        return f"presence {presence[0].count}"
+    return ",".join("skipped" if isinstance(e, Skipped) else type(e).__name__ for e in events)
+
+
+def with_count(message: dict[str, Any], count: Any) -> dict[str, Any]:
+    message = {key: value for key, value in message.items() if key != "count"}
+    if count is not ...:
+        message["count"] = count
+    return message
+
+
+def test_the_pages_follower_takes_a_presence_count_exactly_where_python_does(
+    page: Page, static_server: str, page_log: PageLog
+) -> None:
+    host_id = load_vectors()["host_id"]
+    forms: dict[str, dict[str, Any]] = {
+        "list": {"op": "presence", "members": [BOB, ME], "you": ME["id"]},
+        "delta": {"op": "presence", "joined": [BOB, ME], "left": []},
+        "broadcast": broadcast(),
+    }
+    cases = {
+        f"{form} count={name}": pack(with_count(message, count))
+        for form, message in forms.items()
+        for name, count in COUNTS.items()
+    }
+    page.goto(static_server + BLANK_PATH)
+    got = page.evaluate(VERDICT, [[host_id, message.hex()] for message in cases.values()])
+    expected = [python_verdict(host_id, message) for message in cases.values()]
+    assert dict(zip(cases, got, strict=True)) == dict(zip(cases, expected, strict=True))
+    # Not vacuous: a missing count is refused, a lying one taken as the members listed.
+    assert expected[list(cases).index("list count=missing")] == "skipped"
+    assert expected[list(cases).index("broadcast count=missing")] == "refused 4003"
+    assert expected[list(cases).index("delta count=a lie below the list")] == "presence 2"
     assert not page_log.errors

@@ -437,6 +437,29 @@ def test_presence_lists_who_is_here(page: Page, relay: FakeRelay) -> None:
     expect(members.nth(0)).to_contain_text("alice")
     expect(members.nth(0)).to_contain_text("driver")
     expect(members.nth(1)).to_contain_text("<b>eve</b>")
+    expect(page.get_by_test_id("presence-more")).to_have_count(0)
+    expect(page.get_by_test_id("drawer-toggle")).to_have_text("People · 2")
+
+
+def test_presence_counts_the_members_the_host_does_not_list(page: Page, relay: FakeRelay) -> None:
+    open_page(page, relay.page_url("view"))
+    expect(page.get_by_test_id("connection-status")).to_have_attribute("data-state", "connected")
+    relay.send_presence(
+        [{"name": "alice", "role": "drive"}, {"name": "bob", "role": "view"}], count=952
+    )
+    members = page.get_by_test_id("presence-member")
+    expect(members).to_have_count(2)
+    rows = page.get_by_test_id("presence").locator("li")
+    expect(rows).to_have_count(3)
+    expect(rows.last).to_have_attribute("data-testid", "presence-more")
+    expect(page.get_by_test_id("presence-more")).to_have_text("and 950 more")
+    expect(page.get_by_test_id("drawer-toggle")).to_contain_text("952")
+    # Who left stays listed after the count, greyed.
+    relay.send_presence([{"name": "alice", "role": "drive"}], count=951)
+    expect(page.get_by_test_id("drawer-toggle")).to_contain_text("951")
+    testids = [row.get_attribute("data-testid") for row in rows.all()]
+    assert testids == ["presence-member", "presence-more", "presence-gone"]
+    expect(page.get_by_test_id("presence-more")).to_have_text("and 950 more")
 
 
 def test_terminal_session_shows_output_and_sends_keys(page: Page, page_log: PageLog) -> None:

@@ -87,6 +87,8 @@ function rosterMember(m, id) {
     : { id, name: m.name, role: m.role };
 }
 
+const isCount = (value) => Number.isSafeInteger(value) && value >= 0;
+
 function isMember(member, idRequired) {
   if (!isMap(member) || typeof member.name !== "string" || typeof member.role !== "string") {
     return false;
@@ -109,6 +111,7 @@ function wellFormed(message) {
     case "event":
       return isMap(message.event);
     case "presence":
+      if (!isCount(message.count)) return false;
       if ("members" in message) {
         return Array.isArray(message.members) && !("joined" in message) && !("left" in message) &&
           message.members.every((m) => isMember(m, false));
@@ -120,8 +123,8 @@ function wellFormed(message) {
       return message.epoch instanceof Uint8Array && message.key instanceof Uint8Array &&
         message.public_key instanceof Uint8Array && Number.isSafeInteger(message.counter) &&
         message.counter >= 0 && Array.isArray(message.members) &&
-        message.members.every((m) => isMember(m, true)) && Number.isSafeInteger(message.you) &&
-        message.you >= 0;
+        message.members.every((m) => isMember(m, true)) && isCount(message.count) &&
+        Number.isSafeInteger(message.you) && message.you >= 0;
     case "ready":
       return typeof message.conversation_id === "string" && isMap(message.agent);
     case "history":
@@ -134,19 +137,31 @@ function wellFormed(message) {
   }
 }
 
-/** Who is attached, by member id: the whole list once, then what changed (roster.py). */
+/**
+ * Who is attached, by member id: the whole list once, then what changed, and how many are
+ * attached in all (the host lists the first ones by name and counts the rest; roster.py).
+ */
 export class Roster {
   constructor() {
     this.byKey = new Map();
     this.you = null;
+    // Everyone attached as the host last counted them; never fewer than are listed.
+    this.count = 0;
   }
 
+  /** The members listed, in the order they joined. */
   get members() {
     return [...this.byKey.values()];
   }
 
   /** Take in one presence message; returns `{joined, left}`: the members it added, removed. */
   apply(message) {
+    const change = this.applyList(message);
+    this.count = Math.max(message.count, this.byKey.size);
+    return change;
+  }
+
+  applyList(message) {
     if (Array.isArray(message.members)) {
       const before = this.byKey;
       // A host from before member ids sends only lists: its members are keyed by place.
@@ -403,7 +418,8 @@ export class Follower {
       this.move("bad broadcast");
     }
     this.move("broadcast");
-    const presence = this.presence({ members: message.members, you: message.you });
+    const presence = this.presence({ members: message.members, count: message.count,
+      you: message.you });
     if (this.state !== "broadcast") return [presence];
     this.opener = opener;
     return [{ type: "following", epoch: message.epoch, counter: message.counter }, presence];
@@ -421,7 +437,7 @@ export class Follower {
   presence(message) {
     const whole = Array.isArray(message.members);
     const { joined, left } = this.roster.apply(message);
-    return { type: "presence", whole, members: this.roster.members, you: this.roster.you, joined,
-      left };
+    return { type: "presence", whole, members: this.roster.members, count: this.roster.count,
+      you: this.roster.you, joined, left };
   }
 }

@@ -77,12 +77,15 @@ export function contextItems(context, firstSeq) {
 export class Session {
   /**
    * `view` receives: connection(state, detail), ready(info), resetConversation(), item(item),
-   * snapshotDone(), event(event), presence(members), opError(code, message), finalScreen(name),
-   * earlier({ available, loading }, load) (whether to offer "Load earlier", and what it calls),
+   * snapshotDone(), event(event), presence(members, {count, told}), opError(code, message),
+   * finalScreen(name), earlier({ available, loading }, load) (whether to offer "Load earlier",
+   * and what it calls),
    * context(items) (items from before those shown whose state still holds: apply, do not list),
    * replayItems(items, context) (every item held, in seq order, once earlier ones came, and the
-   * context items still before them). presence(members) gets the whole list each time, the
-   * page's own entry with `you: true`. `onHostMessage(message)` sees every decoded channel
+   * context items still before them). presence(members, {count, told}) gets the whole list
+   * each time (the members the host lists, the first to attach), the page's own entry with
+   * `you: true`; `count`, everyone attached, listed or not; `told`, whether the host said which
+   * member this page is (listed or not). `onHostMessage(message)` sees every decoded channel
    * message first, as it came (untrusted): the ops the session protocol leaves to others
    * (`push`, notify.js) are read there. `conversation`: the conversation to follow (null: the
    * host's first); `onConversation(id)` hears which one each attachment follows.
@@ -267,7 +270,8 @@ export class Session {
       case "presence":
         this.view.presence(event.members.map((member) =>
           ({ name: member.name, role: member.role, verified: member.verified === true,
-            you: event.you !== null && member.id === event.you })));
+            you: event.you !== null && member.id === event.you })),
+        { count: event.count, told: event.you !== null });
         return;
       case "history":
         this.onHistory(event.message);

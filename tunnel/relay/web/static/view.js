@@ -553,11 +553,15 @@ export class View {
     }
   }
 
-  presence(members) {
+  /**
+   * Who is here: `members`, those the host lists (the first to attach), and `count`, everyone
+   * attached; `told`, whether the host said which member this page is (listed or not).
+   */
+  presence(members, { count = members.length, told = false } = {}) {
     const here = members.map((member) => ({ name: str(member.name, "?"), role: str(member.role),
       verified: member.verified === true, you: member.you === true }));
     // The host says which member this page is; a host from before that leaves a guess by name.
-    const told = here.some((member) => member.you);
+    told ||= here.some((member) => member.you);
     const now = Date.now();
     for (const entry of this.members.values()) entry.here = false;
     for (const member of here) {
@@ -584,6 +588,10 @@ export class View {
       you ? el("span", { class: "you-mark", text: "you" }) : null,
       el("span", { class: "what", text: ROLE_LABEL[member.role] ?? member.role }));
     });
+    const unlisted = count - here.length;
+    if (unlisted > 0) {
+      rows.push(el("li", { class: "more", testid: "presence-more", text: `and ${unlisted} more` }));
+    }
     for (const entry of gone) {
       rows.push(el("li", {
         class: "gone", testid: "presence-gone", "data-role": entry.role, "data-name": entry.name,
@@ -592,7 +600,7 @@ export class View {
       el("span", { class: "what", text: "away" })));
     }
     this.presenceList.replaceChildren(...rows);
-    this.drawerButton.textContent = `People · ${here.length}`;
+    this.drawerButton.textContent = `People · ${Math.max(count, here.length)}`;
   }
 
   opError(code, message) {
