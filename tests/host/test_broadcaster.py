@@ -9,7 +9,8 @@ import anyio
 import pytest
 
 from tunnel.app.follower import cast_messages
-from tunnel.app.host_messages import BroadcastStart, PresenceDelta, parse
+from tunnel.app.host_messages import BroadcastStart, PresenceDelta, PresenceMessage, parse
+from tunnel.app.roster import Roster
 from tunnel.e2e.broadcast import CastOpener
 from tunnel.e2e.crypto import TAG_SIZE
 from tunnel.e2e.identity import HostIdentity
@@ -314,3 +315,53 @@ async def test_a_burst_that_pauses_is_cast_then_without_waiting_for_the_interval
     # end cast only at the interval, the minute would fail the test.
     await cast_stream([0.0] * 40, link)
     assert len(link.casts) <= 3
+
+
+@pytest.mark.anyio
+async def test_a_channel_that_joined_before_the_broadcaster_ran_is_told_what_changed_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A conversation's broadcaster may hand channels their `broadcast` message before `run`
+    # started: the changes made in between are cast when it starts, not taken as the start.
+    monkeypatch.setattr(broadcast, "PRESENCE_QUIET", 0.01)
+    identity, link, presence = HostIdentity.generate(), FakeLink(), Presence()
+    host = presence.join(Member(name="host", role="host"))
+    async with Log(MemoryStore()) as log:
+        cast = Broadcaster(
+            identity=identity,
+            log=log,
+            conversation_id="main",
+            presence=presence,
+            link=lambda: link,  # type: ignore[arg-type,return-value]
+        )
+        you = presence.reserve()
+        start = parse(cast.start_message(you=you))
+        assert isinstance(start, BroadcastStart)
+        cast.joined(object())
+        presence.join(Member(name="t", role="view"), key=you)
+        async with anyio.create_task_group() as tg:
+            await tg.start(cast.run)
+            with anyio.fail_after(10):
+                while not link.casts:
+                    await anyio.sleep(0.01)
+            later = presence.join(Member(name="u", role="view"))
+            with anyio.fail_after(10):
+                while len(link.casts) < 2:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    opener = CastOpener(
+        host_id=identity.host_id,
+        public_key=identity.public_key,
+        epoch=start.epoch,
+        key=start.key,
+        counter=start.counter,
+    )
+    roster = Roster()
+    roster.apply(PresenceMessage(members=start.members, count=start.count, you=start.you))
+    for each in link.casts:
+        for message in cast_messages(opener.open(each)):
+            delta = parse(message)
+            assert isinstance(delta, PresenceDelta)
+            roster.apply(delta)
+    assert [m.id for m in roster.members] == [host, you, later]
+    assert roster.count == 3

@@ -64,3 +64,20 @@ def test_the_whole_list_is_one_line_counting_past_the_first_names() -> None:
     assert whole_line([ANA, BO], 5) == "attached: ana (drive), bo (view) and 3 more"
     assert whole_line([], 0) == "attached: nobody"
     assert whole_line([], 4) == "attached: 4"
+
+
+def test_a_member_moved_up_into_a_crowded_list_is_not_said_to_have_joined() -> None:
+    listed = [Member(name=f"t{n}", role="view", id=n) for n in range(3)]
+    roster = Roster()
+    roster.apply(PresenceMessage(members=listed, count=5, you=0))
+    # t1 left; t3, attached all along but not listed, moves up into its place.
+    crowded = roster.count > len(roster.members)
+    t3 = Member(name="t3", role="view", id=3)
+    change = roster.apply(PresenceDelta(joined=[t3], left=[1], count=4))
+    assert change_lines(change, crowded=crowded) == ["t1 (view) left"]
+    # Everyone listed again: a newcomer is news.
+    roster.apply(PresenceDelta(joined=[], left=[4], count=3))
+    crowded = roster.count > len(roster.members)
+    t9 = Member(name="t9", role="drive", id=9)
+    change = roster.apply(PresenceDelta(joined=[t9], left=[], count=4))
+    assert change_lines(change, crowded=crowded) == ["t9 (drive) joined"]

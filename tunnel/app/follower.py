@@ -127,8 +127,8 @@ class Presence:
     count: int
     """Everyone attached now, listed or not: never fewer than `members`."""
     whole: bool
-    """The host said the whole list (the first on a channel, in `broadcast`, or after falling
-    behind), not a delta."""
+    """The host said the whole listing (the first on a channel, or in `broadcast`), not a
+    delta."""
     you: int | None
     """The member id of this channel, once the host said it."""
     joined: Sequence[Member]
@@ -361,7 +361,7 @@ class Follower:
         """The last seq held: every item handed on is after it. None before the first snapshot
         page of a fresh join."""
         self.roster = Roster()
-        """Who is attached, as the host said: the whole list, then what changed."""
+        """Who is attached, as the host said: the listing and count, then what changed."""
         self._opener: CastOpener | None = None
         self._fresh = False
         self._requests: list[Subscribe] = []

@@ -176,7 +176,6 @@ class Broadcaster:
         """Cast until cancelled; started (task_status) once it follows the log."""
         info = await self._log.get_conversation(self._conversation)
         self.last_seq = -1 if info is None else info.last_seq
-        self._listing, self._listed = self._presence.listing(), None
         async with (
             self._log.subscribe(self._conversation, after=self.last_seq) as sub,
             anyio.create_task_group() as tg,
@@ -229,17 +228,20 @@ class Broadcaster:
     async def _follow_presence(self) -> None:
         """Cast who came and went, all changes since the last cast in one, once they number
         PRESENCE_SHARE of the joined channels or stop coming for PRESENCE_QUIET."""
-        seen = self._presence.version
+        # The first pass casts at once what changed since this broadcaster was made: a channel
+        # may have joined from its `start_message` before `run` started.
+        seen: int | None = None
         while True:
-            await self._presence.wait_changed(seen)
-            while self._presence.version - seen < max(
-                1, math.ceil(len(self._joined) * PRESENCE_SHARE)
-            ):
-                with anyio.move_on_after(PRESENCE_QUIET) as quiet:
-                    await self._presence.wait_changed(self._presence.version)
-                if quiet.cancelled_caught:
-                    break
-            await self._writable()
+            if seen is not None:
+                await self._presence.wait_changed(seen)
+                while self._presence.version - seen < max(
+                    1, math.ceil(len(self._joined) * PRESENCE_SHARE)
+                ):
+                    with anyio.move_on_after(PRESENCE_QUIET) as quiet:
+                        await self._presence.wait_changed(self._presence.version)
+                    if quiet.cancelled_caught:
+                        break
+                await self._writable()
             seen = self._presence.version
             now = self._presence.listing()
             joined, left = now.changes_since(self._listing)

@@ -286,7 +286,8 @@ class HostConsole:
         roster.apply(self._whole_list(presence))  # who is here already is no news
         while True:
             seen = await presence.wait_changed(seen)
-            for line in change_lines(roster.apply(self._whole_list(presence))):
+            crowded = roster.count > len(roster.members)
+            for line in change_lines(roster.apply(self._whole_list(presence)), crowded=crowded):
                 self._screen.note(line)
 
     def _whole_list(self, presence: Presence) -> PresenceMessage:

@@ -235,7 +235,9 @@ class Attachment:
         """The workspace paths the host listed for the `@path` words typed (completion)."""
         self.paths.on_answer = self._screen.complete_again
         self._roster = Roster()
-        self._roster_told = False
+        # None until the first presence message (printed whole); then whether some of those
+        # attached were not listed (`change_lines`).
+        self._crowded: bool | None = None
         self._terminal = False
         self._backoff = Backoff(maximum=settings.max_backoff)
         # Lines typed while disconnected wait here; bounded so a paste storm cannot grow memory.
@@ -519,12 +521,13 @@ class Attachment:
                     self._terminal_size(event.event.get("data"))
             case Presence():
                 if raw is None:
-                    if not self._roster_told:
-                        self._roster_told = True
+                    if self._crowded is None:
                         self._screen.note(whole_line(event.members, event.count))
                     else:
-                        for line in change_lines(Change(list(event.joined), list(event.left))):
+                        change = Change(list(event.joined), list(event.left))
+                        for line in change_lines(change, crowded=self._crowded):
                             self._screen.note(line)
+                    self._crowded = event.count > len(event.members)
             case incoming.Error():
                 self._note(f"refused: {event.message}", "red")
             case Skipped():

@@ -1,4 +1,4 @@
-"""Who is attached, as a terminal says it: the whole list once, then who joined and who left.
+"""Who is attached, as a terminal says it: the host's listing once, then who joined and who left.
 
 Printing the whole list on every change would scroll a busy session away (a hundred teammates
 joining print a hundred lists of up to a hundred names). The text is returned unescaped: it holds
@@ -31,8 +31,10 @@ def whole_line(members: Sequence[Member], count: int) -> str:
     return f"attached: {shown}" + (f" and {rest} more" if rest > 0 else "")
 
 
-def change_lines(change: Change) -> list[str]:
-    """A line for each member who joined or left."""
-    lines = [f"{_label(member)} joined" for member in change.joined]
+def change_lines(change: Change, *, crowded: bool = False) -> list[str]:
+    """A line for each member who joined or left. `crowded`: before this change some of those
+    attached were not listed (docs/application.md, "Presence"); a member who enters the list
+    then may have been attached all along, moved up as a listed one left, and gets no line."""
+    lines = [] if crowded else [f"{_label(member)} joined" for member in change.joined]
     lines += [f"{_label(member)} left" for member in change.left]
     return lines

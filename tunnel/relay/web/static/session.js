@@ -6,8 +6,8 @@
 // The session protocol itself (the cursor, each item once, the broadcast's casts, the catch-up
 // after a cut or a gap, the roster) is follower.js's, one Follower per attachment: this turns
 // its events into calls on the view and sends the requests it asks for (docs/application.md,
-// "The broadcast"). Presence comes as the whole list once, then as what changed: the view
-// always gets the list.
+// "The broadcast"). Presence comes as the host's listing and count once, then as what
+// changed: the view always gets the listing and the count.
 // Which endings are final and how long to wait before the next try are Python's
 // (tunnel.proto.codes.FINAL_CODES, tunnel.process.backoff), through wire.js.
 
