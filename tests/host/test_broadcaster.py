@@ -9,8 +9,7 @@ import anyio
 import pytest
 
 from tunnel.app.follower import cast_messages
-from tunnel.app.host_messages import BroadcastStart, PresenceDelta, PresenceMessage, parse
-from tunnel.app.roster import Roster
+from tunnel.app.host_messages import BroadcastStart, PresenceDelta, parse
 from tunnel.e2e.broadcast import CastOpener
 from tunnel.e2e.crypto import TAG_SIZE
 from tunnel.e2e.identity import HostIdentity
@@ -87,10 +86,14 @@ class FakeLink:
 
 
 async def cast_deltas(
-    presence: Presence, change: Callable[[], Awaitable[None]], casts: int
+    presence: Presence,
+    change: Callable[[], Awaitable[None]],
+    casts: int,
+    before_run: Callable[[], object] = lambda: None,
 ) -> list[PresenceDelta]:
     """The presence deltas cast while `change` changes `presence` at once, once `casts` casts
-    were made (each checked to fit one frame), opened as a teammate that joined before."""
+    were made (each checked to fit one frame), opened as a teammate that joined before
+    (`before_run` is called once it joined, before the broadcaster runs)."""
     identity = HostIdentity.generate()
     link = FakeLink()
     async with Log(MemoryStore()) as log:
@@ -104,6 +107,7 @@ async def cast_deltas(
         start = parse(cast.start_message(you=0))
         assert isinstance(start, BroadcastStart)
         cast.joined(object())
+        before_run()
         async with anyio.create_task_group() as tg:
             await tg.start(cast.run)
             await change()
@@ -324,44 +328,19 @@ async def test_a_channel_that_joined_before_the_broadcaster_ran_is_told_what_cha
     # A conversation's broadcaster may hand channels their `broadcast` message before `run`
     # started: the changes made in between are cast when it starts, not taken as the start.
     monkeypatch.setattr(broadcast, "PRESENCE_QUIET", 0.01)
-    identity, link, presence = HostIdentity.generate(), FakeLink(), Presence()
-    host = presence.join(Member(name="host", role="host"))
-    async with Log(MemoryStore()) as log:
-        cast = Broadcaster(
-            identity=identity,
-            log=log,
-            conversation_id="main",
-            presence=presence,
-            link=lambda: link,  # type: ignore[arg-type,return-value]
-        )
-        you = presence.reserve()
-        start = parse(cast.start_message(you=you))
-        assert isinstance(start, BroadcastStart)
-        cast.joined(object())
-        presence.join(Member(name="t", role="view"), key=you)
-        async with anyio.create_task_group() as tg:
-            await tg.start(cast.run)
-            with anyio.fail_after(10):
-                while not link.casts:
-                    await anyio.sleep(0.01)
-            later = presence.join(Member(name="u", role="view"))
-            with anyio.fail_after(10):
-                while len(link.casts) < 2:
-                    await anyio.sleep(0.01)
-            tg.cancel_scope.cancel()
-    opener = CastOpener(
-        host_id=identity.host_id,
-        public_key=identity.public_key,
-        epoch=start.epoch,
-        key=start.key,
-        counter=start.counter,
-    )
-    roster = Roster()
-    roster.apply(PresenceMessage(members=start.members, count=start.count, you=start.you))
-    for each in link.casts:
-        for message in cast_messages(opener.open(each)):
-            delta = parse(message)
-            assert isinstance(delta, PresenceDelta)
-            roster.apply(delta)
-    assert [m.id for m in roster.members] == [host, you, later]
-    assert roster.count == 3
+    presence = Presence()
+    presence.join(Member(name="host", role="host"))
+    keys: list[int] = []
+
+    async def later() -> None:
+        await anyio.sleep(0.2)  # after the first cast, a change of its own
+        keys.append(presence.join(Member(name="u", role="view")))
+
+    def join_before_run() -> None:
+        keys.append(presence.join(Member(name="t", role="view")))
+
+    deltas = await cast_deltas(presence, later, casts=2, before_run=join_before_run)
+    assert [([m.id for m in d.joined], d.left, d.count) for d in deltas] == [
+        ([keys[0]], [], 2),
+        ([keys[1]], [], 3),
+    ]
