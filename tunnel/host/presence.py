@@ -72,10 +72,6 @@ class Presence:
         """Members in the order they joined."""
         return list(self._members.values())
 
-    def keyed(self) -> dict[int, Member]:
-        """Members by key, in the order they joined; a key is never used twice."""
-        return dict(self._members)
-
     def listing(self) -> Listing:
         """The members teammates are told of by name (LISTED_MEMBERS at most) and the count."""
         listed = dict(itertools.islice(self._members.items(), LISTED_MEMBERS))
