@@ -53,6 +53,8 @@ async def test_the_host_console_invites_lists_and_revokes_one_person(
                 await carol.wait_for(lambda t: t.snapshot_done)
                 host.stdin.write(b"/people\n")
                 host.stdin.flush()
+                # Who is attached first (the console and carol), then every invitation.
+                await _read_until(host, r"attached: .* \(host\), carol \(drive\)\n")
                 await _read_until(host, r"bob \(view\): never seen")
                 await _read_until(host, r"carol \(drive\): attached")
                 host.stdin.write(b"/revoke carol\n")

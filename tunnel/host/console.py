@@ -69,7 +69,7 @@ from tunnel.terminal.commands import (
 from tunnel.terminal.completion import CommandCompleter
 from tunnel.terminal.conversations import OtherWaiting, listing_lines, short
 from tunnel.terminal.notify import TerminalSignals, WaitingRequests
-from tunnel.terminal.presence import change_lines
+from tunnel.terminal.presence import change_lines, whole_line
 from tunnel.terminal.questions import PendingQuestion
 from tunnel.terminal.sanitize import printable
 from tunnel.terminal.screen import PlainScreen, PromptScreen, Screen, interactive_terminal
@@ -356,6 +356,10 @@ class HostConsole:
                     # history only: whoever runs the host copies it from there.
                     self._screen.note(f"{role} link for {name}: {link}", "bold")
                 case People() if self.people is not None:
+                    # Who is attached to the conversation shown, as teammates are told it (the
+                    # count says those past the names), then every invitation.
+                    listing = self._presence.listing()
+                    self._screen.note(whole_line(wire_members(listing.members), listing.count))
                     for line in self.people.listing():
                         self._screen.note(line)
                 case ShareReplay(conversation=conversation, upto=upto) if self.people is not None:
