@@ -223,6 +223,8 @@ async def test_claudes_own_model_switch_and_session_title_reach_everyone(
         mark = alice.output.mark()
         alice.type("//model sonnet")
         await alice.output.wait_for(r"agent settings .*model: sonnet \(Sonnet", start=mark)
+        # Alice's line and Vera's item come over different channels: wait for Vera's too.
+        await vera.wait_for(lambda t: settings_events(t)[-1]["models"]["current"] == "sonnet")
         switched = [i for i in vera.items if i["data"].get("what") == "settings"][-1]
         assert switched["created_by"] == "agent"
         assert "change" not in switched["data"]
