@@ -257,6 +257,8 @@ async def test_in_a_folder_gemini_does_not_trust_its_refusals_say_why_and_what_t
         # A mode that acts without asking: refused to alice, in words, and nothing changes.
         alice.type("/mode autoEdit")
         await alice.output.wait_for(r"refused: it does not trust this folder.*TRUST_WORKSPACE")
+        # Alice's line and Vera's items come over different channels: wait for Vera's too.
+        await vera.wait_for(lambda t: bool(settings_events(t)))
         assert settings_events(vera)[-1]["modes"]["current"] == "default"
 
         # "Allow for this session": the agent fails the edit; one line says whose choice it
