@@ -273,16 +273,23 @@ async def one_pass(
                     if options.split:
                         for part, cpu in zip(PARTS, run.cpu, strict=True):
                             results.add(f"{label} CPU s/MiB {part}", system.name, cpu / megabytes)
-    await roundtrip_pass(systems, max(10, int(options.roundtrips * scale)), results)
+    count = max(10, int(options.roundtrips * scale))
+    await roundtrip_pass(systems, count, results, split=options.split)
 
 
-async def roundtrip_pass(systems: Sequence[System], count: int, results: Results | None) -> None:
-    """`count` round trips on every system in turn; their p50 and p99 into `results`."""
+async def roundtrip_pass(
+    systems: Sequence[System], count: int, results: Results | None, *, split: bool = False
+) -> None:
+    """`count` round trips on every system in turn; their p50 and p99 into `results`, and with
+    `split` the CPU each process spent per round trip."""
     for system in systems:
         run = await roundtrips(system, count)
         if results is not None:
             results.add("round trip p50 ms", system.name, percentile(run.latencies, 0.5) * 1e3)
             results.add("round trip p99 ms", system.name, percentile(run.latencies, 0.99) * 1e3)
+            if split:
+                for part, cpu in zip(PARTS, run.cpu, strict=True):
+                    results.add(f"round trip CPU us {part}", system.name, cpu * 1e6 / count)
 
 
 GOALS = {
