@@ -48,6 +48,13 @@ from harness import (
     workdir,
 )
 
+from tunnel.host.broadcast import PRESENCE_QUIET
+
+SETTLE_QUIET = 2 * PRESENCE_QUIET
+"""Seconds without a presence message after which the attach's presence is taken as told: the
+host casts the last changes of a burst PRESENCE_QUIET after them, so waiting only that long could
+end before that cast arrives and leave its messages and CPU out."""
+
 DETACH_LIMIT = 60.0
 """Seconds our host has to see every teammate of a run gone before the next run."""
 
@@ -81,7 +88,7 @@ async def attach(side: Side, options: CrowdOptions) -> Run:
         concurrency=options.concurrency,
         within=900,
     )
-    settled = await side.crowd.request(within=900, cmd="settle")
+    settled = await side.crowd.request(within=900, cmd="settle", quiet=SETTLE_QUIET)
     cpu = sum(proc.cpu_seconds() for proc in side.processes()) - cpu_before
     teammates_cpu = side.crowd.cpu_seconds() - teammates_before
     await side.crowd.request(within=300, cmd="detach")
