@@ -247,6 +247,45 @@ async def test_a_join_costs_a_few_presence_messages_however_slow_the_joins_come(
     assert max(per_join) - min(per_join) <= 1.5, per_join
 
 
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_a_steady_trickle_of_joins_into_a_large_room_is_cast_before_it_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each join comes sooner than PRESENCE_QUIET after the last, and they never number half the
+    # room: only PRESENCE_LATEST makes them cast while the trickle lasts, not after it.
+    monkeypatch.setattr(broadcast, "PRESENCE_QUIET", 1.0)
+    monkeypatch.setattr(broadcast, "PRESENCE_LATEST", 0.2)
+    room, trickle, pause = 100, 30, 0.04
+    presence = Presence()
+    link = FakeLink()
+    async with Log(MemoryStore()) as log:
+        cast = Broadcaster(
+            identity=HostIdentity.generate(),
+            log=log,
+            conversation_id="main",
+            presence=presence,
+            link=lambda: link,  # type: ignore[arg-type,return-value]
+        )
+        for n in range(room):
+            presence.join(Member(name=f"t{n}", role="view"))
+            cast.joined(object())
+        async with anyio.create_task_group() as tg:
+            await tg.start(cast.run)
+            with anyio.fail_after(10):
+                while not link.casts:  # the room as it was when the broadcaster started
+                    await anyio.sleep(0.01)
+            for n in range(trickle):
+                presence.join(Member(name=f"late{n}", role="view"))
+                cast.joined(object())
+                await anyio.sleep(pause)
+            during = len(link.casts) - 1
+            tg.cancel_scope.cancel()
+    # The trickle lasted six times PRESENCE_LATEST or more (longer on a busy machine): at least
+    # one cast came while it went on.
+    assert during >= 1, len(link.casts)
+
+
 async def cast_stream(gaps: list[float], link: FakeLink) -> int:
     """Append one entry after each gap (seconds), return once all are cast: how many gaps a
     busy machine stretched by half a BURST_PAUSE or more (each may cost a cast)."""

@@ -72,6 +72,13 @@ most. While changes keep coming, their count (PRESENCE_SHARE), not the clock, de
 cast; this is long enough that a busy machine, whose joins come further apart, rarely stalls
 that long in the middle of a burst (each such stall costs one cast to every joined channel)."""
 
+PRESENCE_LATEST = 5.0
+"""Seconds a presence change waits at most. A steady trickle of joins and leaves, each within
+PRESENCE_QUIET of the last, into a large room would otherwise wait for changes numbering half
+the room: minutes, at one change every few tenths of a second into a room of hundreds. Bursts
+reach their share long before this, so it costs them at most one cast to every channel per
+PRESENCE_LATEST."""
+
 
 class Broadcaster:
     """Casts the session's live entries and presence changes to the joined channels."""
@@ -227,17 +234,22 @@ class Broadcaster:
 
     async def _follow_presence(self) -> None:
         """Cast who came and went, all changes since the last cast in one, once they number
-        PRESENCE_SHARE of the joined channels or stop coming for PRESENCE_QUIET."""
+        PRESENCE_SHARE of the joined channels, stop coming for PRESENCE_QUIET, or the first of
+        them has waited PRESENCE_LATEST."""
         # The first pass casts at once what changed since this broadcaster was made: a channel
         # may have joined from its `start_message` before `run` started.
         seen: int | None = None
         while True:
             if seen is not None:
                 await self._presence.wait_changed(seen)
+                latest = anyio.current_time() + PRESENCE_LATEST
                 while self._presence.version - seen < max(
                     1, math.ceil(len(self._joined) * PRESENCE_SHARE)
                 ):
-                    with anyio.move_on_after(PRESENCE_QUIET) as quiet:
+                    wait = min(PRESENCE_QUIET, latest - anyio.current_time())
+                    if wait <= 0:
+                        break
+                    with anyio.move_on_after(wait) as quiet:
                         await self._presence.wait_changed(self._presence.version)
                     if quiet.cancelled_caught:
                         break
