@@ -85,6 +85,19 @@ class FakeLink:
         pass
 
 
+def casting_to(
+    link: FakeLink, log: Log, presence: Presence, identity: HostIdentity | None = None
+) -> Broadcaster:
+    """A broadcaster of conversation `main` whose casts go to `link`."""
+    return Broadcaster(
+        identity=identity or HostIdentity.generate(),
+        log=log,
+        conversation_id="main",
+        presence=presence,
+        link=lambda: link,  # type: ignore[arg-type,return-value]
+    )
+
+
 async def cast_deltas(
     presence: Presence,
     change: Callable[[], Awaitable[None]],
@@ -97,13 +110,7 @@ async def cast_deltas(
     identity = HostIdentity.generate()
     link = FakeLink()
     async with Log(MemoryStore()) as log:
-        cast = Broadcaster(
-            identity=identity,
-            log=log,
-            conversation_id="main",
-            presence=presence,
-            link=lambda: link,  # type: ignore[arg-type,return-value]
-        )
+        cast = casting_to(link, log, presence, identity)
         start = parse(cast.start_message(you=0))
         assert isinstance(start, BroadcastStart)
         cast.joined(object())
@@ -210,13 +217,7 @@ async def presence_messages_per_join(joiners: int, pause: float) -> float:
     joined: set[object] = set()
     link = CountingLink(lambda: len(joined))
     async with Log(MemoryStore()) as log:
-        cast = Broadcaster(
-            identity=HostIdentity.generate(),
-            log=log,
-            conversation_id="main",
-            presence=presence,
-            link=lambda: link,  # type: ignore[arg-type,return-value]
-        )
+        cast = casting_to(link, log, presence)
         async with anyio.create_task_group() as tg:
             await tg.start(cast.run)
             for n in range(joiners):
@@ -260,13 +261,7 @@ async def test_a_steady_trickle_of_joins_into_a_large_room_is_cast_before_it_end
     presence = Presence()
     link = FakeLink()
     async with Log(MemoryStore()) as log:
-        cast = Broadcaster(
-            identity=HostIdentity.generate(),
-            log=log,
-            conversation_id="main",
-            presence=presence,
-            link=lambda: link,  # type: ignore[arg-type,return-value]
-        )
+        cast = casting_to(link, log, presence)
         for n in range(room):
             presence.join(Member(name=f"t{n}", role="view"))
             cast.joined(object())
@@ -291,13 +286,7 @@ async def cast_stream(gaps: list[float], link: FakeLink) -> int:
     busy machine stretched by half a BURST_PAUSE or more (each may cost a cast)."""
     stretched = 0
     async with Log(MemoryStore()) as log:
-        cast = Broadcaster(
-            identity=HostIdentity.generate(),
-            log=log,
-            conversation_id="main",
-            presence=Presence(),
-            link=lambda: link,  # type: ignore[arg-type,return-value]
-        )
+        cast = casting_to(link, log, Presence())
         cast.joined(object())
         async with anyio.create_task_group() as tg:
             await tg.start(cast.run)
