@@ -8,6 +8,7 @@ transport of memory_websocket.py: the tests that compare the two framings use re
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,7 +20,7 @@ from websockets.asyncio.connection import Connection as WebSocket
 from websockets.asyncio.server import ServerConnection, serve
 
 from tunnel.link import Link
-from tunnel.link.framing import Framing, WebsocketsFraming
+from tunnel.link.framing import Framing, WebsocketsFraming, apply_mask, frame_header
 from tunnel.proto import DEFAULT_LIMITS, Connection, Limits, Side
 
 try:
@@ -78,6 +79,22 @@ class End:
         assert isinstance(self.framing, PicowsFraming)
         assert self.framing.transport is not None
         return self.framing.transport.underlying_transport
+
+    def queued(self) -> int:
+        """Messages (frames, on websockets) received and not yet taken through `messages()`."""
+        if self.websocket is not None:
+            return len(self.websocket.recv_messages.frames)
+        from tunnel.link.framing_picows import PicowsFraming
+
+        assert isinstance(self.framing, PicowsFraming)
+        return self.framing.statistics().queued
+
+    def write_frame(self, first_byte: int, payload: bytes) -> None:
+        """Write one masked frame as a client does, FIN and opcode given in `first_byte` (RFC
+        6455, section 5.2): how a test sends what the framings never do, e.g. fragments."""
+        key = os.urandom(4)
+        header = frame_header(first_byte, len(payload), key)
+        self._transport().write(header + apply_mask(payload, key))
 
     def write_buffer_size(self) -> int:
         """Bytes written to the socket's transport and not yet handed to the kernel."""

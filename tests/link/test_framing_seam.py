@@ -52,6 +52,9 @@ class QueueFraming:
         while (message := await self.inbox.get()) is not None:
             yield message
 
+    def receive_with(self, on_message: Callable[[bytes | str], None]) -> bool:
+        return False
+
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         assert self.peer is not None
         batch = [m if isinstance(m, bytes | str) else m[0] + bytes(m[1]) for m in messages]

@@ -85,6 +85,56 @@ async def test_channels_carry_data_and_both_sides_see_the_close_code(
             assert (seen.code, seen.reason, seen.by_peer) == (4001, "done", True)
 
 
+async def test_messages_queued_before_the_link_takes_them_as_they_come_are_read_first(
+    framing: str,
+) -> None:
+    with anyio.fail_after(10):
+        async with socket_pair(framing) as (client, server):
+            pushed: list[bytes | str] = []
+            client.framing.write_messages([b"one", b"two"])
+            while server.queued() < 2:
+                await anyio.sleep(0.01)
+            # Taking messages as they come now would put b"three" before them: refused.
+            assert not server.framing.receive_with(pushed.append)
+            messages = aiter(server.framing.messages())
+            assert await anext(messages) == b"one"
+            assert not server.framing.receive_with(pushed.append)
+            assert await anext(messages) == b"two"
+            assert server.framing.receive_with(pushed.append)
+
+            client.framing.write_messages([b"three"])
+            client.write_frame(0x02, b"frag")  # binary, more to come
+            client.write_frame(0x00, b"men")  # continuation
+            client.write_frame(0x80, b"ted")  # continuation, the last
+            client.write_frame(0x01, "t\u00e9".encode()[:2])  # text, split inside a character
+            client.write_frame(0x80, "t\u00e9".encode()[2:])
+            client.framing.write_messages([b"four"])
+            while len(pushed) < 4:
+                await anyio.sleep(0.01)
+            assert pushed == [b"three", b"fragmented", "t\u00e9", b"four"]
+            assert server.queued() == 0
+
+
+async def test_a_fault_in_the_event_handler_ends_that_link_and_is_raised_by_run(
+    framing: str,
+) -> None:
+    def faulty(event: object) -> None:
+        raise RuntimeError("a fault in the handler")
+
+    with anyio.fail_after(10):
+        async with socket_pair(framing) as (client, server):
+            link = server.link(Side.ACCEPTER)
+            async with anyio.create_task_group() as tg:
+                peer = Running(client.link(Side.DIALER))
+                tg.start_soon(peer.run)
+                peer.link.connection.send_hello({})
+                peer.link.flush()
+                with pytest.raises(RuntimeError, match="a fault in the handler"):
+                    await link.run(faulty)
+                seen = await peer.wait_closed()
+                assert (seen.code, seen.by_peer) == (CloseCode.ABNORMAL_CLOSURE, True)
+
+
 async def test_a_message_over_max_size_is_refused_with_1009(framing: str) -> None:
     with anyio.fail_after(10):
         async with (

@@ -1,7 +1,10 @@
 """`Link`: drives one sans-I/O `proto.Connection` over one WebSocket, under anyio.
 
-Host, teammate client and relay all use it. A reader task feeds every received message to the
-protocol object and hands the resulting events, in order, to a synchronous callback; what the
+Host, teammate client and relay all use it. Every received message goes to the protocol object
+and the resulting events, in order, to a synchronous callback. The reader task takes what the
+framing queued before the link ran; from then on the framing hands each message over from the
+socket's read callback as it is parsed (`Framing.receive_with`), which saves a queue and a wake-up
+of the reader per message, and the reader only waits for the WebSocket to close. What the
 protocol object queued is sent as described below. Nothing here buffers on its own: the outgoing
 buffer is the protocol object's (and, while the socket is full, at most what it held then, taken
 out of it in order), which flow control bounds (docs/protocol.md, "Flow control") to the send
@@ -368,25 +371,37 @@ class Link:
         return self._closed
 
     async def _reader(self, on_event: EventHandler) -> None:
+        def pushed(message: bytes | str) -> None:
+            try:
+                self._receive(message, on_event)
+            except Exception as exc:  # a bug: it ends this link, never the socket's caller
+                self._write_failed(exc)
+
+        framing = self.framing
         try:
-            async for message in self.framing.messages():
-                if self._close_request is not None:
-                    # We are closing: whatever the peer still sends is moot.
-                    continue
-                try:
-                    if isinstance(message, str):
-                        raise RemoteProtocolError("text message on a binary protocol")
-                    self.connection.receive_data(message)
-                except RemoteProtocolError as exc:
-                    self._failure = exc
-                    self.close_soon(exc.code, str(exc))
-                    continue
-                for event in self.connection.events_received():
-                    on_event(event)
-                self.flush()
-        except self.framing.closed_errors:
+            pushing = framing.receive_with(pushed)
+            async for message in framing.messages():
+                self._receive(message, on_event)
+                if not pushing:
+                    pushing = framing.receive_with(pushed)
+        except framing.closed_errors:
             pass
         self._finish()
+
+    def _receive(self, message: bytes | str, on_event: EventHandler) -> None:
+        if self._close_request is not None:
+            return  # we are closing: whatever the peer still sends is moot
+        try:
+            if isinstance(message, str):
+                raise RemoteProtocolError("text message on a binary protocol")
+            self.connection.receive_data(message)
+        except RemoteProtocolError as exc:
+            self._failure = exc
+            self.close_soon(exc.code, str(exc))
+            return
+        for event in self.connection.events_received():
+            on_event(event)
+        self.flush()
 
     # -- the writer task and the deadlines ----------------------------------------------------
 

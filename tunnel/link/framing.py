@@ -7,7 +7,10 @@ A link hands over a batch of messages and expects their frames in one socket wri
 frame, `proto.Outgoing`): the data is written as it is, never joined into a message first, so a
 relay forwards a received payload with one copy (the socket write's) and a client's masking is
 the only other pass over it. `WebsocketsFraming` frames here (RFC 6455, section 5.2) and writes
-to the connection's transport, leaving reading, pings and the close to websockets.
+to the connection's transport, leaving parsing, pings and the close to websockets; once the link
+takes messages as they come, it takes websockets' parsed frames from the connection's
+`process_event` (the hook its `data_received` calls per frame, which its client and server
+classes override for the handshake) instead of from its message queue.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from websockets.asyncio.connection import Connection as WebSocket
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
 from websockets.protocol import Side, State
 
 try:  # websockets' C masking; its pure Python fallback is two orders of magnitude slower
@@ -102,6 +106,12 @@ class Framing(Protocol):
         """The messages received, in order; ends, or raises one of `closed_errors`, once the
         WebSocket closes."""
 
+    def receive_with(self, on_message: Callable[[bytes | str], None]) -> bool:
+        """From now on hand every message to `on_message` as it is parsed, from the socket's
+        read callback, instead of through `messages()` (which then only ends once the WebSocket
+        closes). Refused (False) while received messages still wait in `messages()`, and by a
+        framing that cannot; then read on and ask again."""
+
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         """Frame `messages` and hand them to the socket in one write; the WebSocket is open."""
 
@@ -149,6 +159,16 @@ class WebsocketsFraming:
     def messages(self) -> AsyncIterable[bytes | str]:
         return self._websocket
 
+    def receive_with(self, on_message: Callable[[bytes | str], None]) -> bool:
+        """Take websockets' frames as its connection parses them (`process_event`, which its
+        `data_received` calls for each), skipping its message queue and a wake-up of the reader
+        per message; only once that queue is empty, so that no message is passed over."""
+        websocket = self._websocket
+        if queued_frames(websocket) != 0:
+            return False  # some wait in websockets' queue, or this version does not say
+        websocket.process_event = _Reassembler(websocket, on_message)  # type: ignore[method-assign]
+        return True
+
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         """Frame `messages` and write them to the transport at once.
 
@@ -190,3 +210,43 @@ class WebsocketsFraming:
         if received is None:
             return CloseCode.ABNORMAL_CLOSURE, "", True
         return received.code, received.reason, True
+
+
+def queued_frames(websocket: WebSocket) -> int | None:
+    """Frames `websocket` has received and not yet handed out: what `recv()` returns without
+    waiting. None when this version of websockets does not say."""
+    frames = getattr(getattr(websocket, "recv_messages", None), "frames", None)
+    return len(frames) if frames is not None else None
+
+
+class _Reassembler:
+    """What a websockets connection calls for each frame it parsed, once a link takes its
+    messages as they come (`WebsocketsFraming.receive_with`): a whole binary message goes out
+    as it is, a fragmented one once its last frame came (websockets' protocol bounds its size by
+    `max_size`), text as `str`; a pong answers websockets' keepalive as its own handler would."""
+
+    __slots__ = ("_fragments", "_on_message", "_text", "_websocket")
+
+    def __init__(self, websocket: WebSocket, on_message: Callable[[bytes | str], None]) -> None:
+        self._websocket = websocket
+        self._on_message = on_message
+        self._fragments: bytearray | None = None
+        self._text = False
+
+    def __call__(self, event: object) -> None:
+        assert isinstance(event, Frame)
+        opcode = event.opcode
+        if opcode is Opcode.BINARY and event.fin and self._fragments is None:
+            data = event.data
+            self._on_message(data if type(data) is bytes else bytes(data))
+        elif opcode is Opcode.TEXT or opcode is Opcode.BINARY or opcode is Opcode.CONT:
+            if opcode is not Opcode.CONT:
+                self._fragments, self._text = bytearray(), opcode is Opcode.TEXT
+            if self._fragments is None:
+                return  # websockets' protocol refuses a continuation without a start
+            self._fragments += event.data
+            if event.fin:
+                message, self._fragments = bytes(self._fragments), None
+                self._on_message(message.decode("utf-8", "replace") if self._text else message)
+        elif opcode is Opcode.PONG:
+            self._websocket.acknowledge_pings(bytes(event.data))

@@ -7,7 +7,8 @@ picows reads; writing stays ours. picows sends one frame per call, so a batch of
 framed here (`frame_pieces`, as for websockets) and handed to the socket's transport in one
 `writelines`, a `data` frame's payload a piece of its own. picows answers pings and parses the
 close frames; the closing handshake, keepalive pings, reassembly of fragmented messages and the
-bounded queue between picows' callback and the link's reader are here, with websockets' close
+bounded queue between picows' callback and the link's reader (used until the link takes messages
+as they come, `receive_with`) are here, with websockets' close
 codes: 1009 for a message over `max_size`, 1011 for a keepalive ping without an answer, 1002 for
 a broken frame, 1007 for text that is not UTF-8.
 """
@@ -115,6 +116,7 @@ class PicowsFraming(WSListener):
         "_mask",
         "_max_size",
         "_on_connected",
+        "_on_message",
         "_own_close",
         "_ping_interval",
         "_ping_timeout",
@@ -147,6 +149,7 @@ class PicowsFraming(WSListener):
         self._mask = False
         # Bounded: reading the socket pauses at MAX_QUEUE (see its docstring).
         self._inbox: deque[bytes | str] = deque()
+        self._on_message: Callable[[bytes | str], None] | None = None
         self._reading_paused = False
         self._inbox_waiter: asyncio.Future[None] | None = None
         self._fragments: bytearray | None = None
@@ -234,6 +237,9 @@ class PicowsFraming(WSListener):
             self._fail(INVALID_DATA, "invalid UTF-8")
 
     def _deliver(self, message: bytes | str) -> None:
+        if self._on_message is not None:
+            self._on_message(message)
+            return
         self._inbox.append(message)
         if (
             len(self._inbox) >= MAX_QUEUE
@@ -279,6 +285,12 @@ class PicowsFraming(WSListener):
 
     def messages(self) -> AsyncIterator[bytes | str]:
         return self._messages()
+
+    def receive_with(self, on_message: Callable[[bytes | str], None]) -> bool:
+        if self._inbox:
+            return False
+        self._on_message = on_message
+        return True
 
     async def _messages(self) -> AsyncIterator[bytes | str]:
         inbox = self._inbox

@@ -26,7 +26,7 @@ from websockets.asyncio.connection import Connection as WebSocket
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from tunnel.link.core import clip_reason
-from tunnel.link.framing import WebsocketsFraming
+from tunnel.link.framing import WebsocketsFraming, queued_frames
 from tunnel.link.urls import websocket_url
 from tunnel.proto import Outgoing, ProtocolError, decode_frame
 from tunnel.proto.codes import CloseCode
@@ -312,7 +312,8 @@ class EntryLinks:
         try:
             while slot.ended is None:
                 batch = [await teammate.recv()]
-                while len(batch) < WRITE_BATCH and _queued(teammate):
+                # Where websockets does not say what is queued, each is written alone: slower.
+                while len(batch) < WRITE_BATCH and queued_frames(teammate):
                     batch.append(await teammate.recv())
                 await self._send(link, *(pack_message(slot_id, m) for m in batch))
         except ConnectionClosed:
@@ -340,14 +341,6 @@ class EntryLinks:
                 slot.stalled = True
         except ConnectionClosed:
             pass
-
-
-def _queued(websocket: WebSocket) -> int:
-    """Frames `websocket` has received and not yet handed out: what `recv()` returns without
-    waiting. 0 when this version of websockets does not say (then each message is written alone,
-    which is only slower)."""
-    frames = getattr(getattr(websocket, "recv_messages", None), "frames", None)
-    return len(frames) if frames is not None else 0
 
 
 def _same_limits(message: Any, relay_limits: Mapping[str, Any]) -> bool:

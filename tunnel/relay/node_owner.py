@@ -83,6 +83,9 @@ class SlotFraming:
             self._readable.clear()
             await self._readable.wait()
 
+    def receive_with(self, on_message: Callable[[bytes | str], None]) -> bool:
+        return False
+
     def write_messages(self, messages: Iterable[Outgoing | str]) -> None:
         self._owner.written(self.slot, list(messages))
 
