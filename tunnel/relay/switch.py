@@ -1,7 +1,8 @@
 """The relay's switch: admits connections and forwards channels between teammates and hosts.
 
-Everything here is synchronous and runs on the event loop thread, called from each link's reader
-with the events of that link, so no locks are needed and every decision sees a consistent table.
+Everything here is synchronous and runs on the event loop thread, called with the events of
+each link as its messages are read (from the socket's read callback, tunnel/link/core.py), so no
+locks are needed and every decision sees a consistent table.
 
 Flow control end to end (docs/relay.md, "Flow control"): a `data` frame received on one side is
 acknowledged to its sender only once it was queued onto the other side's link, which happens only
