@@ -1,12 +1,15 @@
-"""The link's WebSocket framing: websockets' own parser reads back exactly what was framed."""
+"""The link's WebSocket framing: websockets' own parser reads back exactly what was framed, and
+what it parses is handed to a link taking messages as they come exactly as they were sent."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 from websockets.frames import Frame, Opcode
 from websockets.protocol import Protocol, Side, State
 
-from tunnel.link.framing import frame_pieces
+from tunnel.link.framing import _Reassembler, apply_mask, frame_header, frame_pieces
 from tunnel.proto import Outgoing
 from tunnel.proto.frames import data_head
 
@@ -64,3 +67,71 @@ def test_a_client_masks_each_frame_with_its_own_key() -> None:
     assert first != data
     assert second != data
     assert first != second
+
+
+class _Pongs:
+    """What `_Reassembler` needs of a websockets connection: where a pong goes."""
+
+    def __init__(self) -> None:
+        self.pongs: list[bytes] = []
+
+    def acknowledge_pings(self, data: bytes) -> None:
+        self.pongs.append(data)
+
+
+def _random_messages(rng: random.Random) -> tuple[list[bytes], list[bytes | str], list[bytes]]:
+    """Client frames (the wire bytes of each), the messages they make, and the pongs among
+    them: whole and fragmented binary and text messages, empty fragments, pings and pongs
+    between fragments (RFC 6455, section 5.4: control frames may come in the middle)."""
+    wire: list[bytes] = []
+    messages: list[bytes | str] = []
+    pongs: list[bytes] = []
+
+    def frame(first_byte: int, payload: bytes) -> None:
+        key = rng.randbytes(4)
+        wire.append(frame_header(first_byte, len(payload), key) + apply_mask(payload, key))
+
+    for _ in range(rng.randint(1, 30)):
+        text = rng.random() < 0.2
+        if text:
+            message: bytes | str = "".join(rng.choice("aé€😀") for _ in range(rng.randint(0, 40)))
+            data = message.encode()
+        else:
+            message = data = rng.randbytes(rng.choice([0, 1, 5, 125, 126, 300, 70000]))
+        cuts = sorted(rng.randint(0, len(data)) for _ in range(rng.choice([0, 0, 1, 2, 5])))
+        parts = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        for index, part in enumerate(parts):
+            opcode = (0x01 if text else 0x02) if index == 0 else 0x00
+            frame(opcode | (0x80 if index == len(parts) - 1 else 0), part)
+            if rng.random() < 0.2:
+                pong = rng.randbytes(rng.randint(0, 8))
+                frame(0x8A, pong)  # a pong, FIN set
+                pongs.append(pong)
+            if rng.random() < 0.1:
+                frame(0x89, b"ping")
+        messages.append(message)
+    return wire, messages, pongs
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_messages_taken_as_they_are_parsed_are_the_messages_sent(seed: int) -> None:
+    # Seeded random frame sequences, cut into reads at random places: what `receive_with`
+    # hands over is exactly the messages sent, in order, and every pong reaches keepalive.
+    rng = random.Random(seed)
+    wire, sent, pongs = _random_messages(rng)
+    stream = b"".join(wire)
+    connection = _Pongs()
+    received: list[bytes | str] = []
+    reassemble = _Reassembler(connection, received.append)  # type: ignore[arg-type]
+    reader = Protocol(Side.SERVER, state=State.OPEN, max_size=None)
+    start = 0
+    while start < len(stream):
+        end = min(len(stream), start + rng.choice([1, 7, 1000, 65536]))
+        reader.receive_data(stream[start:end])
+        for event in reader.events_received():
+            reassemble(event)
+        start = end
+    assert reader.state is State.OPEN
+    assert received == sent
+    assert all(type(message) in (bytes, str) for message in received)
+    assert connection.pongs == pongs
