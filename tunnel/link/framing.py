@@ -223,7 +223,8 @@ class _Reassembler:
     """What a websockets connection calls for each frame it parsed, once a link takes its
     messages as they come (`WebsocketsFraming.receive_with`): a whole binary message goes out
     as it is, a fragmented one once its last frame came (websockets' protocol bounds its size by
-    `max_size`), text as `str`; a pong answers websockets' keepalive as its own handler would."""
+    `max_size`), text as `str` (a link refuses any text message, so text that is not UTF-8 needs
+    no close code of its own); a pong answers websockets' keepalive as its own handler would."""
 
     __slots__ = ("_fragments", "_on_message", "_text", "_websocket")
 
