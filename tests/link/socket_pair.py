@@ -20,7 +20,13 @@ from websockets.asyncio.connection import Connection as WebSocket
 from websockets.asyncio.server import ServerConnection, serve
 
 from tunnel.link import Link
-from tunnel.link.framing import Framing, WebsocketsFraming, apply_mask, frame_header
+from tunnel.link.framing import (
+    Framing,
+    WebsocketsFraming,
+    apply_mask,
+    frame_header,
+    queued_frames,
+)
 from tunnel.proto import DEFAULT_LIMITS, Connection, Limits, Side
 
 try:
@@ -83,7 +89,9 @@ class End:
     def queued(self) -> int:
         """Messages (frames, on websockets) received and not yet taken through `messages()`."""
         if self.websocket is not None:
-            return len(self.websocket.recv_messages.frames)
+            queued = queued_frames(self.websocket)
+            assert queued is not None
+            return queued
         from tunnel.link.framing_picows import PicowsFraming
 
         assert isinstance(self.framing, PicowsFraming)
