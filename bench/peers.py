@@ -548,6 +548,10 @@ def run_tcp_host(args: argparse.Namespace) -> None:
     anyio.run(until_stdin_closes, main, {})
 
 
+OUR_HOSTS = frozenset({"host", "session-host", "share-host"})
+"""The roles that stand for `tunnel host`: they set the C allocator's thresholds first, as it does
+(tunnel/process/allocator.py)."""
+
 ROLES: dict[str, Callable[[argparse.Namespace], None]] = {
     "host": run_host,
     "session-host": run_session_host,
@@ -587,6 +591,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.role in OUR_HOSTS:
+        from tunnel.process.allocator import keep_freed_memory
+
+        keep_freed_memory()
     ROLES[args.role](args)
 
 

@@ -28,6 +28,7 @@ from tunnel.host.share import (
     print_links,
     share_until_quit,
 )
+from tunnel.process.allocator import keep_freed_memory
 from tunnel.process.exit_codes import EXIT_CONFIG, EXIT_REFUSED
 from tunnel.process.signals import exit_code_after, run_until_signal
 from tunnel.terminal.sanitize import printable
@@ -87,6 +88,7 @@ def run_host_command(
         if banner is not None:
             Console(highlight=False).print(banner)
 
+    keep_freed_memory()
     try:
         if new_links:
             ShareSecrets.generate().save(settings.resolved_secrets_file)

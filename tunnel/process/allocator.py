@@ -1,0 +1,60 @@
+"""The C allocator's tunables for the processes that stream large messages: `keep_freed_memory`.
+
+glibc's malloc hands the free memory at the top of its heap back to the kernel once more than
+its trim threshold (128 KiB at first) is free there, and serves allocations over its mmap
+threshold with a mapping of their own, unmapped when freed. A host streaming 64 KiB messages
+allocates and frees a window's worth of ciphertext, masked copies and socket buffers over and
+over, so every batch faulted its pages in afresh: a quarter of the host's CPU went to page faults
+and `brk` (docs/performance.md, "Freed memory kept for reuse"). Fixed thresholds a little above
+the largest message keep that memory for the next batch; they also turn off glibc's sliding
+thresholds, which follow the largest block freed so far and so depend on what the process did
+before. The cost is bounded: at most TRIM_THRESHOLD of free memory kept at the heap's top.
+
+Set once, at the start of a command's process (`tunnel host`, `tunnel attach`, `tunnel acp`), never
+by a library call: the tunables are the whole process's. Not for the relay, whose memory per idle
+teammate is a goal of its own and whose forwarding did not gain (the same section). A user's own
+`MALLOC_*_` or `GLIBC_TUNABLES` settings win; elsewhere than glibc this does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+MMAP_THRESHOLD = 1024 * 1024
+"""Allocations below this come from the heap (mallopt's M_MMAP_THRESHOLD): every message up to
+the largest a link carries (`Limits.max_message_size`, 1 MiB) and its copies."""
+
+TRIM_THRESHOLD = 8 * 1024 * 1024
+"""Free memory kept at the heap's top before any goes back to the kernel (M_TRIM_THRESHOLD). A
+sender that fills a channel's 1 MiB send window holds its ciphertext, the masked copies and the
+socket's buffer at once: 4 MiB was the least that stopped the churn sending 64 KiB messages, 1
+MiB changed nothing; 8 leaves room for a second channel's window."""
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+"""mallopt(3)'s parameter numbers, from glibc's malloc.h."""
+
+_USER_SETTINGS = ("GLIBC_TUNABLES", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
+
+
+def keep_freed_memory() -> bool:
+    """Set glibc's trim and mmap thresholds (module docstring); True if they were set."""
+    if sys.platform != "linux" or any(name in os.environ for name in _USER_SETTINGS):
+        return False
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return False
+    except (ValueError, OSError):  # not glibc: musl, for one, has no such name
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    mallopt.restype = ctypes.c_int
+    # mallopt returns 1 on success, 0 on error.
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
