@@ -583,6 +583,11 @@ def main() -> None:
         default="websockets",
         help="host: the WebSocket library it dials our relay with",
     )
+    parser.add_argument(
+        "--glibc-defaults",
+        action="store_true",
+        help="our hosts: leave the C allocator's thresholds at glibc's (bench/allocator_bench.py)",
+    )
     parser.add_argument("--url", help="the bare relay's ws:// URL")
     parser.add_argument("--port", type=int, help="the TCP relay's port")
     parser.add_argument("--greet", action="store_true", help="bare relay: greet each teammate")
@@ -591,7 +596,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    if args.role in OUR_HOSTS:
+    if args.role in OUR_HOSTS and not args.glibc_defaults:
         from tunnel.process.allocator import keep_freed_memory
 
         keep_freed_memory()

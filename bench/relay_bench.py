@@ -85,11 +85,19 @@ class System:
 
 @contextlib.asynccontextmanager
 async def ours(
-    wd: Path, framing: str, uvloop: bool, ends: str = "websockets"
+    wd: Path,
+    framing: str,
+    uvloop: bool,
+    ends: str = "websockets",
+    *,
+    name: str = "",
+    host_options: Sequence[str] = (),
 ) -> AsyncIterator[System]:
-    """Ours with the relay serving on `framing` and the host and the teammate dialing on `ends`."""
-    name = "ours" if framing == "websockets" else f"ours-{framing}"
-    name += ("-ends" if ends != "websockets" else "") + UVLOOP * uvloop
+    """Ours with the relay serving on `framing` and the host and the teammate dialing on `ends`
+    (the host given `host_options` too; `name` replaces the one made of the others)."""
+    if not name:
+        name = "ours" if framing == "websockets" else f"ours-{framing}"
+        name += ("-ends" if ends != "websockets" else "") + UVLOOP * uvloop
     async with (
         tunnel_relay(wd, "--framing", framing, name=f"{name}-relay", uvloop=uvloop) as (
             relay,
@@ -105,6 +113,7 @@ async def ours(
             str(wd / name),
             "--framing",
             ends,
+            *host_options,
         ) as host,
     ):
         link = (await ready(host))["link"]
