@@ -26,9 +26,8 @@ CPU of other processes in clock ticks, 10 ms, hence the large default volume), a
 trip of a 100-byte message (p50 and p99 over --roundtrips). Prints the median and [min-max] over
 the pairs, and the median of the per-pair ratios ours/ws and ours/tcp.
 
-Our hosts set the C allocator's thresholds as `tunnel host` does (tunnel/process/allocator.py),
-and so does this process, as `tunnel attach` does: the bare teammate here runs with them too;
-the bare hosts and every relay keep glibc's defaults.
+Our host sets the C allocator's thresholds as `tunnel host` does (tunnel/process/allocator.py);
+the teammates, the bare hosts and every relay keep glibc's defaults.
 
 With BENCH_PROFILE=DIR in the environment, every process runs under cProfile (the teammate only
 during our runs) and writes DIR/NAME.prof: slower, for finding where the time goes.
@@ -65,7 +64,6 @@ from harness import (
 from peers import DONE, Framed, control
 from websockets.asyncio.client import connect
 
-from tunnel.process.allocator import keep_freed_memory
 from tunnel.teammate.client import connect_teammate
 
 RTT_SIZE = 100
@@ -451,7 +449,6 @@ def main() -> None:
     )
     if options.pairs < 1:
         parser.error("--pairs must be at least 1")
-    keep_freed_memory()  # our teammate runs in this process, as in `tunnel attach`
     run_bench(bench, options)
 
 

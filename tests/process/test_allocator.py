@@ -7,12 +7,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tunnel.process.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD
+from tunnel.process.exit_codes import EXIT_CONFIG
 
-pytestmark = pytest.mark.skipif(
+glibc_only = pytest.mark.skipif(
     sys.platform != "linux" or not os.confstr("CS_GNU_LIBC_VERSION"), reason="glibc's tunables"
 )
 
@@ -54,6 +56,7 @@ def run_child(mode: str, **env: str) -> dict[str, int]:
     return result
 
 
+@glibc_only
 def test_freed_memory_is_kept_for_reuse_once_set() -> None:
     tuned = run_child("tune")
     assert tuned["tuned"]
@@ -64,6 +67,7 @@ def test_freed_memory_is_kept_for_reuse_once_set() -> None:
     assert tuned["mapped"] == 0
 
 
+@glibc_only
 def test_without_the_thresholds_glibc_hands_freed_memory_back() -> None:
     # What the thresholds change: by default the same frees are trimmed and the large block is
     # a mapping of its own, so each window faults its pages in again.
@@ -72,7 +76,27 @@ def test_without_the_thresholds_glibc_hands_freed_memory_back() -> None:
     assert plain["mapped"] == 1
 
 
+@glibc_only
 def test_a_users_own_allocator_settings_win() -> None:
     kept = run_child("tune", MALLOC_TRIM_THRESHOLD_="131072")
     assert not kept["tuned"]
     assert kept["kept"] < 1024 * 1024
+
+
+def test_tunnel_host_sets_the_thresholds_before_its_loop_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tunnel.host import serve
+    from tunnel.host.settings import HostSettings
+
+    calls: list[str] = []
+    monkeypatch.setattr(serve, "keep_freed_memory", lambda: calls.append("thresholds") or True)
+
+    def loop(*_: object) -> None:
+        calls.append("loop")
+        raise OSError("stopped here")
+
+    monkeypatch.setattr(serve.anyio, "run", loop)
+    settings = HostSettings(relay_url="http://127.0.0.1:9", key_file=tmp_path / "host_key")
+    assert serve.run_host_command(settings, serve.serve_echo(settings)) == EXIT_CONFIG
+    assert calls == ["thresholds", "loop"]

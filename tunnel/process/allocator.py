@@ -1,19 +1,20 @@
-"""The C allocator's tunables for the processes that stream large messages: `keep_freed_memory`.
+"""The C allocator's tunables for a host streaming large messages: `keep_freed_memory`.
 
 glibc's malloc hands the free memory at the top of its heap back to the kernel once more than
 its trim threshold (128 KiB at first) is free there, and serves allocations over its mmap
 threshold with a mapping of their own, unmapped when freed. A host streaming 64 KiB messages
 allocates and frees a window's worth of ciphertext, masked copies and socket buffers over and
-over, so every batch faulted its pages in afresh: a quarter of the host's CPU went to page faults
-and `brk` (docs/performance.md, "Freed memory kept for reuse"). Fixed thresholds a little above
-the largest message keep that memory for the next batch; they also turn off glibc's sliding
+over, so every batch faulted its pages in afresh: a fifth to a quarter of the host's CPU went to
+page faults and `brk` (docs/performance.md, "Freed memory kept for reuse"). Fixed thresholds keep
+that memory for the next batch; they also turn off glibc's sliding
 thresholds, which follow the largest block freed so far and so depend on what the process did
 before. The cost is bounded: at most TRIM_THRESHOLD of free memory kept at the heap's top.
 
-Set once, at the start of a command's process (`tunnel host`, `tunnel attach`, `tunnel acp`), never
-by a library call: the tunables are the whole process's. Not for the relay, whose memory per idle
-teammate is a goal of its own and whose forwarding did not gain (the same section). A user's own
-`MALLOC_*_` or `GLIBC_TUNABLES` settings win; elsewhere than glibc this does nothing.
+Set once, at the start of `tunnel host`, never by a library call: the tunables are the whole
+process's. Not for the relay, whose memory per idle teammate is a goal of its own and whose
+forwarding showed no clear gain, nor for a teammate, whose receiving did not gain either (the
+same section). A user's own `MALLOC_*_` or `GLIBC_TUNABLES` settings win; elsewhere than glibc
+this does nothing.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ the largest a link carries (`Limits.max_message_size`, 1 MiB) and its copies."""
 TRIM_THRESHOLD = 8 * 1024 * 1024
 """Free memory kept at the heap's top before any goes back to the kernel (M_TRIM_THRESHOLD). A
 sender that fills a channel's 1 MiB send window holds its ciphertext, the masked copies and the
-socket's buffer at once: 4 MiB was the least that stopped the churn sending 64 KiB messages, 1
-MiB changed nothing; 8 leaves room for a second channel's window."""
+socket's buffer at once: of 1, 4 and 16 MiB, 4 was enough to stop the churn sending 64 KiB
+messages and 1 changed nothing; 8 leaves room for a second channel's window."""
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3

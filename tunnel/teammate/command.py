@@ -106,11 +106,9 @@ def attach_command(
     # The client loads only now, so that `tunnel --help` and the other commands never do.
     import anyio
 
-    from tunnel.process.allocator import keep_freed_memory
     from tunnel.teammate.attach import AttachSettings, run_attach
 
     configure_logging("warning")
-    keep_freed_memory()
     parsed = _share_link("attach", link, link_file, name)
     settings = AttachSettings(
         link=parsed,
@@ -214,11 +212,9 @@ def acp_command(
     agent_servers): the editor watches, and drives with a drive link."""
     import anyio
 
-    from tunnel.process.allocator import keep_freed_memory
     from tunnel.teammate.acp_bridge import AcpSettings, run_acp
 
     configure_logging("warning")
-    keep_freed_memory()
     parsed = _share_link("acp", link, link_file, name)
     settings = AcpSettings(link=parsed, name=name, history=history, give_up_after=give_up_after)
     raise typer.Exit(anyio.run(run_acp, settings))
