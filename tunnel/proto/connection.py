@@ -39,6 +39,7 @@ from tunnel.proto.events import (
     WindowUpdated,
 )
 from tunnel.proto.frames import (
+    FAST_FORM_STRINGS,
     MAX_CHANNEL_ID,
     MAX_CLOSE_CODE,
     MIN_CLOSE_CODE,
@@ -110,6 +111,8 @@ class Connection:
         self._side = side
         self._views = payload_views
         self._limits = limits
+        strings = limits.max_string_length
+        self._fast_form = strings is None or strings >= FAST_FORM_STRINGS
         self._channels: dict[int, _Channel] = {}
         self._ours = 0
         self._theirs = 0
@@ -210,16 +213,20 @@ class Connection:
         """
         self._check_usable()
         try:
-            if self._views and type(message) is bytes:
+            if self._fast_form and type(message) is bytes:
                 limits = self._limits
                 found = payload_at(message, limits.max_data_size)
-                if (
-                    found is not None
-                    and found[0]
-                    and (limits.max_message_size is None or len(message) <= limits.max_message_size)
+                if found is not None and (
+                    limits.max_message_size is None or len(message) <= limits.max_message_size
                 ):
-                    # A `data` frame in the fast form: its data stays in `message`.
-                    self._receive_data_view(found[1], memoryview(message)[found[2] :])
+                    # A `data` or `cast` frame in the fast form, the bulk of what arrives: no
+                    # frame object, and for a relay the data stays in `message`.
+                    is_data, channel, at = found
+                    data = memoryview(message)[at:] if self._views else message[at:]
+                    if is_data:
+                        self._receive_data_view(channel, data)
+                    else:
+                        self._receive_cast_view(channel, data)
                     return
             self._handle(decode_frame(message, limits=self._limits))
         except ProtocolError as exc:
@@ -274,14 +281,25 @@ class Connection:
         self._theirs += 1
         self._events.append(ChannelOpened(channel=frame.channel, path=frame.path, meta=frame.meta))
 
-    def _receive_data_view(self, channel: int, data: memoryview) -> None:
-        """`_handle` for a `data` frame whose data stays in the received message."""
+    def _receive_data_view(self, channel: int, data: Payload) -> None:
+        """`_handle` for a `data` frame decoded by `payload_at`."""
+        self._check_channel_frame()
+        found = self._channels.get(channel)
+        self._receive_data(channel, data, found.state if found is not None else None, found)
+
+    def _receive_cast_view(self, channel: int, data: Payload) -> None:
+        """`_handle` for a `cast` frame to a channel decoded by `payload_at`."""
+        self._check_channel_frame()
+        found = self._channels.get(channel)
+        cast = Cast(channel=channel, data=bytes(data) if type(data) is not bytes else data)
+        self._receive_broadcast(cast, found.state if found is not None else None, found)
+
+    def _check_channel_frame(self) -> None:
+        """What `_handle` checks before any frame but a hello or a broadcast."""
         if not self._hello_received:
             raise RemoteProtocolError("a frame before the hello")
         if not self._hello_sent:
             raise RemoteProtocolError("a channel frame before our hello was sent")
-        found = self._channels.get(channel)
-        self._receive_data(channel, data, found.state if found is not None else None, found)
 
     def _receive_data(
         self, channel: int, data: Payload, state: ChannelState | None, found: _Channel | None

@@ -228,8 +228,9 @@ _CAST_MIDDLE = b"\xa1k\xa4cast\xa1p\x81\xa1d"
 """The same for a `cast` frame to a channel: "k": "cast", "p": {"d": ...}."""
 _WINDOW_MIDDLE = b"\xa1k\xa6window\xa1p\x81\xa1n"
 """Between the channel id and the grant of a `window` frame: "k": "window", "p": {"n": ...}."""
-_LONGEST_FIXED_STR = len("window")
-"""The fast path reads these strings without a length check: only if the limit allows them."""
+FAST_FORM_STRINGS = len("window")
+"""The longest string of the fast forms (`payload_at`, `_decode_fast`), which read them without a
+length check: they are taken only if `max_string_length` allows this much."""
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -542,7 +543,7 @@ def decode_frame(
         raise LimitError("message is larger than max_message_size")
     data = received if isinstance(received, bytes) else bytes(received)
     strings = limits.max_string_length
-    if strings is None or strings >= _LONGEST_FIXED_STR:
+    if strings is None or strings >= FAST_FORM_STRINGS:
         fast = _decode_fast(data, limits.max_data_size)
         if fast is not None:
             return fast

@@ -26,6 +26,10 @@ class ChannelState(enum.Enum):
     CLOSE_SENT = "close_sent"
     """We sent `close` and wait for the peer's; its id is still in use."""
 
+    # Members are singletons compared by identity: hashing them by identity too keeps the table's
+    # look-up (twice per data message received) off Enum's own __hash__, a Python call.
+    __hash__ = object.__hash__
+
 
 class Input(enum.Enum):
     """What can happen to a channel: a call of ours (SEND_*, ACKNOWLEDGE) or a frame (RECV_*)."""
@@ -38,6 +42,8 @@ class Input(enum.Enum):
     RECV_WINDOW = "recv window"
     SEND_CLOSE = "send close"
     RECV_CLOSE = "recv close"
+
+    __hash__ = object.__hash__  # as ChannelState's
 
 
 class Action(enum.Enum):
