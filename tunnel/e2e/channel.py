@@ -65,7 +65,8 @@ class SealedChannel:
         """Encrypt and send one message once the window has room for it."""
         if len(plaintext) > self.max_message_size:
             raise MessageTooLargeError(len(plaintext), self.max_message_size)
-        crypto = await self.keys()
+        # No coroutine per message once the keys are there.
+        crypto = self._crypto if self._crypto is not None else await self.keys()
         # Sealed only once the window has room (send_sealed, which also keeps concurrent sends
         # in order): the nonce is a counter, so a ciphertext sealed but never sent would break
         # every later message.
@@ -81,7 +82,7 @@ class SealedChannel:
         does hold at one instant, with no other message or frame of this side in between."""
         if largest > self.max_message_size:
             raise MessageTooLargeError(largest, self.max_message_size)
-        crypto = await self.keys()
+        crypto = self._crypto if self._crypto is not None else await self.keys()
 
         def seal() -> bytes:
             plaintext = build()
@@ -101,7 +102,7 @@ class SealedChannel:
     async def receive_any(self) -> bytes | Casted:
         """Return the next plaintext message, or the next cast of the host's broadcast (still
         sealed: `tunnel.e2e.broadcast` opens it) or cut, in the order they arrived."""
-        crypto = await self.keys()
+        crypto = self._crypto if self._crypto is not None else await self.keys()
         message = await self._channel.receive_any()
         if isinstance(message, Casted):
             return message
