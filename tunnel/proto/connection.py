@@ -375,7 +375,7 @@ class Connection:
         if self._hello_sent:
             raise LocalProtocolError("hello was already sent")
         check_map(payload, "hello payload", self._limits, remote=False)
-        self._queue(Hello(payload=payload))
+        self._queue(Hello(payload=payload), checked=True)
         self._hello_sent = True
 
     def open_channel(self, path: str, meta: dict[str, Any]) -> int:
@@ -392,7 +392,7 @@ class Connection:
         channel = self._allocate()
         outcome = transition(None, Input.SEND_OPEN)
         assert outcome.next is not None
-        self._queue(Open(channel=channel, path=path, meta=meta))
+        self._queue(Open(channel=channel, path=path, meta=meta), checked=True)
         self._channels[channel] = _Channel(
             state=outcome.next,
             ours=True,
@@ -566,8 +566,9 @@ class Connection:
         if not self._hello_received:
             raise LocalProtocolError("channels can be used only after the peer's hello")
 
-    def _queue(self, frame: Frame) -> None:
-        message = encode_frame(frame)
+    def _queue(self, frame: Frame, *, checked: bool = False) -> None:
+        """Queue `frame`; `checked`: its strings and maps were checked against our limits."""
+        message = encode_frame(frame, checked=checked)
         limit = self._limits.max_message_size
         if limit is not None and len(message) > limit:
             raise LocalProtocolError(

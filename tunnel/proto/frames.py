@@ -165,7 +165,7 @@ def _with_group(payload: dict[str, Any], group: int) -> dict[str, Any]:
     return payload
 
 
-def _wire(frame: Frame) -> dict[str, Any]:
+def _wire(frame: Frame, checked: bool) -> dict[str, Any]:
     if isinstance(frame, Data):
         if not isinstance(frame.data, bytes | bytearray):
             raise LocalProtocolError("data must be bytes")
@@ -177,8 +177,10 @@ def _wire(frame: Frame) -> dict[str, Any]:
             raise LocalProtocolError("a window grant must be an int in 1..2**32-1")
         return {"c": _local_channel(frame.channel), "k": "window", "p": {"n": frame.n}}
     if isinstance(frame, Open):
-        path = check_str(frame.path, "path", _UNBOUNDED, remote=False)
-        meta = check_map(frame.meta, "meta", _UNBOUNDED, remote=False)
+        path, meta = frame.path, frame.meta
+        if not checked:
+            check_str(path, "path", _UNBOUNDED, remote=False)
+            check_map(meta, "meta", _UNBOUNDED, remote=False)
         payload: dict[str, Any] = {"path": path, "meta": meta}
         return {"c": _local_channel(frame.channel), "k": "open", "p": payload}
     if isinstance(frame, Close):
@@ -190,7 +192,9 @@ def _wire(frame: Frame) -> dict[str, Any]:
         payload = {"code": int(frame.code), "reason": reason}
         return {"c": _local_channel(frame.channel), "k": "close", "p": payload}
     if isinstance(frame, Hello):
-        payload = check_map(frame.payload, "hello payload", _UNBOUNDED, remote=False)
+        payload = frame.payload
+        if not checked:
+            check_map(payload, "hello payload", _UNBOUNDED, remote=False)
         return {"c": None, "k": "hello", "p": payload}
     if isinstance(frame, Cast):
         if not isinstance(frame.data, bytes | bytearray) or not frame.data:
@@ -360,11 +364,12 @@ def _decode_fast(message: bytes, max_data_size: int | None) -> Frame | None:
     return Cast(channel=channel, data=message[at:])
 
 
-def encode_frame(frame: Frame) -> bytes:
+def encode_frame(frame: Frame, *, checked: bool = False) -> bytes:
     """Return the wire bytes of `frame`: one WebSocket binary message.
 
     Checks types and ranges (raising `LocalProtocolError`), not `Limits`: `Connection` checks
-    those against its own limits before it sends.
+    those against its own limits before it sends, and says so with `checked` (an `open`'s path
+    and meta or a hello's payload, which it has just walked, are then not walked again).
     """
     if type(frame) is Data:
         data = frame.data
@@ -377,7 +382,7 @@ def encode_frame(frame: Frame) -> bytes:
     elif type(frame) is Window and type(frame.n) is int and 1 <= frame.n <= MAX_WINDOW:
         channel = _local_channel(frame.channel)
         return b"".join((_HEAD, _pack_uint(channel), _WINDOW_MIDDLE, _pack_uint(frame.n)))
-    wire = _wire(frame)
+    wire = _wire(frame, checked)
     try:
         return msgpack.packb(wire, use_bin_type=True)
     except (ValueError, TypeError, OverflowError) as exc:
