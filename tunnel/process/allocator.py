@@ -6,9 +6,9 @@ threshold with a mapping of their own, unmapped when freed. A host streaming 64 
 allocates and frees a window's worth of ciphertext, masked copies and socket buffers over and
 over, so every batch faulted its pages in afresh: a fifth to a quarter of the host's CPU went to
 page faults and `brk` (docs/performance.md, "Freed memory kept for reuse"). Fixed thresholds keep
-that memory for the next batch; they also turn off glibc's sliding
-thresholds, which follow the largest block freed so far and so depend on what the process did
-before. The cost is bounded: at most TRIM_THRESHOLD of free memory kept at the heap's top.
+that memory for the next batch; they also turn off glibc's sliding thresholds, which follow the
+largest block freed so far and so depend on what the process did before. The cost is bounded:
+at most TRIM_THRESHOLD of free memory kept at the heap's top.
 
 Set once, at the start of `tunnel host`, never by a library call: the tunables are the whole
 process's. Not for the relay, whose memory per idle teammate is a goal of its own and whose
