@@ -90,17 +90,18 @@ async def ours(
     *,
     name: str = "",
     host_options: Sequence[str] = (),
+    relay_options: Sequence[str] = (),
 ) -> AsyncIterator[System]:
     """Ours with the relay serving on `framing` and the host and the teammate dialing on `ends`
-    (the host given `host_options` too; `name` replaces the one made of the others)."""
+    (the host and the relay given `host_options` and `relay_options` too; `name` replaces the
+    one made of the others)."""
     if not name:
         name = "ours" if framing == "websockets" else f"ours-{framing}"
         name += ("-ends" if ends != "websockets" else "") + UVLOOP * uvloop
     async with (
-        tunnel_relay(wd, "--framing", framing, name=f"{name}-relay", uvloop=uvloop) as (
-            relay,
-            url,
-        ),
+        tunnel_relay(
+            wd, "--framing", framing, *relay_options, name=f"{name}-relay", uvloop=uvloop
+        ) as (relay, url),
         peer(
             f"{name}-host",
             "host",
@@ -240,6 +241,12 @@ class Options:
     """Also ours with the host and the teammate on picows."""
     loops: tuple[bool, ...]
     """For each loop the relays run on: whether it is uvloop."""
+    window: int | None = None
+    """Our relays' `--window`, or None for the default."""
+
+    @property
+    def relay_options(self) -> tuple[str, ...]:
+        return ("--window", str(self.window)) if self.window else ()
 
     @property
     def names(self) -> list[str]:
@@ -359,6 +366,8 @@ def report(results: Results, options: Options) -> None:
         row.append(goal(measure))
         rows.append(row)
     loop = " and ".join("uvloop" if uvloop else "asyncio" for uvloop in options.loops)
+    if options.window:
+        loop += f", our relays' window {human_size(options.window)}"
     print_table(
         f"relay path, relays on {loop}, {options.pairs} pairs, {options.mib:g} MiB per bulk run, "
         f"{options.roundtrips} round trips of {RTT_SIZE} B: median [min-max]",
@@ -372,14 +381,19 @@ async def bench(options: Options) -> None:
         async with contextlib.AsyncExitStack() as stack:
             enter = stack.enter_async_context
             started = []
+            window = options.relay_options
             for uvloop in options.loops:
-                started.append(await enter(ours(wd, "websockets", uvloop)))
+                started.append(await enter(ours(wd, "websockets", uvloop, relay_options=window)))
                 if options.ends:
-                    started.append(await enter(ours(wd, "websockets", uvloop, "picows")))
+                    started.append(
+                        await enter(ours(wd, "websockets", uvloop, "picows", relay_options=window))
+                    )
                 if options.picows:
-                    started.append(await enter(ours(wd, "picows", uvloop)))
+                    started.append(await enter(ours(wd, "picows", uvloop, relay_options=window)))
                     if options.ends:
-                        started.append(await enter(ours(wd, "picows", uvloop, "picows")))
+                        started.append(
+                            await enter(ours(wd, "picows", uvloop, "picows", relay_options=window))
+                        )
                 started.append(await enter(bare_ws(wd, "ws", uvloop)))
                 if options.picows:
                     started.append(await enter(bare_ws(wd, "picows", uvloop)))
@@ -424,6 +438,11 @@ def main() -> None:
         " ours-picows-ends)",
     )
     parser.add_argument(
+        "--window",
+        type=parse_size,
+        help="our relays' channel window (`tunnel relay --window`), e.g. 4M; default: theirs",
+    )
+    parser.add_argument(
         "--loop",
         choices=("asyncio", "uvloop", "both"),
         default="asyncio",
@@ -445,6 +464,7 @@ def main() -> None:
         split=args.split,
         picows=not args.no_picows,
         ends=args.ends,
+        window=args.window,
         loops={"asyncio": (False,), "uvloop": (True,), "both": (False, True)}[args.loop],
     )
     if options.pairs < 1:

@@ -11,9 +11,10 @@ import typer
 from tunnel.link.framings import FramingName, check_framing
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
-from tunnel.relay.limits import MAX_CAST_BACKLOG
+from tunnel.relay.limits import MAX_CAST_BACKLOG, MAX_WINDOW_OPTION
 
 if TYPE_CHECKING:
+    from tunnel.proto import Limits
     from tunnel.relay.settings import ClusterSettings
 
 CLUSTER_SECRET_VARIABLE = "TUNNEL_RELAY_CLUSTER_SECRET"  # noqa: S105 (a variable's name)
@@ -22,6 +23,26 @@ CLUSTER_SECRET_VARIABLE = "TUNNEL_RELAY_CLUSTER_SECRET"  # noqa: S105 (a variabl
 
 def _limit(value: int) -> int | None:
     return None if value <= 0 else value
+
+
+def _link_limits(window: int | None, max_channels: int, *, clustered: bool) -> Limits:
+    """The limits of every link: `--window` and `--max-channels-per-link` over the protocol's
+    defaults; ValueError for a window below the default or over MAX_WINDOW_OPTION, or any
+    window given in a cluster."""
+    from tunnel.proto import DEFAULT_LIMITS, Limits
+
+    default = DEFAULT_LIMITS.initial_window
+    if window is None:
+        window = default
+    elif clustered:
+        # The nodes' links to each other assume one window on every node, and nothing checks
+        # yet that they agree: a cluster keeps the default.
+        raise ValueError("--window cannot be set in a cluster yet")
+    elif not default <= window <= MAX_WINDOW_OPTION:
+        # Below the default, the largest message (max_data_size) would no longer fit a window
+        # twice over, and the half-window grants would come after nearly every message.
+        raise ValueError(f"--window must be {default} to {MAX_WINDOW_OPTION} bytes")
+    return Limits(max_channels=_limit(max_channels), initial_window=window)
 
 
 def _metrics_token(token: str | None, path: Path | None) -> str | None:
@@ -218,6 +239,19 @@ def relay_command(
             " from it (it then catches up on its own channel).",
         ),
     ] = MAX_CAST_BACKLOG,
+    window: Annotated[
+        int | None,
+        typer.Option(
+            envvar="TUNNEL_RELAY_WINDOW",
+            metavar="BYTES",
+            show_default=False,
+            help="Each channel's flow-control window, per direction, which hosts and teammates"
+            f" adopt; from the protocol's default up to {MAX_WINDOW_OPTION}. Larger moves bulk data"
+            " faster and lets a peer that stops reading make the relay and the other end hold"
+            " that much per channel (docs/relay.md, 'The channel window'). Default: the"
+            " protocol's (docs/protocol.md, 'Limits').",
+        ),
+    ] = None,
     max_channels_per_link: Annotated[
         int,
         typer.Option(
@@ -291,7 +325,6 @@ def relay_command(
 
     from tunnel.e2e.identity import KeyFileError
     from tunnel.process.signals import exit_code_after, run_until_signal
-    from tunnel.proto import Limits
     from tunnel.relay.server import run
     from tunnel.relay.settings import RelaySettings
 
@@ -314,7 +347,7 @@ def relay_command(
             max_cast_backlog=max_cast_backlog,
             hello_timeout=hello_timeout,
             send_timeout=None if send_timeout <= 0 else send_timeout,
-            limits=Limits(max_channels=_limit(max_channels_per_link)),
+            limits=_link_limits(window, max_channels_per_link, clustered=cluster is not None),
             log_level=log_level.value,
             cluster=_cluster(cluster, node_url, cluster_secret_file),
             framing=check_framing(framing.value),

@@ -1,0 +1,106 @@
+"""`tunnel relay --window` (and TUNNEL_RELAY_WINDOW): the channel window hosts and teammates
+adopt from the relay's hello, and the values it refuses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.support import ROOT, RelayProcess, host_settings, running_host
+from tunnel.host import HostChannel
+from tunnel.process.exit_codes import EXIT_CONFIG
+from tunnel.proto import DEFAULT_LIMITS
+from tunnel.relay.limits import MAX_WINDOW_OPTION
+from tunnel.teammate.client import connect_teammate
+
+WINDOW = 4 * DEFAULT_LIMITS.initial_window
+BURST = 3 * DEFAULT_LIMITS.initial_window
+"""More than the default window lets a teammate send unread, less than WINDOW."""
+
+
+def relay_refuses(*args: str, **env: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "tunnel.cli", "relay", "--port", "0", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == EXIT_CONFIG
+    return result.stderr.strip()
+
+
+@pytest.mark.parametrize(
+    "window", [DEFAULT_LIMITS.initial_window - 1, MAX_WINDOW_OPTION + 1, 0, -5]
+)
+def test_a_window_below_the_default_or_over_the_ceiling_is_refused(window: int) -> None:
+    expected = (
+        f"tunnel relay: --window must be {DEFAULT_LIMITS.initial_window} to"
+        f" {MAX_WINDOW_OPTION} bytes"
+    )
+    assert relay_refuses("--window", str(window)) == expected
+    assert relay_refuses(TUNNEL_RELAY_WINDOW=str(window)) == expected
+
+
+def test_a_cluster_node_keeps_the_default_window() -> None:
+    stderr = relay_refuses(
+        "--window",
+        str(WINDOW),
+        "--cluster",
+        "redis://127.0.0.1:1/0",
+        "--node-url",
+        "ws://127.0.0.1:9",
+    )
+    assert stderr == "tunnel relay: --window cannot be set in a cluster yet"
+
+
+@pytest.fixture
+def wide_relay(tmp_path: Path) -> Iterator[RelayProcess]:
+    process = RelayProcess(tmp_path, "--window", str(WINDOW)).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_both_ends_adopt_the_relays_window(wide_relay: RelayProcess, tmp_path: Path) -> None:
+    # The host reads one message, then nothing until the teammate has sent BURST: with the
+    # default window the teammate's sends would wait for grants that never come; with the
+    # relay's they all go.
+    sent = anyio.Event()
+    received: list[int] = []
+
+    async def handler(channel: HostChannel) -> None:
+        first = await channel.receive()
+        if first == b"probe":  # running_host's check that the host is online
+            await channel.send(first)
+            return
+        received.append(len(first))
+        await sent.wait()
+        while sum(received) < BURST:
+            received.append(len(await channel.receive()))
+
+    async with (
+        running_host(host_settings(wide_relay.url, tmp_path), handler) as host,
+        connect_teammate(host.view_link) as session,
+    ):
+        size = session.max_message_size
+        assert size == DEFAULT_LIMITS.largest_data - 16  # the AEAD tag
+        with anyio.fail_after(20):
+            for _ in range(BURST // size + 1):
+                await session.send(bytes(size))
+        sent.set()
+        with anyio.fail_after(20):
+            while sum(received) < BURST:
+                await anyio.sleep(0.01)
+    assert sum(received) >= BURST
