@@ -77,10 +77,22 @@ def test_without_the_thresholds_glibc_hands_freed_memory_back() -> None:
 
 
 @glibc_only
-def test_a_users_own_allocator_settings_win() -> None:
-    kept = run_child("tune", MALLOC_TRIM_THRESHOLD_="131072")
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"MALLOC_TRIM_THRESHOLD_": "131072"},
+        {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=131072"},
+    ],
+)
+def test_a_users_own_allocator_settings_win(setting: dict[str, str]) -> None:
+    kept = run_child("tune", **setting)
     assert not kept["tuned"]
     assert kept["kept"] < 1024 * 1024
+
+
+@glibc_only
+def test_tunables_of_other_kinds_leave_the_thresholds_to_us() -> None:
+    assert run_child("tune", GLIBC_TUNABLES="glibc.cpu.hwcap_mask=0")["tuned"]
 
 
 def test_tunnel_host_sets_the_thresholds_before_its_loop_runs(

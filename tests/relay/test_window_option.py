@@ -16,7 +16,7 @@ from tests.support import ROOT, RelayProcess, host_settings, running_host
 from tunnel.host import HostChannel
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.proto import DEFAULT_LIMITS
-from tunnel.relay.limits import MAX_WINDOW_OPTION
+from tunnel.relay.limits import DEFAULT_WINDOW, MAX_WINDOW_OPTION
 from tunnel.teammate.client import connect_teammate
 
 WINDOW = 4 * DEFAULT_LIMITS.initial_window
@@ -50,6 +50,10 @@ def test_a_window_below_the_default_or_over_the_ceiling_is_refused(window: int) 
     assert relay_refuses(TUNNEL_RELAY_WINDOW=str(window)) == expected
 
 
+def test_the_options_default_is_the_protocols() -> None:
+    assert DEFAULT_LIMITS.initial_window == DEFAULT_WINDOW
+
+
 def test_a_cluster_node_keeps_the_default_window() -> None:
     stderr = relay_refuses(
         "--window",
@@ -59,7 +63,7 @@ def test_a_cluster_node_keeps_the_default_window() -> None:
         "--node-url",
         "ws://127.0.0.1:9",
     )
-    assert stderr == "tunnel relay: --window cannot be set in a cluster yet"
+    assert stderr == "tunnel relay: --window cannot be changed in a cluster yet"
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ at most TRIM_THRESHOLD of free memory kept at the heap's top.
 Set once, at the start of `tunnel host`, never by a library call: the tunables are the whole
 process's. Not for the relay, whose memory per idle teammate is a goal of its own and whose
 forwarding showed no clear gain, nor for a teammate, whose receiving did not gain either (the
-same section). A user's own `MALLOC_*_` or `GLIBC_TUNABLES` settings win; elsewhere than glibc
-this does nothing.
+same section). A user's own thresholds win (MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_, or
+either in GLIBC_TUNABLES); elsewhere than glibc this does nothing.
 """
 
 from __future__ import annotations
@@ -31,18 +31,25 @@ TRIM_THRESHOLD = 8 * 1024 * 1024
 """Free memory kept at the heap's top before any goes back to the kernel (M_TRIM_THRESHOLD). A
 sender that fills a channel's 1 MiB send window holds its ciphertext, the masked copies and the
 socket's buffer at once: of 1, 4 and 16 MiB, 4 was enough to stop the churn sending 64 KiB
-messages and 1 changed nothing; 8 leaves room for a second channel's window."""
+messages and 1 changed nothing; 8, not measured apart, leaves room for a second channel's
+window. A relay's larger `--window` lets a host hold more at once than this covers."""
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 """mallopt(3)'s parameter numbers, from glibc's malloc.h."""
 
-_USER_SETTINGS = ("GLIBC_TUNABLES", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
+_USER_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
+_USER_TUNABLES = ("glibc.malloc.trim_threshold", "glibc.malloc.mmap_threshold")
 
 
 def keep_freed_memory() -> bool:
     """Set glibc's trim and mmap thresholds (module docstring); True if they were set."""
-    if sys.platform != "linux" or any(name in os.environ for name in _USER_SETTINGS):
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if (
+        sys.platform != "linux"
+        or any(name in os.environ for name in _USER_VARIABLES)
+        or any(name in tunables for name in _USER_TUNABLES)
+    ):
         return False
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION"):

@@ -111,8 +111,7 @@ class Connection:
         self._side = side
         self._views = payload_views
         self._limits = limits
-        strings = limits.max_string_length
-        self._fast_form = strings is None or strings >= FAST_FORM_STRINGS
+        self._fast_form = _fast_form_fits(limits)
         self._channels: dict[int, _Channel] = {}
         self._ours = 0
         self._theirs = 0
@@ -148,6 +147,7 @@ class Connection:
             raise LocalProtocolError("limits can change only before the first channel")
         self._limits = limits
         self._largest_message = limits.largest_data
+        self._fast_form = _fast_form_fits(limits)
 
     @property
     def failure(self) -> ProtocolError | None:
@@ -224,9 +224,9 @@ class Connection:
                     is_data, channel, at = found
                     data = memoryview(message)[at:] if self._views else message[at:]
                     if is_data:
-                        self._receive_data_view(channel, data)
+                        self._receive_fast_data(channel, data)
                     else:
-                        self._receive_cast_view(channel, data)
+                        self._receive_fast_cast(channel, data)
                     return
             self._handle(decode_frame(message, limits=self._limits))
         except ProtocolError as exc:
@@ -281,21 +281,22 @@ class Connection:
         self._theirs += 1
         self._events.append(ChannelOpened(channel=frame.channel, path=frame.path, meta=frame.meta))
 
-    def _receive_data_view(self, channel: int, data: Payload) -> None:
-        """`_handle` for a `data` frame decoded by `payload_at`."""
+    def _receive_fast_data(self, channel: int, data: Payload) -> None:
+        """`_handle` for a `data` frame in the fast form (`payload_at`)."""
         self._check_channel_frame()
         found = self._channels.get(channel)
         self._receive_data(channel, data, found.state if found is not None else None, found)
 
-    def _receive_cast_view(self, channel: int, data: Payload) -> None:
-        """`_handle` for a `cast` frame to a channel decoded by `payload_at`."""
+    def _receive_fast_cast(self, channel: int, data: Payload) -> None:
+        """`_handle` for a `cast` frame to a channel in the fast form (`payload_at`)."""
         self._check_channel_frame()
         found = self._channels.get(channel)
+        # A view only at a relay, which refuses every cast to a channel (the wrong direction).
         cast = Cast(channel=channel, data=bytes(data) if type(data) is not bytes else data)
         self._receive_broadcast(cast, found.state if found is not None else None, found)
 
     def _check_channel_frame(self) -> None:
-        """What `_handle` checks before any frame but a hello or a broadcast."""
+        """What `_handle` checks before any frame but a hello."""
         if not self._hello_received:
             raise RemoteProtocolError("a frame before the hello")
         if not self._hello_sent:
@@ -595,3 +596,10 @@ class Connection:
             self._ours -= 1
         else:
             self._theirs -= 1
+
+
+def _fast_form_fits(limits: Limits) -> bool:
+    """Whether `limits` let frames in the fast form (`payload_at`) be taken as such: its strings
+    are read without a length check."""
+    strings = limits.max_string_length
+    return strings is None or strings >= FAST_FORM_STRINGS

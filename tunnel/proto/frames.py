@@ -312,7 +312,8 @@ def _read_uint(message: bytes, at: int) -> tuple[int, int] | None:
 def payload_at(message: bytes, max_data_size: int | None) -> tuple[bool, int, int] | None:
     """Where the data of a valid `data` or `cast` frame in the form our encoder writes starts:
     (whether it is `data`, its channel, the offset of its data, which runs to the end), or None
-    for any other message. A relay forwards the data from there without copying it out."""
+    for any other message. `Connection` takes such frames without a frame object, and a relay
+    forwards the data from there without copying it out."""
     if not message.startswith(_HEAD):
         return None
     read = _read_uint(message, len(_HEAD))

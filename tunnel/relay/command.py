@@ -11,7 +11,7 @@ import typer
 from tunnel.link.framings import FramingName, check_framing
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.process.logs import LogLevel, configure_logging
-from tunnel.relay.limits import MAX_CAST_BACKLOG, MAX_WINDOW_OPTION
+from tunnel.relay.limits import DEFAULT_WINDOW, MAX_CAST_BACKLOG, MAX_WINDOW_OPTION
 
 if TYPE_CHECKING:
     from tunnel.proto import Limits
@@ -25,23 +25,21 @@ def _limit(value: int) -> int | None:
     return None if value <= 0 else value
 
 
-def _link_limits(window: int | None, max_channels: int, *, clustered: bool) -> Limits:
+def _link_limits(window: int, max_channels: int, *, clustered: bool) -> Limits:
     """The limits of every link: `--window` and `--max-channels-per-link` over the protocol's
-    defaults; ValueError for a window below the default or over MAX_WINDOW_OPTION, or any
-    window given in a cluster."""
-    from tunnel.proto import DEFAULT_LIMITS, Limits
+    defaults; ValueError for a window below the default or over MAX_WINDOW_OPTION, or another
+    than the default in a cluster."""
+    from tunnel.proto import Limits
 
-    default = DEFAULT_LIMITS.initial_window
-    if window is None:
-        window = default
-    elif clustered:
-        # The nodes' links to each other assume one window on every node, and nothing checks
-        # yet that they agree: a cluster keeps the default.
-        raise ValueError("--window cannot be set in a cluster yet")
-    elif not default <= window <= MAX_WINDOW_OPTION:
-        # Below the default, the largest message (max_data_size) would no longer fit a window
-        # twice over, and the half-window grants would come after nearly every message.
-        raise ValueError(f"--window must be {default} to {MAX_WINDOW_OPTION} bytes")
+    if not DEFAULT_WINDOW <= window <= MAX_WINDOW_OPTION:
+        # The default holds four of the largest `data` (256 KiB), so a receiver that keeps up
+        # grants once per two of them at most; a smaller window would grant after nearly each.
+        raise ValueError(f"--window must be {DEFAULT_WINDOW} to {MAX_WINDOW_OPTION} bytes")
+    if clustered and window != DEFAULT_WINDOW:
+        # Every node would need the same window (an entry node closes a teammate whose owner
+        # advertises other limits, docs/cluster.md), and the node links have not been measured
+        # or tested with another.
+        raise ValueError("--window cannot be changed in a cluster yet")
     return Limits(max_channels=_limit(max_channels), initial_window=window)
 
 
@@ -240,18 +238,16 @@ def relay_command(
         ),
     ] = MAX_CAST_BACKLOG,
     window: Annotated[
-        int | None,
+        int,
         typer.Option(
             envvar="TUNNEL_RELAY_WINDOW",
             metavar="BYTES",
-            show_default=False,
             help="Each channel's flow-control window, per direction, which hosts and teammates"
-            f" adopt; from the protocol's default up to {MAX_WINDOW_OPTION}. Larger moves bulk data"
-            " faster and lets a peer that stops reading make the relay and the other end hold"
-            " that much per channel (docs/relay.md, 'The channel window'). Default: the"
-            " protocol's (docs/protocol.md, 'Limits').",
+            f" adopt; {DEFAULT_WINDOW} to {MAX_WINDOW_OPTION}. Larger moves bulk data faster and"
+            " lets a peer that stops reading make the relay and the other end hold that much per"
+            " channel (docs/relay.md, 'The channel window').",
         ),
-    ] = None,
+    ] = DEFAULT_WINDOW,
     max_channels_per_link: Annotated[
         int,
         typer.Option(
