@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness import (
-    Samples,
     human_size,
     in_pairs,
+    minor_faults,
     parse_size,
     print_table,
     ratios,
@@ -35,25 +33,11 @@ from harness import (
     run_bench,
     workdir,
 )
-from relay_bench import down, ours
+from relay_bench import Results, down, ours
 
 SIDES = ("tuned", "defaults")
 WARM_UP = 16
 """Messages sent before measuring: the channel's keys and the first window."""
-
-
-def minor_faults(pid: int) -> int:
-    """The minor page faults `pid` has taken so far (/proc/PID/stat, field 10)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[7])
-
-
-@dataclass
-class Results:
-    samples: dict[str, dict[str, Samples]] = field(default_factory=dict)
-
-    def add(self, measure: str, side: str, value: float) -> None:
-        self.samples.setdefault(measure, {}).setdefault(side, Samples()).add(value)
 
 
 async def one_run(side: str, size: int, mib: float, results: Results) -> None:

@@ -279,9 +279,19 @@ def cpu_seconds(pid: int) -> float:
     if psutil is not None:
         times = psutil.Process(pid).cpu_times()
         return float(times.user + times.system)
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat_fields(pid)
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def minor_faults(pid: int) -> int:
+    """The minor page faults `pid` has taken so far: pages the kernel had to map in."""
+    return int(_stat_fields(pid)[7])
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (which may hold spaces): the state first."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
 def rss_bytes(pid: int) -> int:

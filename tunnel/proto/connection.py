@@ -39,7 +39,6 @@ from tunnel.proto.events import (
     WindowUpdated,
 )
 from tunnel.proto.frames import (
-    FAST_FORM_STRINGS,
     MAX_CHANNEL_ID,
     MAX_CLOSE_CODE,
     MIN_CLOSE_CODE,
@@ -58,6 +57,7 @@ from tunnel.proto.frames import (
     data_head,
     decode_frame,
     encode_frame,
+    fast_form_fits,
     payload_at,
 )
 from tunnel.proto.limits import DEFAULT_LIMITS, Limits
@@ -111,7 +111,7 @@ class Connection:
         self._side = side
         self._views = payload_views
         self._limits = limits
-        self._fast_form = _fast_form_fits(limits)
+        self._fast_form = fast_form_fits(limits)
         self._channels: dict[int, _Channel] = {}
         self._ours = 0
         self._theirs = 0
@@ -147,7 +147,7 @@ class Connection:
             raise LocalProtocolError("limits can change only before the first channel")
         self._limits = limits
         self._largest_message = limits.largest_data
-        self._fast_form = _fast_form_fits(limits)
+        self._fast_form = fast_form_fits(limits)
 
     @property
     def failure(self) -> ProtocolError | None:
@@ -596,10 +596,3 @@ class Connection:
             self._ours -= 1
         else:
             self._theirs -= 1
-
-
-def _fast_form_fits(limits: Limits) -> bool:
-    """Whether `limits` let frames in the fast form (`payload_at`) be taken as such: its strings
-    are read without a length check."""
-    strings = limits.max_string_length
-    return strings is None or strings >= FAST_FORM_STRINGS

@@ -232,9 +232,17 @@ _CAST_MIDDLE = b"\xa1k\xa4cast\xa1p\x81\xa1d"
 """The same for a `cast` frame to a channel: "k": "cast", "p": {"d": ...}."""
 _WINDOW_MIDDLE = b"\xa1k\xa6window\xa1p\x81\xa1n"
 """Between the channel id and the grant of a `window` frame: "k": "window", "p": {"n": ...}."""
-FAST_FORM_STRINGS = len("window")
+_FAST_FORM_STRINGS = len("window")
 """The longest string of the fast forms (`payload_at`, `_decode_fast`), which read them without a
-length check: they are taken only if `max_string_length` allows this much."""
+length check."""
+
+
+def fast_form_fits(limits: Limits) -> bool:
+    """Whether frames in the fast form may be taken as such under `limits`: only if
+    `max_string_length` allows the fast forms' strings, which they read without a length check."""
+    strings = limits.max_string_length
+    return strings is None or strings >= _FAST_FORM_STRINGS
+
 
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -548,8 +556,7 @@ def decode_frame(
     if limits.max_message_size is not None and size > limits.max_message_size:
         raise LimitError("message is larger than max_message_size")
     data = received if isinstance(received, bytes) else bytes(received)
-    strings = limits.max_string_length
-    if strings is None or strings >= FAST_FORM_STRINGS:
+    if fast_form_fits(limits):
         fast = _decode_fast(data, limits.max_data_size)
         if fast is not None:
             return fast
