@@ -284,6 +284,31 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def can_pin() -> bool:
+    """Whether processes can be held to one CPU here (Linux) and there is more than one."""
+    return hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1
+
+
+@contextlib.contextmanager
+def on_one_cpu(pids: Sequence[int]) -> Iterator[int]:
+    """Hold `pids` and this process to one CPU (the lowest this process may use) for the block;
+    yields it. Each gets its own CPUs back after, also if the block raised. A measure of
+    latency between processes then counts what they do, not where the scheduler put each of
+    them: on a virtual machine a wake-up on another CPU costs tens of microseconds, and which
+    CPU each process lands on changes from run to run."""
+    everyone = [os.getpid(), *pids]
+    before = {pid: os.sched_getaffinity(pid) for pid in everyone}
+    cpu = min(before[os.getpid()])
+    try:
+        for pid in everyone:
+            os.sched_setaffinity(pid, {cpu})
+        yield cpu
+    finally:
+        for pid, cpus in before.items():
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(pid, cpus)
+
+
 def minor_faults(pid: int) -> int:
     """The minor page faults `pid` has taken so far: pages the kernel had to map in."""
     return int(_stat_fields(pid)[7])

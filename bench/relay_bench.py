@@ -23,8 +23,12 @@ Measures, each run once per system per pair, the systems in turn (order reversed
 pair): bulk host->teammate ("down") and teammate->host ("up") for each message size (MiB/s, and
 CPU seconds per MiB of relay + host + teammate processes; --split shows each; the kernel counts
 CPU of other processes in clock ticks, 10 ms, hence the large default volume), and the round
-trip of a 100-byte message (p50 and p99 over --roundtrips). Prints the median and [min-max] over
-the pairs, and the median of the per-pair ratios ours/ws and ours/tcp.
+trip of a 100-byte message (p50 and p99 over --roundtrips), then the round trip again with each
+system's relay, host and teammate held to one CPU (the ", one CPU" rows; on Linux with more than
+one CPU, unless --no-one-cpu): across CPUs each hop is a wake-up of a process on another CPU,
+which on a virtual machine costs tens of microseconds and depends on where the scheduler put
+each process, so those rows measure the path's own latency. Prints the median and [min-max]
+over the pairs, and the median of the per-pair ratios ours/ws and ours/tcp.
 
 Our host sets the C allocator's thresholds as `tunnel host` does (tunnel/process/allocator.py);
 the teammates, the bare hosts and every relay keep glibc's defaults.
@@ -48,9 +52,11 @@ import anyio
 from harness import (
     PROFILE_DIR,
     Samples,
+    can_pin,
     cpu_seconds,
     human_size,
     in_pairs,
+    on_one_cpu,
     parse_size,
     peer,
     percentile,
@@ -243,6 +249,8 @@ class Options:
     """For each loop the relays run on: whether it is uvloop."""
     window: int | None = None
     """Our relays' `--window`, or None for the default."""
+    one_cpu: bool = False
+    """Also the round trips with each system's processes on one CPU."""
 
     @property
     def relay_options(self) -> tuple[str, ...]:
@@ -293,22 +301,44 @@ async def one_pass(
                         for part, cpu in zip(PARTS, run.cpu, strict=True):
                             results.add(f"{label} CPU s/MiB {part}", system.name, cpu / megabytes)
     count = max(10, int(options.roundtrips * scale))
-    await roundtrip_pass(systems, count, results, split=options.split)
+    await roundtrip_pass(systems, count, results, split=options.split, one_cpu=options.one_cpu)
 
 
 async def roundtrip_pass(
-    systems: Sequence[System], count: int, results: Results | None, *, split: bool = False
+    systems: Sequence[System],
+    count: int,
+    results: Results | None,
+    *,
+    split: bool = False,
+    one_cpu: bool = False,
 ) -> None:
     """`count` round trips on every system in turn; their p50 and p99 into `results`, and with
-    `split` the CPU each process spent per round trip."""
+    `split` the CPU each process spent per round trip. With `one_cpu`, then as many again on
+    every system with its processes held to one CPU (`on_one_cpu`), as the "one CPU" rows."""
     for system in systems:
         run = await roundtrips(system, count)
         if results is not None:
-            results.add("round trip p50 ms", system.name, percentile(run.latencies, 0.5) * 1e3)
-            results.add("round trip p99 ms", system.name, percentile(run.latencies, 0.99) * 1e3)
-            if split:
-                for part, cpu in zip(PARTS, run.cpu, strict=True):
-                    results.add(f"round trip CPU us {part}", system.name, cpu * 1e6 / count)
+            add_roundtrips(results, system.name, run, count, split=split)
+    if one_cpu:
+        for system in systems:
+            with on_one_cpu(system.pids):
+                run = await roundtrips(system, count)
+            if results is not None:
+                add_roundtrips(results, system.name, run, count, suffix=ONE_CPU)
+
+
+ONE_CPU = ", one CPU"
+"""What the measures of round trips made with each system's processes on one CPU end with."""
+
+
+def add_roundtrips(
+    results: Results, name: str, run: Run, count: int, *, split: bool = False, suffix: str = ""
+) -> None:
+    results.add(f"round trip p50 ms{suffix}", name, percentile(run.latencies, 0.5) * 1e3)
+    results.add(f"round trip p99 ms{suffix}", name, percentile(run.latencies, 0.99) * 1e3)
+    if split:
+        for part, cpu in zip(PARTS, run.cpu, strict=True):
+            results.add(f"round trip CPU us {part}", name, cpu * 1e6 / count)
 
 
 GOALS = {
@@ -323,6 +353,7 @@ GOALS = {
 
 
 def goal(measure: str) -> str:
+    measure = measure.removesuffix(ONE_CPU)
     for key, text in GOALS.items():
         if measure == key or (key.startswith("CPU") and key in measure):
             return text
@@ -443,6 +474,11 @@ def main() -> None:
         help="our relays' channel window (`tunnel relay --window`), e.g. 4M; default: theirs",
     )
     parser.add_argument(
+        "--no-one-cpu",
+        action="store_true",
+        help="skip the round trips with each system's processes held to one CPU",
+    )
+    parser.add_argument(
         "--loop",
         choices=("asyncio", "uvloop", "both"),
         default="asyncio",
@@ -465,6 +501,7 @@ def main() -> None:
         picows=not args.no_picows,
         ends=args.ends,
         window=args.window,
+        one_cpu=can_pin() and not args.no_one_cpu,
         loops={"asyncio": (False,), "uvloop": (True,), "both": (False, True)}[args.loop],
     )
     if options.pairs < 1:
