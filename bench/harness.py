@@ -289,24 +289,38 @@ def can_pin() -> bool:
     return hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1
 
 
+def _threads(pid: int) -> list[int]:
+    """The ids of `pid`'s threads (its own first): affinity is a thread's, not a process's."""
+    others = sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid)
+    return [pid, *others]
+
+
 @contextlib.contextmanager
 def on_one_cpu(pids: Sequence[int]) -> Iterator[int]:
-    """Hold `pids` and this process to one CPU (the lowest this process may use) for the block;
-    yields it. Each gets its own CPUs back after, also if the block raised. A measure of
-    latency between processes then counts what they do, not where the scheduler put each of
-    them: on a virtual machine a wake-up on another CPU costs tens of microseconds, and which
-    CPU each process lands on changes from run to run."""
-    everyone = [os.getpid(), *pids]
-    before = {pid: os.sched_getaffinity(pid) for pid in everyone}
+    """Hold every thread of `pids` and of this process to one CPU (the lowest this process may
+    use) for the block; yields it. Each thread gets its own CPUs back after, also if the block
+    raised; a thread started meanwhile keeps the one CPU. A measure of latency between
+    processes then counts what they do, not where the scheduler put each of them: on a virtual
+    machine a wake-up on another CPU costs tens of microseconds, and which CPU each process
+    lands on changes from run to run."""
+    threads = [tid for pid in (os.getpid(), *pids) for tid in _threads(pid)]
+    before = {tid: os.sched_getaffinity(tid) for tid in threads}
     cpu = min(before[os.getpid()])
     try:
-        for pid in everyone:
-            os.sched_setaffinity(pid, {cpu})
+        for tid in threads:
+            os.sched_setaffinity(tid, {cpu})
         yield cpu
     finally:
-        for pid, cpus in before.items():
-            with contextlib.suppress(ProcessLookupError):
-                os.sched_setaffinity(pid, cpus)
+        failed: OSError | None = None
+        for tid, cpus in before.items():
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except ProcessLookupError:
+                pass  # the thread ended
+            except OSError as exc:  # the others still get theirs back
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
 
 def minor_faults(pid: int) -> int:

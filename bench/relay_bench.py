@@ -324,7 +324,7 @@ async def roundtrip_pass(
             with on_one_cpu(system.pids):
                 run = await roundtrips(system, count)
             if results is not None:
-                add_roundtrips(results, system.name, run, count, suffix=ONE_CPU)
+                add_roundtrips(results, system.name, run, count, split=split, suffix=ONE_CPU)
 
 
 ONE_CPU = ", one CPU"
@@ -338,7 +338,7 @@ def add_roundtrips(
     results.add(f"round trip p99 ms{suffix}", name, percentile(run.latencies, 0.99) * 1e3)
     if split:
         for part, cpu in zip(PARTS, run.cpu, strict=True):
-            results.add(f"round trip CPU us {part}", name, cpu * 1e6 / count)
+            results.add(f"round trip CPU us {part}{suffix}", name, cpu * 1e6 / count)
 
 
 GOALS = {

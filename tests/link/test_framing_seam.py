@@ -182,6 +182,40 @@ async def test_what_many_readers_forward_to_one_link_in_a_turn_leaves_in_one_wri
             tg.cancel_scope.cancel()
 
 
+async def test_an_answer_to_a_message_leaves_in_the_turn_the_message_woke_its_task() -> None:
+    # The message wakes the task that answers it; the write is scheduled right behind that
+    # wake-up, so the answer leaves right after the task's step, before anything else scheduled
+    # after the wake-up runs (here a probe): without that it would wait for a turn of its own.
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            written_when_probed: list[int] = []
+            framing: list[QueueFraming] = []
+
+            def probe_after(mux: ChannelMux, event: Event) -> None:
+                mux.on_event(event)
+                if isinstance(event, DataReceived):
+                    written = framing[0].written
+                    asyncio.get_running_loop().call_soon(
+                        lambda: written_when_probed.append(len(written))
+                    )
+
+            pair = await joined(tg, probe_after)
+            assert pair.dialer_framing.peer is not None
+            framing.append(pair.dialer_framing.peer)
+
+            async def answer() -> None:
+                message = await pair.incoming.receive()
+                await pair.incoming.send(b"re: " + message)
+
+            tg.start_soon(answer)
+            await anyio.wait_all_tasks_blocked()
+            before = len(framing[0].written)
+            await pair.channel.send(b"ping")
+            assert await pair.channel.receive() == b"re: ping"
+            assert written_when_probed == [before + 1]
+            tg.cancel_scope.cancel()
+
+
 class BrokenFraming(QueueFraming):
     """A framing whose writes raise, as a bug in one would."""
 

@@ -54,18 +54,6 @@ def test_the_options_default_is_the_protocols() -> None:
     assert DEFAULT_LIMITS.initial_window == DEFAULT_WINDOW
 
 
-def test_a_cluster_node_keeps_the_default_window() -> None:
-    stderr = relay_refuses(
-        "--window",
-        str(WINDOW),
-        "--cluster",
-        "redis://127.0.0.1:1/0",
-        "--node-url",
-        "ws://127.0.0.1:9",
-    )
-    assert stderr == "tunnel relay: --window cannot be changed in a cluster yet"
-
-
 @pytest.fixture
 def wide_relay(tmp_path: Path) -> Iterator[RelayProcess]:
     process = RelayProcess(tmp_path, "--window", str(WINDOW)).start()

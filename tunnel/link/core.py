@@ -18,10 +18,13 @@ waking a task. So what many readers forward to one link in a turn (a relay's tea
 to their host) leaves in one write, and a cast copied to a thousand links costs one callback, not
 a thousand. (Writing at once when a reader has handled every message it received saves the
 relay a turn of its loop per forward, but measured no faster round trip and costs that batching:
-docs/performance.md, "The link's writes and a joiner's member list".) Only when the socket's
-buffer is full (the peer reads slower than we write) is a writer task started: it waits for the
-socket to drain, sends whatever was queued meanwhile as further batches, and ends once nothing is
-left. Either way frames leave in the order they were queued.
+docs/performance.md, "The link's writes and a joiner's member list".) When a received message
+wakes a task that will answer it, the write is made due behind the task's wake-up
+(`write_after_woken_task`), so the answer leaves in that turn, not the next (tasks that read
+wakes after the first answer one turn later, in one more write). Only when the
+socket's buffer is full (the peer reads slower than we write) is a writer task started: it waits
+for the socket to drain, sends whatever was queued meanwhile as further batches, and ends once
+nothing is left. Either way frames leave in the order they were queued.
 
 An idle link costs its reader alone: a relay holds thousands of links, and every task, cancel
 scope and Event kept per link is memory per connection (docs/performance.md, "Memory"). So the
@@ -273,6 +276,24 @@ class Link:
             self._write_scheduled = True
             self._due_writes().add(self)
 
+    def write_after_woken_task(self) -> None:
+        """Make the turn's write due now, before anything is queued: a received message just woke
+        a task that is likely to answer it (a host's session, a teammate's client). Scheduled
+        behind that task's wake-up, the write runs right after the task's step, in the same turn
+        of the event loop, instead of in a turn of its own (docs/performance.md, "Round trips on
+        one CPU, and an answer written in the turn that computed it"). A task that queues nothing
+        leaves the write nothing to send. When another link made the turn's write due earlier,
+        it runs before the task instead and the task's flush makes another due, as before."""
+        if (
+            self._sending
+            and not self._write_scheduled
+            and self._writer is None
+            and self._close_request is None
+            and self.framing.is_open
+        ):
+            self._write_scheduled = True
+            self._due_writes().add(self)
+
     def _due_writes(self) -> _DueWrites:
         due = self._due
         if due is None:
@@ -288,6 +309,8 @@ class Link:
         self._write_scheduled = False
         if not self._sending or self._writer is not None:
             return  # the writer task takes everything queued, or nothing is sent any more
+        if self._close_request is None and not self.connection.has_data_to_send():
+            return  # made due for a woken task that queued nothing (write_after_woken_task)
         if self._close_request is not None or not self.framing.is_open:
             # Closing: the writer task sends what is queued, then the close.
             self._start_writer()

@@ -51,11 +51,15 @@ class _Signal:
     def __init__(self) -> None:
         self._event: asyncio.Event | None = None
 
-    def notify(self) -> None:
+    def notify(self) -> bool:
+        """Wake the tasks waiting; whether a wait was under way (a task cancelled while it
+        waited still counts, until this notify)."""
         event = self._event
-        if event is not None:
-            self._event = None
-            event.set()
+        if event is None:
+            return False
+        self._event = None
+        event.set()
+        return True
 
     async def wait(self) -> None:
         if self._event is None:
@@ -253,7 +257,8 @@ class LinkChannel:
 
     def _deliver(self, data: bytes | Casted) -> None:
         self._inbox.append(data)
-        self._readable.notify()
+        if self._readable.notify():
+            self._mux.link.write_after_woken_task()
 
     def _window(self) -> None:
         self._writable.notify()

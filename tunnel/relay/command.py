@@ -25,21 +25,17 @@ def _limit(value: int) -> int | None:
     return None if value <= 0 else value
 
 
-def _link_limits(window: int, max_channels: int, *, clustered: bool) -> Limits:
+def _link_limits(window: int, max_channels: int) -> Limits:
     """The limits of every link: `--window` and `--max-channels-per-link` over the protocol's
-    defaults; ValueError for a window below the default or over MAX_WINDOW_OPTION, or another
-    than the default in a cluster."""
+    defaults; ValueError for a window below the default or over MAX_WINDOW_OPTION. In a cluster
+    every node must be given the same (an entry node closes a teammate whose owner advertises
+    other limits, docs/cluster.md)."""
     from tunnel.proto import Limits
 
     if not DEFAULT_WINDOW <= window <= MAX_WINDOW_OPTION:
         # The default holds four of the largest `data` (256 KiB), so a receiver that keeps up
         # grants once per two of them at most; a smaller window would grant after nearly each.
         raise ValueError(f"--window must be {DEFAULT_WINDOW} to {MAX_WINDOW_OPTION} bytes")
-    if clustered and window != DEFAULT_WINDOW:
-        # Every node would need the same window (an entry node closes a teammate whose owner
-        # advertises other limits, docs/cluster.md), and the node links have not been measured
-        # or tested with another.
-        raise ValueError("--window cannot be changed in a cluster yet")
     return Limits(max_channels=_limit(max_channels), initial_window=window)
 
 
@@ -343,7 +339,7 @@ def relay_command(
             max_cast_backlog=max_cast_backlog,
             hello_timeout=hello_timeout,
             send_timeout=None if send_timeout <= 0 else send_timeout,
-            limits=_link_limits(window, max_channels_per_link, clustered=cluster is not None),
+            limits=_link_limits(window, max_channels_per_link),
             log_level=log_level.value,
             cluster=_cluster(cluster, node_url, cluster_secret_file),
             framing=check_framing(framing.value),

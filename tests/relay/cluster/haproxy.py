@@ -141,6 +141,10 @@ class Haproxy:
         "L7OK") for a node that answered its health check, ("DOWN", "L4CON") for one that
         refuses connections, ("DRAIN", ...) for one taking no new connections."""
         lines = self.command("show stat").splitlines()
+        if not lines:
+            # haproxy closed the runtime connection without an answer (it does while it is
+            # still starting): nothing known yet, and wait_status asks again.
+            return {}
         header = lines[0].lstrip("# ").split(",")
         status, check = header.index("status"), header.index("check_status")
         found: dict[int, tuple[str, str]] = {}
