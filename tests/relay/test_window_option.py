@@ -9,19 +9,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
+from tests.relay.held_reader import BURST, WINDOW, HeldReader
 from tests.support import ROOT, RelayProcess, host_settings, running_host
-from tunnel.host import HostChannel
 from tunnel.process.exit_codes import EXIT_CONFIG
 from tunnel.proto import DEFAULT_LIMITS
 from tunnel.relay.limits import DEFAULT_WINDOW, MAX_WINDOW_OPTION
 from tunnel.teammate.client import connect_teammate
-
-WINDOW = 4 * DEFAULT_LIMITS.initial_window
-BURST = 3 * DEFAULT_LIMITS.initial_window
-"""More than the default window lets a teammate send unread, less than WINDOW."""
 
 
 def relay_refuses(*args: str, **env: str) -> str:
@@ -69,30 +64,11 @@ async def test_both_ends_adopt_the_relays_window(wide_relay: RelayProcess, tmp_p
     # The host reads one message, then nothing until the teammate has sent BURST: with the
     # default window the teammate's sends would wait for grants that never come; with the
     # relay's they all go.
-    sent = anyio.Event()
-    received: list[int] = []
-
-    async def handler(channel: HostChannel) -> None:
-        first = await channel.receive()
-        if first == b"probe":  # running_host's check that the host is online
-            await channel.send(first)
-            return
-        received.append(len(first))
-        await sent.wait()
-        while sum(received) < BURST:
-            received.append(len(await channel.receive()))
-
+    reader = HeldReader()
     async with (
-        running_host(host_settings(wide_relay.url, tmp_path), handler) as host,
+        running_host(host_settings(wide_relay.url, tmp_path), reader.handler) as host,
         connect_teammate(host.view_link) as session,
     ):
-        size = session.max_message_size
-        assert size == DEFAULT_LIMITS.largest_data - 16  # the AEAD tag
-        with anyio.fail_after(20):
-            for _ in range(BURST // size + 1):
-                await session.send(bytes(size))
-        sent.set()
-        with anyio.fail_after(20):
-            while sum(received) < BURST:
-                await anyio.sleep(0.01)
-    assert sum(received) >= BURST
+        assert session.max_message_size == DEFAULT_LIMITS.largest_data - 16  # the AEAD tag
+        await reader.send_burst(session)
+    assert sum(reader.received) >= BURST

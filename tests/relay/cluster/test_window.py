@@ -16,16 +16,11 @@ from tests.relay.cluster.support import (
     wait_member,
     wait_says,
 )
+from tests.relay.held_reader import BURST, WINDOW, HeldReader
 from tests.support import host_settings, running_host
-from tunnel.host import HostChannel
-from tunnel.proto import DEFAULT_LIMITS
 from tunnel.teammate.client import TeammateError, connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
-
-WINDOW = 4 * DEFAULT_LIMITS.initial_window
-BURST = 3 * DEFAULT_LIMITS.initial_window
-"""More than the default window lets a teammate send unread, less than WINDOW."""
 
 
 async def test_a_teammate_on_another_node_sends_a_wider_window_unread(
@@ -34,35 +29,16 @@ async def test_a_teammate_on_another_node_sends_a_wider_window_unread(
     # The host (on node 1) reads one message, then nothing until the teammate (on node 2, so
     # carried over the node link) has sent BURST: with the default window the teammate's sends
     # would wait for grants that never come.
-    sent = anyio.Event()
-    received: list[int] = []
-
-    async def handler(channel: HostChannel) -> None:
-        first = await channel.receive()
-        if first == b"probe":  # running_host's check that the host is online
-            await channel.send(first)
-            return
-        received.append(len(first))
-        await sent.wait()
-        while sum(received) < BURST:
-            received.append(len(await channel.receive()))
-
+    reader = HeldReader()
     async with (
         relay_cluster(tmp_path, redis_server, haproxy, 2, "--window", str(WINDOW)) as cluster,
-        running_host(host_settings(cluster.balancer.url, tmp_path), handler) as host,
+        running_host(host_settings(cluster.balancer.url, tmp_path), reader.handler) as host,
         connect_teammate(via(host.view_link, cluster.nodes[1])) as session,
     ):
         # Carried: node 2 forwards this teammate's connection to node 1, the host's.
         await wait_says(cluster.nodes[1].metrics, "relay_cluster_forwarded_connections 1.0")
-        size = session.max_message_size
-        with anyio.fail_after(30):
-            for _ in range(BURST // size + 1):
-                await session.send(bytes(size))
-        sent.set()
-        with anyio.fail_after(30):
-            while sum(received) < BURST:
-                await anyio.sleep(0.01)
-    assert sum(received) >= BURST
+        await reader.send_burst(session)
+    assert sum(reader.received) >= BURST
 
 
 async def test_nodes_that_disagree_on_the_window_close_the_carried_teammate(
