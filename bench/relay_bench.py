@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import functools
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -412,19 +413,15 @@ async def bench(options: Options) -> None:
         async with contextlib.AsyncExitStack() as stack:
             enter = stack.enter_async_context
             started = []
-            window = options.relay_options
+            our = functools.partial(ours, wd, relay_options=options.relay_options)
             for uvloop in options.loops:
-                started.append(await enter(ours(wd, "websockets", uvloop, relay_options=window)))
+                started.append(await enter(our("websockets", uvloop)))
                 if options.ends:
-                    started.append(
-                        await enter(ours(wd, "websockets", uvloop, "picows", relay_options=window))
-                    )
+                    started.append(await enter(our("websockets", uvloop, "picows")))
                 if options.picows:
-                    started.append(await enter(ours(wd, "picows", uvloop, relay_options=window)))
+                    started.append(await enter(our("picows", uvloop)))
                     if options.ends:
-                        started.append(
-                            await enter(ours(wd, "picows", uvloop, "picows", relay_options=window))
-                        )
+                        started.append(await enter(our("picows", uvloop, "picows")))
                 started.append(await enter(bare_ws(wd, "ws", uvloop)))
                 if options.picows:
                     started.append(await enter(bare_ws(wd, "picows", uvloop)))

@@ -20,11 +20,11 @@ a thousand. (Writing at once when a reader has handled every message it received
 relay a turn of its loop per forward, but measured no faster round trip and costs that batching:
 docs/performance.md, "The link's writes and a joiner's member list".) When a received message
 wakes a task that will answer it, the write is made due behind the task's wake-up
-(`write_after_woken_task`), so the answer leaves in that turn, not the next (tasks that read
-wakes after the first answer one turn later, in one more write). Only when the
-socket's buffer is full (the peer reads slower than we write) is a writer task started: it waits
-for the socket to drain, sends whatever was queued meanwhile as further batches, and ends once
-nothing is left. Either way frames leave in the order they were queued.
+(`write_after_woken_task`), so the answer leaves in that turn, not the next; when one read wakes
+several tasks of a link, those after the first answer one turn later, in one more write. Only
+when the socket's buffer is full (the peer reads slower than we write) is a writer task
+started: it waits for the socket to drain, sends whatever was queued meanwhile as further
+batches, and ends once nothing is left. Either way frames leave in the order they were queued.
 
 An idle link costs its reader alone: a relay holds thousands of links, and every task, cancel
 scope and Event kept per link is memory per connection (docs/performance.md, "Memory"). So the
