@@ -80,10 +80,13 @@ async def sharing_a_long_log(relay: RelayProcess, tmp_path: Path) -> AsyncIterat
 
 
 async def flood(session: TeammateSession, until: float, pages: list[int]) -> None:
-    """Ask for the whole log again as soon as the last ask was answered (or 0.3 s passed), and
-    read whatever comes, until `until` and a first page came (on a loaded machine the first may
-    come later); count the snapshot pages that came in `pages`."""
+    """Ask for the whole log, wait for its first page, then ask again as soon as the last ask
+    was answered (or 0.3 s passed), reading whatever comes, until `until`; count the snapshot
+    pages that came in `pages`. The first ask is waited for: a new subscribe cancels the
+    replay in progress, so on a loaded machine a flooder asking every 0.3 s while sixteen others
+    read their pages could cancel its own replay every time and never get a page."""
     answered = anyio.Event()
+    first_page = anyio.Event()
     async with anyio.create_task_group() as tg:
 
         async def drain() -> None:
@@ -92,13 +95,17 @@ async def flood(session: TeammateSession, until: float, pages: list[int]) -> Non
                 event = await session.receive()
                 if isinstance(event, SnapshotPage):
                     pages.append(1)
+                    first_page.set()
                     if not event.more:
                         answered.set()
                         answered = anyio.Event()
 
         tg.start_soon(drain)
+        await session.subscribe(after=-1)
+        with anyio.fail_after(60):
+            await first_page.wait()
         for _ in range(500):  # bounded: at most one ask every few milliseconds
-            if time.monotonic() >= until and pages:
+            if time.monotonic() >= until:
                 break
             await session.subscribe(after=-1)
             with anyio.move_on_after(0.3):
