@@ -83,6 +83,7 @@ def test_a_fresh_push_decrypts_at_the_browser_and_nowhere_else() -> None:
         (BrowserKeys().public[:33], os.urandom(16)),  # compressed length
         (BrowserKeys().public, os.urandom(15)),
     ],
+    ids=["off-curve", "compressed", "short-auth"],
 )
 def test_keys_of_the_wrong_shape_are_refused(p256dh: bytes, auth: bytes) -> None:
     with pytest.raises(ValueError, match=r"p256dh|auth"):
