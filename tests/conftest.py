@@ -31,6 +31,12 @@ settings.load_profile("agent-tunnel")
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# A parallel test worker (pytest-xdist) is given COLUMNS=80 and LINES=24; the programs the tests
+# start on terminals of a set size would take those over the terminal's own.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 REQUIRED_MARKERS = ("browser", "sandbox", "agents_real", "cluster", "service")
 _skipped: list[str] = []
 
