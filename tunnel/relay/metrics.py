@@ -6,10 +6,50 @@ or addresses, so metric cardinality stays fixed.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from collections.abc import Iterator
 
-__all__ = ["CONTENT_TYPE_LATEST", "ClusterMetrics", "RelayMetrics"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+__all__ = ["CONTENT_TYPE_LATEST", "ClusterMetrics", "Forwarded", "RelayMetrics"]
+
+
+class Forwarded(Collector):
+    """What the relay forwarded, in plain integers that the switch adds to for every frame and
+    the registry reads at scrape time. A Prometheus `Counter` takes a lock per `inc`, and two
+    of them per forwarded frame cost about a microsecond, as much as a tenth of the forward."""
+
+    __slots__ = ("bytes_down", "bytes_up", "frames_down", "frames_up")
+
+    def __init__(self) -> None:
+        self.frames_up = 0
+        """Frames (open, data, close) forwarded from teammates to hosts."""
+        self.frames_down = 0
+        """Frames forwarded from hosts to teammates, a cast once per channel it is copied to."""
+        self.bytes_up = 0
+        """Bytes of `data` payload forwarded from teammates to hosts."""
+        self.bytes_down = 0
+        """Bytes of `data` and cast payload forwarded from hosts to teammates."""
+
+    def collect(self) -> Iterator[Metric]:
+        frames = CounterMetricFamily(
+            "relay_forwarded_frames",
+            "Frames (open, data, close) forwarded between teammates and hosts.",
+            labels=["direction"],
+        )
+        frames.add_metric(["up"], self.frames_up)
+        frames.add_metric(["down"], self.frames_down)
+        size = CounterMetricFamily(
+            "relay_forwarded_bytes",
+            "Bytes of `data` payload forwarded between teammates and hosts.",
+            labels=["direction"],
+        )
+        size.add_metric(["up"], self.bytes_up)
+        size.add_metric(["down"], self.bytes_down)
+        yield frames
+        yield size
 
 
 class RelayMetrics:
@@ -35,18 +75,8 @@ class RelayMetrics:
             "WebSocket connections open, admitted or not.",
             registry=self.registry,
         )
-        self.bytes_forwarded = Counter(
-            "relay_forwarded_bytes",
-            "Bytes of `data` payload forwarded between teammates and hosts.",
-            ["direction"],
-            registry=self.registry,
-        )
-        self.frames_forwarded = Counter(
-            "relay_forwarded_frames",
-            "Frames (open, data, close) forwarded between teammates and hosts.",
-            ["direction"],
-            registry=self.registry,
-        )
+        self.forwarded = Forwarded()
+        self.registry.register(self.forwarded)
         self.frames_rejected = Counter(
             "relay_rejected",
             "Connections or channels refused or closed for breaking a rule, by reason.",
@@ -64,16 +94,6 @@ class RelayMetrics:
             "Teammate channels cut from a host's broadcast for falling behind.",
             registry=self.registry,
         )
-        # The children the switch counts every forwarded frame in, bound once: looking a label
-        # up per frame costs more than the count itself.
-        self.frames_up = self.frames_forwarded.labels(direction="up")
-        """Frames forwarded from teammates to hosts."""
-        self.frames_down = self.frames_forwarded.labels(direction="down")
-        """Frames forwarded from hosts to teammates."""
-        self.bytes_up = self.bytes_forwarded.labels(direction="up")
-        """Payload bytes forwarded from teammates to hosts."""
-        self.bytes_down = self.bytes_forwarded.labels(direction="down")
-        """Payload bytes forwarded from hosts to teammates."""
 
     def render(self) -> bytes:
         """Return the metrics in the Prometheus text format."""

@@ -491,7 +491,7 @@ class Switch:
         )
         self._disarm(peer)
         host.link.flush()
-        self._metrics.frames_up.inc()
+        self._metrics.forwarded.frames_up += 1
         self._metrics.open_channels.set(len(self.routes))
 
     def _refuse_channel(self, peer: Peer, channel: int, code: CloseCode, reason: str) -> None:
@@ -509,7 +509,11 @@ class Switch:
         teammate = route.teammate.link
         if teammate.admitted and not self.routes.channels(teammate):
             self._arm(teammate)
-        (self._metrics.frames_down if peer.kind is Kind.HOST else self._metrics.frames_up).inc()
+        forwarded = self._metrics.forwarded
+        if peer.kind is Kind.HOST:
+            forwarded.frames_down += 1
+        else:
+            forwarded.frames_up += 1
         self._metrics.open_channels.set(len(self.routes))
 
     def _close_channel(self, end: Endpoint[Peer], code: int, reason: str) -> None:
@@ -608,13 +612,13 @@ class Switch:
         link.flush()
         if cast:
             return _Outcome.SENT  # counted by the caller, once per cast (see _on_cast)
-        metrics = self._metrics
+        forwarded = self._metrics.forwarded
         if destination.link.kind is Kind.HOST:
-            metrics.frames_up.inc()
-            metrics.bytes_up.inc(len(data))
+            forwarded.frames_up += 1
+            forwarded.bytes_up += len(data)
         else:
-            metrics.frames_down.inc()
-            metrics.bytes_down.inc(len(data))
+            forwarded.frames_down += 1
+            forwarded.bytes_down += len(data)
         return _Outcome.SENT
 
     # -- the broadcast --------------------------------------------------------------------------
@@ -688,8 +692,9 @@ class Switch:
     def _count_casts(self, frames: int, size: int) -> None:
         # Once per cast, not per copy: for a large room the counters cost as much as the copy.
         if frames:
-            self._metrics.frames_down.inc(frames)
-            self._metrics.bytes_down.inc(size)
+            forwarded = self._metrics.forwarded
+            forwarded.frames_down += frames
+            forwarded.bytes_down += size
 
     def _cut(self, end: Endpoint[Peer]) -> None:
         """Take a channel that fell behind out of the broadcast: its queued casts go, and a
