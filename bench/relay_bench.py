@@ -30,6 +30,11 @@ which on a virtual machine costs tens of microseconds and depends on where the s
 each process, so those rows measure the path's own latency. Prints the median and [min-max]
 over the pairs, and the median of the per-pair ratios ours/ws and ours/tcp.
 
+The round trips come after the bulk runs of their pass, so every relay, ours and the bare ones,
+has moved bulk first: a bare asyncio relay that has not (glibc's mmap threshold still at its
+start, each 256 KiB read buffer a mapping of its own) spends about a third more CPU per round
+trip (docs/performance.md, "Round trips on one CPU"). The table's title says so.
+
 Our host sets the C allocator's thresholds as `tunnel host` does (tunnel/process/allocator.py);
 the teammates, the bare hosts and every relay keep glibc's defaults.
 
@@ -402,7 +407,7 @@ def report(results: Results, options: Options) -> None:
         loop += f", our relays' window {human_size(options.window)}"
     print_table(
         f"relay path, relays on {loop}, {options.pairs} pairs, {options.mib:g} MiB per bulk run, "
-        f"{options.roundtrips} round trips of {RTT_SIZE} B: median [min-max]",
+        f"{options.roundtrips} round trips of {RTT_SIZE} B after the bulk runs: median [min-max]",
         header,
         rows,
     )
