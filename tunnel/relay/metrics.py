@@ -34,22 +34,25 @@ class Forwarded(Collector):
         """Bytes of `data` and cast payload forwarded from hosts to teammates."""
 
     def collect(self) -> Iterator[Metric]:
-        frames = CounterMetricFamily(
+        yield _by_direction(
             "relay_forwarded_frames",
             "Frames (open, data, close) forwarded between teammates and hosts.",
-            labels=["direction"],
+            up=self.frames_up,
+            down=self.frames_down,
         )
-        frames.add_metric(["up"], self.frames_up)
-        frames.add_metric(["down"], self.frames_down)
-        size = CounterMetricFamily(
+        yield _by_direction(
             "relay_forwarded_bytes",
             "Bytes of `data` payload forwarded between teammates and hosts.",
-            labels=["direction"],
+            up=self.bytes_up,
+            down=self.bytes_down,
         )
-        size.add_metric(["up"], self.bytes_up)
-        size.add_metric(["down"], self.bytes_down)
-        yield frames
-        yield size
+
+
+def _by_direction(name: str, documentation: str, *, up: int, down: int) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation, labels=["direction"])
+    family.add_metric(["up"], up)
+    family.add_metric(["down"], down)
+    return family
 
 
 class RelayMetrics:
