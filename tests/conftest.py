@@ -39,6 +39,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 REQUIRED_MARKERS = ("browser", "sandbox", "agents_real", "cluster", "service")
 _skipped: list[str] = []
+_missing_suites: list[str] = []
 
 
 @pytest.fixture
@@ -143,13 +144,27 @@ def _require_all() -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     selected = config.getoption("-k") or config.getoption("-m")
-    paths = [arg for arg in config.invocation_params.args if not str(arg).startswith("-")]
+    # Paths given on the command line, not the suite's testpaths (an option's value, such as
+    # `-n auto`'s, is not a path).
+    paths = config.args_source is pytest.Config.ArgsSource.ARGS
     if not _require_all() or selected or paths:
         return
     # A whole run (no paths, no -k/-m selection) must include every required suite.
     for marker in REQUIRED_MARKERS:
         if not any(item.get_closest_marker(marker) for item in items):
-            raise pytest.UsageError(f"required suite {marker!r} collected no test")
+            problem = f"required suite {marker!r} collected no test"
+            if not os.environ.get("PYTEST_XDIST_WORKER"):
+                raise pytest.UsageError(problem)
+            # A worker's UsageError reaches the controller as an internal error without its
+            # message: the worker runs one test instead, which fails with it.
+            _missing_suites.append(problem)
+            del items[1:]
+            return
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _missing_suites:
+        pytest.fail(_missing_suites[0], pytrace=False)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
