@@ -25,3 +25,7 @@ echo pwned >> "$HOME/.bashrc" 2>/dev/null
 echo pwned > "$shared/pwned" 2>/dev/null
 echo pwned > "$outside/pwned" 2>/dev/null
 echo "RESULT done yes"
+# A shell tool that reads the command's terminal may stop reading when the command exits: Gemini
+# CLI's, on a loaded machine, once handed back the output cut after the attempt before `setuid`,
+# with the checks after it and this line missing. A moment before exiting lets it read all.
+sleep 0.5
