@@ -152,9 +152,15 @@ async def test_queued_prompts_run_in_order_and_status_counts_them(
     async with running(session, log) as rec:
         for n in range(3):
             await session.prompt(f"prompt {n}", by=f"user{n}")
-        statuses = [e.data for e in rec.events if e.kind == "status"]
-        first = rec.of_type("message")[0]
-        assert {"state": "running", "queued": 2, "turn": first.seq} in statuses
+        first = await rec.wait_item("message")
+
+        def counted_two_queued() -> bool:
+            # Waited for: the recording follows the log in a task of its own, which a loaded
+            # machine may run after this one.
+            statuses = [e.data for e in rec.events if e.kind == "status"]
+            return {"state": "running", "queued": 2, "turn": first.seq} in statuses
+
+        await rec.wait_until(counted_two_queued)
 
         for n in range(3):
             request = await rec.wait_item("permission_request", count=n + 1)
