@@ -21,8 +21,6 @@ class Forwarded(Collector):
     the registry reads at scrape time. A Prometheus `Counter` takes a lock per `inc`, and two
     of them per forwarded frame cost about a microsecond, as much as a tenth of the forward."""
 
-    __slots__ = ("bytes_down", "bytes_up", "frames_down", "frames_up")
-
     def __init__(self) -> None:
         self.frames_up = 0
         """Frames (open, data, close) forwarded from teammates to hosts."""

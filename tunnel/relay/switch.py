@@ -690,7 +690,7 @@ class Switch:
         self._count_casts(sent, sent * len(data))
 
     def _count_casts(self, frames: int, size: int) -> None:
-        # Once per cast, not per copy: for a large room the counters cost as much as the copy.
+        # Once per cast, not once per copy.
         if frames:
             forwarded = self._metrics.forwarded
             forwarded.frames_down += frames
