@@ -120,9 +120,13 @@ class Connection:
         self._hello_sent = False
         self._hello_received = False
         self._failure: ProtocolError | None = None
+        # Both hellos done and no failure: what `_check_ready` checks, kept in one flag so that
+        # the calls made per message test one attribute, not three.
+        self._ready = False
         self._events: list[Event] = []
         self._outgoing: list[Outgoing] = []
         self._largest_message = limits.largest_data
+        self._half_window = half_window(limits)
 
     # --- introspection --------------------------------------------------------------------
 
@@ -147,6 +151,7 @@ class Connection:
             raise LocalProtocolError("limits can change only before the first channel")
         self._limits = limits
         self._largest_message = limits.largest_data
+        self._half_window = half_window(limits)
         self._fast_form = fast_form_fits(limits)
 
     @property
@@ -161,13 +166,15 @@ class Connection:
 
     def channel_state(self, channel: int) -> ChannelState | None:
         """Return the state of `channel`, or `None` if it is gone or never existed."""
-        self._check_usable()
+        if self._failure is not None:
+            self._check_usable()
         found = self._channels.get(channel)
         return found.state if found is not None else None
 
     def send_window(self, channel: int) -> int:
         """Return how many bytes of data we may send on `channel` now (0 unless it is OPEN)."""
-        self._check_usable()
+        if self._failure is not None:
+            self._check_usable()
         found = self._channels.get(channel)
         if found is None or found.state is not ChannelState.OPEN:
             return 0
@@ -177,7 +184,8 @@ class Connection:
 
     def events_received(self) -> list[Event]:
         """Return the events produced since the last call, oldest first, and forget them."""
-        self._check_usable()
+        if self._failure is not None:
+            self._check_usable()
         events, self._events = self._events, []
         return events
 
@@ -196,7 +204,8 @@ class Connection:
         """Return the messages to send as `data_to_send` does, a `data` or `cast` frame as its
         head and its data (`Outgoing`), and forget them: the data is the caller's own, uncopied
         (the memoryview a relay received is written out as it is)."""
-        self._check_usable()
+        if self._failure is not None:
+            self._check_usable()
         outgoing, self._outgoing = self._outgoing, []
         return outgoing
 
@@ -211,7 +220,8 @@ class Connection:
         Raises `RemoteProtocolError` if the peer broke the protocol; the link has then failed:
         close the WebSocket with `error.code`.
         """
-        self._check_usable()
+        if self._failure is not None:
+            self._check_usable()
         try:
             if self._fast_form and type(message) is bytes:
                 limits = self._limits
@@ -231,6 +241,7 @@ class Connection:
             self._handle(decode_frame(message, limits=self._limits))
         except ProtocolError as exc:
             self._failure = exc
+            self._ready = False
             raise
 
     def _handle(self, frame: Frame) -> None:
@@ -238,6 +249,7 @@ class Connection:
             if self._hello_received:
                 raise RemoteProtocolError("a second hello")
             self._hello_received = True
+            self._ready = self._hello_sent
             self._events.append(HelloReceived(payload=frame.payload))
             return
         if not self._hello_received:
@@ -283,13 +295,15 @@ class Connection:
 
     def _receive_fast_data(self, channel: int, data: Payload) -> None:
         """`_handle` for a `data` frame in the fast form (`payload_at`)."""
-        self._check_channel_frame()
+        if not self._ready:  # failure is None here: receive_data checked it
+            self._check_channel_frame()
         found = self._channels.get(channel)
         self._receive_data(channel, data, found.state if found is not None else None, found)
 
     def _receive_fast_cast(self, channel: int, data: Payload) -> None:
         """`_handle` for a `cast` frame to a channel in the fast form (`payload_at`)."""
-        self._check_channel_frame()
+        if not self._ready:  # failure is None here: receive_data checked it
+            self._check_channel_frame()
         found = self._channels.get(channel)
         # A view only at a relay, which refuses every cast to a channel (the wrong direction).
         cast = Cast(channel=channel, data=bytes(data) if type(data) is not bytes else data)
@@ -378,6 +392,7 @@ class Connection:
         check_map(payload, "hello payload", self._limits, remote=False)
         self._queue(Hello(payload=payload), checked=True)
         self._hello_sent = True
+        self._ready = self._hello_received
 
     def open_channel(self, path: str, meta: dict[str, Any]) -> int:
         """Queue an `open` and return the new channel's id; it is OPEN at once.
@@ -469,7 +484,8 @@ class Connection:
     ) -> bool:
         """Queue the frame `head` starts, followed by `data`, on `channel` if `data` fits its
         send window (`data` and `cast` frames both cost their `d`); the checks of `send_data`."""
-        self._check_ready()
+        if not self._ready:
+            self._check_ready()
         if type(data) is not bytes:
             if isinstance(data, memoryview) and data.contiguous and data.format in ("B", "c"):
                 data = data.cast("B") if data.ndim != 1 else data
@@ -512,7 +528,8 @@ class Connection:
         waiting to send one large message would wait forever). Then call `data_to_send()`.
         Does nothing if the channel is closing or gone, since the peer will send nothing more.
         """
-        self._check_ready()
+        if not self._ready:
+            self._check_ready()
         if type(n) is not int or n < 0:
             raise LocalProtocolError("acknowledge needs an int >= 0")
         found = self._channels.get(channel)
@@ -526,9 +543,8 @@ class Connection:
         found.consumed += n
         if not found.consumed:
             return
-        half = max(1, self._limits.initial_window // 2)
         idle = found.unacked == 0 and found.recv_window < self._largest_message
-        if found.consumed >= half or idle:
+        if found.consumed >= self._half_window or idle:
             self._queue(Window(channel=channel, n=found.consumed))
             found.recv_window += found.consumed
             found.consumed = 0
@@ -596,3 +612,9 @@ class Connection:
             self._ours -= 1
         else:
             self._theirs -= 1
+
+
+def half_window(limits: Limits) -> int:
+    """Bytes consumed after which a receiver grants them back (docs/protocol.md, "Flow
+    control"): half the initial window."""
+    return max(1, limits.initial_window // 2)
