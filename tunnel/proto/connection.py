@@ -110,8 +110,7 @@ class Connection:
         copies (a relay passes them to `send_data` of another connection unchanged)."""
         self._side = side
         self._views = payload_views
-        self._limits = limits
-        self._fast_form = fast_form_fits(limits)
+        self._use_limits(limits)
         self._channels: dict[int, _Channel] = {}
         self._ours = 0
         self._theirs = 0
@@ -125,8 +124,6 @@ class Connection:
         self._ready = False
         self._events: list[Event] = []
         self._outgoing: list[Outgoing] = []
-        self._largest_message = limits.largest_data
-        self._half_window = half_window(limits)
 
     # --- introspection --------------------------------------------------------------------
 
@@ -149,9 +146,15 @@ class Connection:
         """
         if self._channels or self._next_id != self._first_id:
             raise LocalProtocolError("limits can change only before the first channel")
+        self._use_limits(limits)
+
+    def _use_limits(self, limits: Limits) -> None:
+        """Take `limits`, and what the per-message paths read of them, worked out once."""
         self._limits = limits
         self._largest_message = limits.largest_data
-        self._half_window = half_window(limits)
+        # A receiver grants consumed bytes back once half the window was consumed
+        # (docs/protocol.md, "Flow control").
+        self._half_window = max(1, limits.initial_window // 2)
         self._fast_form = fast_form_fits(limits)
 
     @property
@@ -612,9 +615,3 @@ class Connection:
             self._ours -= 1
         else:
             self._theirs -= 1
-
-
-def half_window(limits: Limits) -> int:
-    """Bytes consumed after which a receiver grants them back (docs/protocol.md, "Flow
-    control"): half the initial window."""
-    return max(1, limits.initial_window // 2)
