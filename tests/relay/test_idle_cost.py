@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections import Counter
 from pathlib import Path
 
 import anyio
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+from websockets.asyncio.server import ServerConnection
+from websockets.protocol import State
 
 from tests.link.socket_pair import FRAMINGS
 from tests.support import echo_roundtrip, host_settings, running_host
@@ -89,3 +92,47 @@ async def test_an_idle_attached_teammate_runs_no_relay_task_beyond_websockets_ow
     added = after - before
     per_teammate = sum(added.values()) / TEAMMATES
     assert per_teammate <= tasks, dict(added)
+
+
+def _handshake_headers_kept(port: int) -> list[int]:
+    """How many header lines each open WebSocket connection of the relay on `port` still holds
+    from its opening handshake, request and response together."""
+    kept = []
+    for candidate in gc.get_objects():
+        if (
+            isinstance(candidate, ServerConnection)
+            and candidate.state is State.OPEN
+            and candidate.local_address[1] == port
+        ):
+            request, response = candidate.request, candidate.response
+            kept.append(
+                (0 if request is None else len(request.headers))
+                + (0 if response is None else len(response.headers))
+            )
+    return kept
+
+
+async def test_an_attached_teammate_s_connection_keeps_no_handshake_headers(
+    tmp_path: Path,
+) -> None:
+    """The opening handshake's headers are not read after it: an idle connection does not keep
+    them (a sixth of its memory, docs/performance.md "Memory")."""
+    settings = RelaySettings(host="127.0.0.1", port=0)
+    with start_blocking_portal() as portal:
+        relay, port = portal.start_task(run_relay, settings)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            with anyio.fail_after(40):
+                async with (
+                    running_host(host_settings(url, tmp_path)) as host,
+                    connect_teammate(host.view_link, name="idle") as session,
+                ):
+                    assert await echo_roundtrip(session, b"once") == b"once"
+                    kept = await anyio.to_thread.run_sync(
+                        portal.call, _handshake_headers_kept, port
+                    )
+        finally:
+            relay.cancel()
+    # The host's links and the teammate's, all open, none holding a header.
+    assert len(kept) >= 2
+    assert max(kept) == 0, kept

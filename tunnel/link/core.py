@@ -371,8 +371,26 @@ class Link:
         if self._close_request is not None:
             self._arm_close_deadline()
         self.flush()  # what was queued before the link ran
+        framing = self.framing
+
+        def pushed(message: bytes | str) -> None:
+            try:
+                self._receive(message, on_event)
+            except Exception as exc:  # a bug: it ends this link, never the socket's caller
+                self._write_failed(exc)
+
         try:
-            await self._reader(on_event)
+            # The reader, in this frame rather than a coroutine of its own: a relay holds one
+            # per idle connection for as long as it lasts.
+            try:
+                pushing = framing.receive_with(pushed)
+                async for message in framing.messages():
+                    self._receive(message, on_event)
+                    if not pushing:
+                        pushing = framing.receive_with(pushed)
+            except framing.closed_errors:
+                pass
+            self._finish()
             # The reader ended: give the writer a bounded moment to finish a requested close.
             with anyio.move_on_after(CLOSE_GRACE):
                 await self.framing.wait_closed()
@@ -392,24 +410,6 @@ class Link:
             raise self._task_error
         assert self._closed is not None
         return self._closed
-
-    async def _reader(self, on_event: EventHandler) -> None:
-        def pushed(message: bytes | str) -> None:
-            try:
-                self._receive(message, on_event)
-            except Exception as exc:  # a bug: it ends this link, never the socket's caller
-                self._write_failed(exc)
-
-        framing = self.framing
-        try:
-            pushing = framing.receive_with(pushed)
-            async for message in framing.messages():
-                self._receive(message, on_event)
-                if not pushing:
-                    pushing = framing.receive_with(pushed)
-        except framing.closed_errors:
-            pass
-        self._finish()
 
     def _receive(self, message: bytes | str, on_event: EventHandler) -> None:
         if self._close_request is not None:

@@ -134,10 +134,18 @@ class Relay:
         """The websockets `process_request` hook: plain HTTP routes and the Origin check."""
         return self.router.route(request)
 
-    async def handle(self, websocket: ServerConnection) -> None:
-        """Serve one WebSocket connection of websockets' server from its hello to its close."""
+    def handle(self, websocket: ServerConnection) -> Coroutine[None, None, None]:
+        """What serves one WebSocket connection of websockets' server from its hello to its
+        close: the coroutine of `serve` (or of a node link's), for websockets' handler task to
+        run as its own, with no frame of ours waiting above it for as long as it lasts."""
         request = websocket.request
         assert request is not None
+        # Nothing reads the opening handshake's headers again, and they were a sixth of what an
+        # idle connection kept (docs/performance.md, "Memory"). The request itself stays:
+        # websockets tells the handshake from the frames after it by whether it has one.
+        request.headers.clear()
+        if websocket.response is not None:
+            websocket.response.headers.clear()
         address = websocket.remote_address
         ip = str(address[0]) if address else "unknown"
         path = request.path.split("?", 1)[0]
@@ -145,8 +153,7 @@ class Relay:
             # An entry node's node link: the router let it through only with a node's signature.
             if isinstance(websocket, RelayConnection):
                 websocket.opened()
-            await self._serve_node_link(websocket)
-            return
+            return self._serve_node_link(websocket)
         kind = Kind.HOST if path == HOST_PATH else Kind.TEAMMATE
         link = Link(
             websocket,
@@ -156,7 +163,7 @@ class Relay:
         )
         if isinstance(websocket, RelayConnection):
             websocket.opened()  # counted by the switch from here on (under the client's address)
-        await self.serve(link, kind=kind, ip=ip)
+        return self.serve(link, kind=kind, ip=ip)
 
     async def _serve_node_link(self, websocket: ServerConnection) -> None:
         """Serve the teammates an entry node carries over one node link (docs/cluster.md, "The
