@@ -88,10 +88,15 @@ class PicowsRelayServer:
         )
 
     def _connected(self, framing: PicowsFraming, kind: Kind) -> None:
-        assert framing.transport is not None
+        transport = framing.transport
+        assert transport is not None
         relay = self.relay
         assert relay is not None
-        address = framing.transport.underlying_transport.get_extra_info("peername")
+        # As on websockets (`Relay.handle`): nothing reads the handshake's headers again, and an
+        # idle connection should not keep them.
+        transport.request.headers.clear()
+        transport.response.headers.clear()
+        address = transport.underlying_transport.get_extra_info("peername")
         ip = str(address[0]) if address else "unknown"
         link = Link(
             None,
