@@ -23,6 +23,7 @@ from tests.link.socket_pair import FRAMINGS
 from tests.support import echo_roundtrip, host_settings, running_host
 from tunnel.relay.server import run as run_relay
 from tunnel.relay.settings import RelaySettings
+from tunnel.relay.switch import Peer
 from tunnel.teammate.client import connect_teammate
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -123,12 +124,24 @@ def _handshake_headers_kept(port: int) -> list[int]:
     return kept
 
 
+def _hello_deadlines_kept() -> tuple[int, int]:
+    """How many of the relay's admitted peers there are, and how many still hold a hello
+    deadline."""
+    admitted = [
+        candidate
+        for candidate in gc.get_objects()
+        if issubclass(type(candidate), Peer) and candidate.admitted
+    ]
+    return len(admitted), sum(peer.hello_deadline is not None for peer in admitted)
+
+
 @pytest.mark.parametrize("framing", FRAMINGS)
-async def test_an_attached_teammate_s_connection_keeps_no_handshake_headers(
+async def test_an_attached_teammate_s_connection_keeps_no_handshake_headers_nor_deadline(
     tmp_path: Path, framing: str
 ) -> None:
-    """The opening handshake's headers are not read after it: an idle connection does not keep
-    them (a sixth of its memory, docs/performance.md "Memory")."""
+    """The opening handshake's headers are not read after it, and the hello's deadline is over
+    once the hello is admitted: an idle connection keeps neither (the headers were a sixth of its
+    memory, docs/performance.md "Memory")."""
     settings = RelaySettings(host="127.0.0.1", port=0, framing=framing)
     with start_blocking_portal() as portal:
         relay, port = portal.start_task(run_relay, settings)
@@ -143,8 +156,13 @@ async def test_an_attached_teammate_s_connection_keeps_no_handshake_headers(
                     kept = await anyio.to_thread.run_sync(
                         portal.call, _handshake_headers_kept, port
                     )
+                    admitted, deadlines = await anyio.to_thread.run_sync(
+                        portal.call, _hello_deadlines_kept
+                    )
         finally:
             relay.cancel()
     # The host's links and the teammate's, all open, none holding a header.
     assert len(kept) >= 2
     assert max(kept) == 0, kept
+    assert admitted >= 2  # the host and the teammate
+    assert deadlines == 0

@@ -204,21 +204,21 @@ class Relay:
                 CloseCode.LIMIT_REACHED, "too many connections from your address"
             )
             return
-        deadline: asyncio.TimerHandle | None = None
         try:
             link.connection.send_hello(relay_hello(peer.challenge, self.settings.limits))
             link.flush()
             if self.cluster is not None and not forwarded and await self.cluster.route(peer):
                 return  # carried to the host's node, or refused there: the socket is closed
             # A timer, not a task: an idle connection should cost its reader alone
-            # (docs/performance.md, "Memory").
-            deadline = asyncio.get_running_loop().call_later(
+            # (docs/performance.md, "Memory"). Admission cancels it (`Peer.admit`).
+            peer.hello_deadline = asyncio.get_running_loop().call_later(
                 self.settings.hello_timeout, self._hello_deadline, peer
             )
             closed = await link.run(partial(self.switch.on_event, peer))
         finally:
-            if deadline is not None:
-                deadline.cancel()
+            if peer.hello_deadline is not None:
+                peer.hello_deadline.cancel()
+                peer.hello_deadline = None
             self.switch.disconnect(peer)
             if self.cluster is not None:
                 await self.cluster.host_left(peer)
@@ -243,6 +243,7 @@ class Relay:
             logger.debug("%s disconnected: %d", peer.describe(), closed.code)
 
     def _hello_deadline(self, peer: Peer) -> None:
+        peer.hello_deadline = None
         if not peer.admitted and not peer.link.closing:
             self.metrics.frames_rejected.labels(reason="hello_timeout").inc()
             logger.info("closed %s: %d no hello in time", peer.describe(), CloseCode.PROTOCOL_ERROR)

@@ -96,6 +96,16 @@ class Peer:
     """Host: which host process it is (from its hello); None matches no other connection."""
     idle_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     """Teammate: armed while it holds no channel open (`SwitchLimits.channel_timeout`)."""
+    hello_deadline: asyncio.TimerHandle | None = field(default=None, repr=False)
+    """Armed by the server for the hello (`--hello-timeout`), cancelled once it is admitted."""
+
+    def admit(self) -> None:
+        """Mark the peer admitted. Its hello deadline goes with it: a connection that lasts hours
+        should not keep that timer, nor wake for it."""
+        self.admitted = True
+        if self.hello_deadline is not None:
+            self.hello_deadline.cancel()
+            self.hello_deadline = None
 
     def describe(self) -> str:
         """A short label for log lines: kind, address, host id. Never a secret."""
@@ -338,7 +348,7 @@ class Switch:
             ours = peer.link.connection.limits
             if ours.max_channels is None or host_channels < ours.max_channels:
                 peer.link.connection.adopt_limits(replace(ours, max_channels=host_channels))
-        peer.admitted = True
+        peer.admit()
         self.hosts[hello.host_id] = peer
         self._metrics.hosts_online.set(len(self.hosts))
         if old is not None:
@@ -408,7 +418,7 @@ class Switch:
         peer.role = role
         peer.invitation = found.invitation
         peer.token_hash = hello.token_hash
-        peer.admitted = True
+        peer.admit()
         self.teammates[hello.host_id] = attached
         attached.add(peer)
         self._metrics.teammates_attached.inc()
