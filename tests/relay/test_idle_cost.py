@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -33,6 +34,19 @@ TEAMMATES = 8
 TASKS_PER_CONNECTION = 2
 """websockets' own: the handler task (our reader runs in it) and its keepalive task. The bare
 websockets server of bench/memory_bench.py runs the same two."""
+
+
+@contextlib.contextmanager
+def relay_in_thread(framing: str) -> Iterator[tuple[BlockingPortal, int]]:
+    """A relay on `framing` in a thread of its own, on its own event loop: its portal and port.
+    Objects and tasks found in that loop are the relay's alone."""
+    settings = RelaySettings(host="127.0.0.1", port=0, framing=framing)
+    with start_blocking_portal() as portal:
+        relay, port = portal.start_task(run_relay, settings)
+        try:
+            yield portal, port
+        finally:
+            relay.cancel()
 
 
 async def _relay_tasks() -> list[str]:
@@ -72,24 +86,19 @@ async def settled_count(portal: BlockingPortal) -> Counter[str]:
 async def test_an_idle_attached_teammate_runs_no_relay_task_beyond_websockets_own(
     tmp_path: Path, framing: str, tasks: int
 ) -> None:
-    settings = RelaySettings(host="127.0.0.1", port=0, framing=framing)
-    with start_blocking_portal() as portal:
-        relay, port = portal.start_task(run_relay, settings)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            with anyio.fail_after(40):
-                async with running_host(host_settings(url, tmp_path)) as host:
-                    before = await settled_count(portal)
-                    async with contextlib.AsyncExitStack() as stack:
-                        for index in range(TEAMMATES):
-                            session = await stack.enter_async_context(
-                                connect_teammate(host.view_link, name=f"idle{index}")
-                            )
-                            # Attached with a channel open and used once, as the memory bench's.
-                            assert await echo_roundtrip(session, b"once") == b"once"
-                        after = await settled_count(portal)
-        finally:
-            relay.cancel()
+    with relay_in_thread(framing) as (portal, port):
+        url = f"http://127.0.0.1:{port}"
+        with anyio.fail_after(40):
+            async with running_host(host_settings(url, tmp_path)) as host:
+                before = await settled_count(portal)
+                async with contextlib.AsyncExitStack() as stack:
+                    for index in range(TEAMMATES):
+                        session = await stack.enter_async_context(
+                            connect_teammate(host.view_link, name=f"idle{index}")
+                        )
+                        # Attached with a channel open and used once, as the memory bench's.
+                        assert await echo_roundtrip(session, b"once") == b"once"
+                    after = await settled_count(portal)
     added = after - before
     per_teammate = sum(added.values()) / TEAMMATES
     assert per_teammate <= tasks, dict(added)
@@ -142,25 +151,18 @@ async def test_an_attached_teammate_s_connection_keeps_no_handshake_headers_nor_
     """The opening handshake's headers are not read after it, and the hello's deadline is over
     once the hello is admitted: an idle connection keeps neither (the headers were a sixth of its
     memory, docs/performance.md "Memory")."""
-    settings = RelaySettings(host="127.0.0.1", port=0, framing=framing)
-    with start_blocking_portal() as portal:
-        relay, port = portal.start_task(run_relay, settings)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            with anyio.fail_after(40):
-                async with (
-                    running_host(host_settings(url, tmp_path)) as host,
-                    connect_teammate(host.view_link, name="idle") as session,
-                ):
-                    assert await echo_roundtrip(session, b"once") == b"once"
-                    kept = await anyio.to_thread.run_sync(
-                        portal.call, _handshake_headers_kept, port
-                    )
-                    admitted, deadlines = await anyio.to_thread.run_sync(
-                        portal.call, _hello_deadlines_kept
-                    )
-        finally:
-            relay.cancel()
+    with relay_in_thread(framing) as (portal, port):
+        url = f"http://127.0.0.1:{port}"
+        with anyio.fail_after(40):
+            async with (
+                running_host(host_settings(url, tmp_path)) as host,
+                connect_teammate(host.view_link, name="idle") as session,
+            ):
+                assert await echo_roundtrip(session, b"once") == b"once"
+                kept = await anyio.to_thread.run_sync(portal.call, _handshake_headers_kept, port)
+                admitted, deadlines = await anyio.to_thread.run_sync(
+                    portal.call, _hello_deadlines_kept
+                )
     # The host's links and the teammate's, all open, none holding a header.
     assert len(kept) >= 2
     assert max(kept) == 0, kept
