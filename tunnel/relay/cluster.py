@@ -248,8 +248,8 @@ class Cluster:
                     next_refresh = anyio.current_time() + interval
         finally:
             with anyio.move_on_after(1.0, shield=True):
-                # redis-py leaves PubSub.aclose unannotated.
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                # redis-py annotates PubSub.aclose from 8.2 on; earlier releases leave it bare.
+                await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
 
     def _set_member(self, member: bool) -> None:
         self.member = member
